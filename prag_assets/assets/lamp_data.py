@@ -1,0 +1,67 @@
+"""Stage 1: raw LaMP samples (questions + golds) and the deduplicated profile documents."""
+
+import dagster as dg
+
+from prag_assets.common import preview, run_tasks
+from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
+from prag_assets.resources import DuckDBResource, PragSettingsResource
+from prag_models.data.source import load_task_samples, sample_profiles_frame, samples_frame, user_profiles
+from prag_models.store import read_rows, replace_rows
+
+GROUP = "lamp_data"
+
+
+@dg.asset(
+    group_name=GROUP,
+    partitions_def=task_partitions,
+    backfill_policy=single_run,
+    pool=DUCKDB_POOL,
+    kinds={"duckdb"},
+    description="LaMP questions and golds of the train and dev splits (demo or LaMP folder), validated on load.",
+)
+def lamp_samples(
+    context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
+) -> dg.MaterializeResult:
+    """Load and validate the task's LaMP files; write tables lamp_samples and lamp_sample_profiles."""
+    settings = prag_settings.get()
+    loaded = {task: load_task_samples(settings, task) for task in run_tasks(context, settings)}
+    counts: dict[str, int] = {}
+    with duckdb.connect() as con:
+        for task, splits in loaded.items():
+            frame = samples_frame(task, splits)
+            replace_rows(con, "lamp_samples", frame, {"task": task})
+            replace_rows(con, "lamp_sample_profiles", sample_profiles_frame(task, splits), {"task": task})
+            counts.update({f"{task}/{split}": len(samples) for split, samples in splits.items()})
+    context.log.info(f"loaded samples: {counts}")
+    last = samples_frame(*next(reversed(loaded.items()))) if loaded else None
+    return dg.MaterializeResult(
+        metadata={
+            "samples": dg.MetadataValue.json(counts),
+            "source": settings.data.source,
+            "preview": preview(last) if last is not None else "_no task_",
+        }
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    deps=[lamp_samples],
+    partitions_def=task_partitions,
+    backfill_policy=single_run,
+    pool=DUCKDB_POOL,
+    kinds={"duckdb"},
+    description="One row per (user, profile document) in date order, with the text as the seeds render it and a "
+    "content hash (the embedding cache key).",
+)
+def profile_documents(
+    context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
+) -> dg.MaterializeResult:
+    """Publish the users' profile documents of each task."""
+    settings = prag_settings.get()
+    stats = {}
+    with duckdb.connect() as con:
+        for task in run_tasks(context, settings):
+            frame = user_profiles(read_rows(con, "lamp_sample_profiles", {"task": task}))
+            replace_rows(con, "profile_documents", frame, {"task": task})
+            stats[task] = {"documents": len(frame), "users": int(frame["user_id"].nunique())}
+    return dg.MaterializeResult(metadata={"per_task": dg.MetadataValue.json(stats)})

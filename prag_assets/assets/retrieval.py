@@ -1,0 +1,157 @@
+"""Stage 4: documents retrieved for each dev sample by the baselines and by ClusterRAG."""
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+
+from prag_assets.assets.embeddings import document_embeddings, query_embeddings
+from prag_assets.assets.users import similar_users
+from prag_assets.common import run_tasks
+from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
+from prag_assets.resources import DuckDBResource, PragSettingsResource
+from prag_models.config import Settings
+from prag_models.methods import baselines, clusterrag
+from prag_models.methods.profiles import ProfileIndex, Retrieved
+from prag_models.store import column_to_matrix, replace_rows
+
+GROUP = "retrieval"
+RETRIEVAL_COLUMNS = ["task", "method", "sample_id", "user_id", "rank", "doc_id", "source_user_id", "score"]
+BASELINE_METHODS = ("random", "recency", "bm25", "dense")
+CLUSTERRAG_METHODS = ("clusterrag_user_only", "clusterrag_collaborative", "clusterrag_hybrid", "clusterrag_two_stage")
+
+
+def load_task_inputs(
+    con, task: str, with_neighbours: bool = True
+) -> tuple[ProfileIndex, pd.DataFrame, dict[str, list[str]]]:
+    """The task's profile index, its dev samples with query vectors, and each user's similar users."""
+    docs = con.execute(
+        "SELECT p.doc_id, p.user_id, p.text, e.embedding FROM profile_documents p JOIN document_embeddings e "
+        "USING (task, user_id, doc_id) WHERE task = ? ORDER BY p.user_id, p.position",
+        [task],
+    ).df()
+    index = ProfileIndex(
+        docs["doc_id"].tolist(),
+        docs["user_id"].tolist(),
+        docs["text"].tolist(),
+        column_to_matrix(docs["embedding"].tolist()),
+    )
+    samples = con.execute(
+        "SELECT s.sample_id, s.user_id, s.query, q.embedding FROM lamp_samples s JOIN query_embeddings q "
+        "USING (task, sample_id) WHERE task = ? AND s.split = 'dev' ORDER BY s.sample_id",
+        [task],
+    ).df()
+    neighbours: dict[str, list[str]] = {}
+    if not with_neighbours:
+        return index, samples, neighbours
+    for user, nb in con.execute(
+        "SELECT user_id, neighbour_id FROM similar_users WHERE task = ? ORDER BY user_id, rank", [task]
+    ).fetchall():
+        neighbours.setdefault(user, []).append(nb)
+    return index, samples, neighbours
+
+
+def _rows(task: str, method: str, sample_id: str, user_id: str, found: list[Retrieved]) -> list[tuple]:
+    return [
+        (task, method, sample_id, user_id, rank, r.doc_id, r.source_user_id, r.score) for rank, r in enumerate(found, 1)
+    ]
+
+
+def _write(con, task: str, rows: list[tuple], table: str) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)
+    replace_rows(con, table, frame, {"task": task})
+    return frame
+
+
+def _summary(frame: pd.DataFrame) -> dict:
+    return {
+        m: {"samples": int(g["sample_id"].nunique()), "docs_per_sample": round(len(g) / g["sample_id"].nunique(), 2)}
+        for m, g in frame.groupby("method")
+    }
+
+
+def run_baselines(settings: Settings, task: str, index: ProfileIndex, samples: pd.DataFrame) -> list[tuple]:
+    """Random, recency, BM25 and dense retrieval over each sample's own profile."""
+    k = settings.retrieval.k
+    rng = np.random.default_rng(settings.retrieval.seed)
+    rows: list[tuple] = []
+    for s in samples.itertuples():
+        q = np.asarray(s.embedding, dtype=np.float32)
+        rows += _rows(task, "random", s.sample_id, s.user_id, baselines.retrieve_random(index, s.user_id, k, rng))
+        rows += _rows(task, "recency", s.sample_id, s.user_id, baselines.retrieve_recency(index, s.user_id, k))
+        rows += _rows(task, "bm25", s.sample_id, s.user_id, baselines.retrieve_bm25(index, s.user_id, s.query, k))
+        rows += _rows(task, "dense", s.sample_id, s.user_id, baselines.retrieve_dense(index, s.user_id, q, k))
+    return rows
+
+
+def run_clusterrag(
+    settings: Settings, task: str, index: ProfileIndex, samples: pd.DataFrame, neighbours: dict[str, list[str]]
+) -> tuple[list[tuple], dict]:
+    """The three ClusterRAG profile modes and the two-stage retrieval over the hybrid pool."""
+    k, c = settings.retrieval.k, settings.clustering
+    rows: list[tuple] = []
+    pools: dict[str, clusterrag.DocumentClusters] = {}
+    scored, pool_sizes = [], []
+    for s in samples.itertuples():
+        q = np.asarray(s.embedding, dtype=np.float32)
+        nb = neighbours.get(s.user_id, [])
+        for mode in clusterrag.PROFILE_MODES:
+            found = clusterrag.retrieve_profile_mode(index, mode, s.user_id, nb, q, k)
+            rows += _rows(task, f"clusterrag_{mode}", s.sample_id, s.user_id, found)
+        if s.user_id not in pools:
+            pool = index.rows_of(clusterrag.profile_users("hybrid", s.user_id, nb))
+            pools[s.user_id] = clusterrag.cluster_documents(index, pool, c.two_stage_min_cluster_size)
+        found, n_scored = clusterrag.retrieve_two_stage(index, pools[s.user_id], q, k, c.two_stage_top_clusters)
+        scored.append(n_scored)
+        pool_sizes.append(len(pools[s.user_id].rows))
+        rows += _rows(task, "clusterrag_two_stage", s.sample_id, s.user_id, found)
+    cost = {
+        "two_stage_docs_scored_mean": float(np.mean(scored)) if scored else 0.0,
+        "hybrid_pool_mean": float(np.mean(pool_sizes)) if pool_sizes else 0.0,
+    }
+    return rows, cost
+
+
+_COMMON = dict(
+    group_name=GROUP, partitions_def=task_partitions, backfill_policy=single_run, pool=DUCKDB_POOL, kinds={"duckdb"}
+)
+
+
+@dg.asset(
+    deps=[document_embeddings, query_embeddings],
+    description="Top-k of the user's own profile by random, recency, BM25 (bm25s) and "
+    "dense (cosine) retrieval, for every dev sample.",
+    **_COMMON,
+)
+def baseline_retrievals(
+    context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
+) -> dg.MaterializeResult:
+    """Run the non-collaborative baselines."""
+    settings = prag_settings.get()
+    stats = {}
+    with duckdb.connect() as con:
+        for task in run_tasks(context, settings):
+            index, samples, _ = load_task_inputs(con, task, with_neighbours=False)
+            stats[task] = _summary(
+                _write(con, task, run_baselines(settings, task, index, samples), "baseline_retrievals")
+            )
+    return dg.MaterializeResult(metadata={"per_task": dg.MetadataValue.json(stats)})
+
+
+@dg.asset(
+    deps=[similar_users],
+    description="ClusterRAG: user-only / collaborative / hybrid profiles ranked by "
+    "cosine, and two-stage retrieval (document clusters, top-B centroids, then top-k) over the hybrid pool.",
+    **_COMMON,
+)
+def clusterrag_retrievals(
+    context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
+) -> dg.MaterializeResult:
+    """Run the ClusterRAG retrieval variants."""
+    settings = prag_settings.get()
+    stats = {}
+    with duckdb.connect() as con:
+        for task in run_tasks(context, settings):
+            index, samples, neighbours = load_task_inputs(con, task)
+            rows, cost = run_clusterrag(settings, task, index, samples, neighbours)
+            stats[task] = {**_summary(_write(con, task, rows, "clusterrag_retrievals")), **cost}
+    return dg.MaterializeResult(metadata={"per_task": dg.MetadataValue.json(stats)})

@@ -1,0 +1,1 @@
+"""prag: personalized RAG with collaborative filtering — the ML library (no Dagster imports)."""

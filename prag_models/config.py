@@ -1,0 +1,330 @@
+"""One typed settings object for prag: data source, method parameters, model ids and the home folder.
+
+Values come from (later wins): the defaults below, a TOML file (``$PRAG_CONFIG`` or ``<home>/prag.toml``), and
+environment variables ``PRAG__<SECTION>__<FIELD>`` (e.g. ``PRAG__EMBEDDER__MODEL=BAAI/bge-base-en-v1.5``).
+``PRAG_HOME`` sets the folder that holds all state (DuckDB file, Dagster storage, MLflow store) unless the config
+file names its own ``home``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+ALL_TASKS: tuple[str, ...] = ("LaMP-1", "LaMP-2", "LaMP-3", "LaMP-4", "LaMP-5", "LaMP-7")
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown or of the wrong type."""
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """Where LaMP data comes from and which part of it is used."""
+
+    source: str = "demo"  # demo | lamp
+    lamp_dir: str = ""  # folder holding LaMP_X[_time]/{train,dev}/ files when source = lamp
+    split_kind: str = "time"  # time | original (LaMP folder naming: LaMP_1_time or LaMP_1)
+    tasks: tuple[str, ...] = ALL_TASKS
+    max_eval_samples: int = 0  # 0 = all dev samples
+    demo_users: int = 48  # users per task in the embedded demo
+    demo_communities: int = 6
+    demo_dev_samples: int = 24  # dev samples per task in the embedded demo
+    demo_seed: int = 7
+    real_data_dir: str = ""  # folder with personabench/ and longmemeval/ (e.g. ../shared/data)
+
+
+@dataclass(frozen=True)
+class EmbedderSettings:
+    """Frozen text encoder for documents and queries (HF id or local path)."""
+
+    model: str = "sentence-transformers/all-MiniLM-L6-v2"
+    batch_size: int = 64
+    device: str = "cpu"
+    max_seq_length: int = 256
+
+
+@dataclass(frozen=True)
+class GeneratorSettings:
+    """The LLM used for generation and feedback labels."""
+
+    backend: str = "llama_cpp"  # llama_cpp | transformers | openai | vllm
+    model: str = "HuggingFaceTB/SmolLM2-135M-Instruct"  # HF id, local path, .gguf file, or served model name
+    base_url: str = ""  # OpenAI-compatible endpoint for backend = openai, e.g. http://127.0.0.1:8000/v1
+    api_key_env: str = "OPENAI_API_KEY"
+    max_new_tokens: int = 32  # generation tasks (LaMP-4/5/7)
+    label_max_new_tokens: int = 8  # classification and rating tasks (LaMP-1/2/3)
+    n_ctx: int = 2048
+    threads: int = 2
+    batch_size: int = 8
+    seed: int = 0
+    timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class PromptSettings:
+    """LaMP prompt budgeting (METHODS §1)."""
+
+    max_prompt_tokens: int = 512  # L_max
+    query_share: float = 0.6  # gamma
+
+
+@dataclass(frozen=True)
+class RetrievalSettings:
+    """Retrieval over profiles: documents per prompt and the baselines' seed."""
+
+    k: int = 3
+    seed: int = 0
+    methods: tuple[str, ...] = (
+        "zero_shot",
+        "random",
+        "recency",
+        "bm25",
+        "dense",
+        "clusterrag_user_only",
+        "clusterrag_collaborative",
+        "clusterrag_hybrid",
+        "clusterrag_two_stage",
+    )
+
+
+@dataclass(frozen=True)
+class ClusteringSettings:
+    """User clustering and intra-cluster neighbours (METHODS §3)."""
+
+    algorithm: str = "hdbscan"  # hdbscan | kmeans
+    min_cluster_size: int = 2
+    min_samples: int = 0  # 0 = HDBSCAN default (= min_cluster_size)
+    kmeans_k: int = 0  # 0 = as many clusters as HDBSCAN would find, else this many
+    similar_users: int = 3  # top-k similar users inside the cluster
+    two_stage_top_clusters: int = 2  # B
+    two_stage_min_cluster_size: int = 2
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class PbrSettings:
+    """PBR personalized query expansion (METHODS §4): P-PRF, P-Anchor graph and retrieval depth."""
+
+    k1: int = 5  # top-k1 docs shown to the LLM for P-PRF (5 PersonaBench, 10 LongMemEval)
+    num_pseudo: int = 10  # m pseudo utterances
+    theta: float = 0.5  # cosine threshold of the P-Anchor graph (0.5 PersonaBench, 0.75 LongMemEval)
+    k2: int = 5  # neighbours per node, self-loop included (5 PersonaBench, 10 LongMemEval-s)
+    pagerank_iters: int = 50
+    pagerank_tol: float = 1e-6
+    damping: float = 0.0  # 0 = off (authors' code); else pi <- d * P^T pi + (1 - d) / n
+    top_k: int = 10  # retrieval depth (largest K of the metrics)
+    expansion_source: str = "replay"  # replay (cached expansions) | generate (configured LLM)
+
+
+@dataclass(frozen=True)
+class MlflowSettings:
+    """MLflow tracking and registry; empty URI = sqlite store under the prag home."""
+
+    tracking_uri: str = ""
+    experiment: str = "prag"
+
+
+@dataclass(frozen=True)
+class CfragSettings:
+    """CFRAG user encoder, user retrieval, personalized retriever and reranker (METHODS §2)."""
+
+    # §2.1 user encoder
+    max_history: int = 100  # last N profile docs per user
+    heads: int = 2
+    dropout: float = 0.1
+    finetune_doc_embeddings: bool = True  # code: the doc table is fine-tuned; False = frozen
+    # §2.2 contrastive training
+    crop_ratio: float = 0.7
+    mask_ratio: float = 0.3
+    reorder_ratio: float = 0.3
+    tau: float = 0.1
+    lr: float = 1e-3
+    weight_decay: float = 1e-5
+    batch_size: int = 64
+    epochs: int = 20
+    # §2.3 user retrieval
+    top_m_users: int = 4
+    include_self: bool = True
+    # §2.4 retriever
+    docs_per_user: int = 5  # k candidates per retrieved user -> m*k candidates
+    alpha: float = 0.1
+    retriever_projection: str = "linear"  # linear (code) | mlp (paper)
+    # §2.5-2.6 LLM feedback and training
+    feedback_max_new_tokens: int = 64
+    retriever_temperature: float = 1.0
+    reranker_temperature: float = 0.1
+    train_lr: float = 6e-5
+    train_epochs: int = 1
+    train_batch_size: int = 8  # samples per optimizer step for retriever/reranker training
+    # §2.7 reranker
+    reranker_model: str = "sentence-transformers/all-MiniLM-L6-v2"  # HF id or path; bge-reranker-base on a deployment
+    reranker_max_length: int = 256
+    reranker_use_user_embedding: bool = True  # False = ablation "w/o e_u in reranker" (§2.8)
+    final_k: int = 5
+    seed: int = 0
+    prompt_version: str = "v1"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """All of prag's configuration."""
+
+    home: str = ""
+    data: DataSettings = field(default_factory=DataSettings)
+    embedder: EmbedderSettings = field(default_factory=EmbedderSettings)
+    generator: GeneratorSettings = field(default_factory=GeneratorSettings)
+    prompt: PromptSettings = field(default_factory=PromptSettings)
+    retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
+    clustering: ClusteringSettings = field(default_factory=ClusteringSettings)
+    mlflow: MlflowSettings = field(default_factory=MlflowSettings)
+    cfrag: CfragSettings = field(default_factory=CfragSettings)
+    pbr: PbrSettings = field(default_factory=PbrSettings)
+
+    @property
+    def home_path(self) -> Path:
+        """The folder holding all state."""
+        return Path(self.home or PROJECT_ROOT / ".prag").expanduser().resolve()
+
+    @property
+    def duckdb_path(self) -> Path:
+        """The DuckDB file with every table of the graph."""
+        return self.home_path / "prag.duckdb"
+
+    @property
+    def mlflow_uri(self) -> str:
+        """Tracking URI: configured, else a sqlite store under the home."""
+        return self.mlflow.tracking_uri or f"sqlite:///{self.home_path / 'mlflow.db'}"
+
+    @property
+    def mlflow_artifacts_path(self) -> Path:
+        """Local artifact folder used with the default tracking store."""
+        return self.home_path / "mlflow-artifacts"
+
+
+def _coerce(value: Any, annotation: Any, where: str) -> Any:
+    """Convert a TOML/env value to the field's declared type."""
+    origin = typing.get_origin(annotation)
+    if annotation is bool or annotation == "bool":
+        if isinstance(value, bool):
+            return value
+        if str(value).lower() in {"1", "true", "yes", "on"}:
+            return True
+        if str(value).lower() in {"0", "false", "no", "off"}:
+            return False
+        raise ConfigError(f"{where}: expected a boolean, got {value!r}")
+    if annotation in (int, "int"):
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
+    if annotation in (float, "float"):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+    if origin is tuple or str(annotation).startswith("tuple"):
+        items = value if isinstance(value, (list, tuple)) else [v for v in str(value).split(",") if v.strip()]
+        return tuple(str(v).strip() for v in items)
+    return str(value)
+
+
+def _build(cls: type, overrides: dict[str, Any], where: str) -> Any:
+    """Instantiate a settings dataclass from nested overrides, rejecting unknown keys."""
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(overrides) - known
+    if unknown:
+        raise ConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
+    kwargs: dict[str, Any] = {}
+    for name, value in overrides.items():
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}.{name}: expected a table of settings")
+            kwargs[name] = _build(hint, value, f"{where}.{name}")
+        else:
+            kwargs[name] = _coerce(value, hint, f"{where}.{name}")
+    return cls(**kwargs)
+
+
+def _env_overrides(environ: typing.Mapping[str, str]) -> dict[str, Any]:
+    """Collect PRAG__SECTION__FIELD variables into nested overrides."""
+    out: dict[str, Any] = {}
+    for key, value in environ.items():
+        if not key.startswith("PRAG__"):
+            continue
+        parts = [p.lower() for p in key[len("PRAG__") :].split("__")]
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge two override dicts."""
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_settings(
+    config_file: str | os.PathLike[str] | None = None,
+    environ: typing.Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> Settings:
+    """Load settings from defaults, a TOML file, PRAG__* environment variables and keyword overrides."""
+    env = os.environ if environ is None else environ
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    home = overrides.get("home") or env.get("PRAG_HOME", "")
+    path = config_file or env.get("PRAG_CONFIG")
+    if not path:
+        candidate = Path(home or PROJECT_ROOT / ".prag") / "prag.toml"
+        path = candidate if candidate.exists() else None
+    values: dict[str, Any] = {}
+    if path:
+        p = Path(path)
+        if not p.exists():
+            raise ConfigError(f"config file {p} does not exist")
+        try:
+            values = tomllib.loads(p.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
+    values = _merge(values, _env_overrides(env))
+    values = _merge(values, overrides)
+    # home: keyword > the config file's `home` > PRAG_HOME > <project>/.prag
+    if overrides.get("home") or not values.get("home"):
+        values["home"] = str(overrides.get("home") or home or "")
+    settings = _build(Settings, values, "settings")
+    _validate(settings)
+    return settings
+
+
+def _validate(s: Settings) -> None:
+    """Reject values that would fail later in a confusing way."""
+    unknown = set(s.data.tasks) - set(ALL_TASKS)
+    if unknown:
+        raise ConfigError(f"data.tasks: unknown task(s) {sorted(unknown)}; known: {list(ALL_TASKS)}")
+    if s.data.source not in {"demo", "lamp"}:
+        raise ConfigError(f"data.source must be 'demo' or 'lamp', got {s.data.source!r}")
+    if s.data.source == "lamp" and not s.data.lamp_dir:
+        raise ConfigError("data.source = 'lamp' needs data.lamp_dir (the folder with the LaMP files)")
+    if s.generator.backend not in {"llama_cpp", "transformers", "openai", "vllm", "fake"}:
+        raise ConfigError(f"generator.backend unknown: {s.generator.backend!r}")
+    if s.clustering.algorithm not in {"hdbscan", "kmeans"}:
+        raise ConfigError(f"clustering.algorithm must be 'hdbscan' or 'kmeans', got {s.clustering.algorithm!r}")
+    if s.retrieval.k < 1 or s.clustering.similar_users < 1:
+        raise ConfigError("retrieval.k and clustering.similar_users must be at least 1")
+    if not 0.0 < s.prompt.query_share < 1.0:
+        raise ConfigError("prompt.query_share (gamma) must lie in (0, 1)")

@@ -1,0 +1,106 @@
+"""Where a task's LaMP files come from (embedded demo or a LaMP folder) and their tabular form."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from prag_models.config import Settings
+from prag_models.data.lamp import LampSample, load_lamp_task
+from prag_models.text.embedder import content_hash
+
+
+def demo_root(settings: Settings) -> Path:
+    """Folder of the generated demo for the current demo parameters (written on first use, deterministic)."""
+    from prag_models.data.demo import write_demo
+
+    d = settings.data
+    params = {"users": d.demo_users, "communities": d.demo_communities, "dev": d.demo_dev_samples, "seed": d.demo_seed}
+    key = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
+    root = settings.home_path / "demo_data" / key
+    if not (root / "demo_manifest.json").exists():
+        write_demo(
+            root, users=d.demo_users, communities=d.demo_communities, dev_samples=d.demo_dev_samples, seed=d.demo_seed
+        )
+    return root
+
+
+def lamp_root(settings: Settings) -> Path:
+    """The folder holding LaMP_X[_time]/{train,dev} files for the configured source."""
+    if settings.data.source == "demo":
+        return demo_root(settings)
+    root = Path(settings.data.lamp_dir).expanduser()
+    if not root.is_dir():
+        raise FileNotFoundError(f"data.lamp_dir {str(root)!r} is not a folder")
+    return root
+
+
+def load_task_samples(settings: Settings, task: str) -> dict[str, list[LampSample]]:
+    """Train and dev samples of one task from the configured source."""
+    split_kind = "time" if settings.data.source == "demo" else settings.data.split_kind
+    splits = load_lamp_task(lamp_root(settings), task, splits=("train", "dev"), split_kind=split_kind)
+    if settings.data.max_eval_samples and "dev" in splits:
+        splits["dev"] = splits["dev"][: settings.data.max_eval_samples]
+    return splits
+
+
+def samples_frame(task: str, splits: dict[str, list[LampSample]]) -> pd.DataFrame:
+    """One row per sample: task, split, sample_id, user_id, input, query, gold."""
+    rows = [
+        {
+            "task": task,
+            "split": split,
+            "sample_id": s.sample_id,
+            "user_id": s.user_id,
+            "input": s.input,
+            "query": s.query,
+            "gold": s.gold,
+        }
+        for split, samples in splits.items()
+        for s in samples
+    ]
+    return pd.DataFrame(rows, columns=["task", "split", "sample_id", "user_id", "input", "query", "gold"])
+
+
+def sample_profiles_frame(task: str, splits: dict[str, list[LampSample]]) -> pd.DataFrame:
+    """One row per (sample, profile document) exactly as the files list them, in profile (date) order."""
+    rows = [
+        {
+            "task": task,
+            "sample_id": s.sample_id,
+            "user_id": s.user_id,
+            "doc_id": doc.doc_id,
+            "date": doc.date,
+            "position": position,
+            "text": doc.text,
+            "fields_json": json.dumps(doc.fields, ensure_ascii=False, sort_keys=True),
+        }
+        for samples in splits.values()
+        for s in samples
+        for position, doc in enumerate(s.profile)
+    ]
+    return pd.DataFrame(
+        rows, columns=["task", "sample_id", "user_id", "doc_id", "date", "position", "text", "fields_json"]
+    )
+
+
+def user_profiles(sample_profiles: pd.DataFrame) -> pd.DataFrame:
+    """One row per (user, document): a user's samples share one history; the longest listing gives the order."""
+    if sample_profiles.empty:
+        return sample_profiles.assign(content_hash=pd.Series(dtype=str)).drop(columns=["sample_id"])
+    sizes = sample_profiles.groupby(["user_id", "sample_id"]).size().rename("n").reset_index()
+    longest = sizes.sort_values(["user_id", "n", "sample_id"], ascending=[True, False, True]).drop_duplicates("user_id")
+    frame = sample_profiles.merge(longest[["user_id", "sample_id"]], on=["user_id", "sample_id"])
+    extra = sample_profiles.drop_duplicates(["user_id", "doc_id"]).merge(
+        frame[["user_id", "doc_id"]], on=["user_id", "doc_id"], how="left", indicator=True
+    )
+    extra = extra[extra["_merge"] == "left_only"].drop(columns="_merge")
+    extra["position"] = extra["position"] + 1_000_000  # documents only other samples list go last
+    frame = pd.concat([frame, extra], ignore_index=True).drop(columns=["sample_id"])
+    frame = frame.sort_values(["user_id", "position"], kind="stable").reset_index(drop=True)
+    frame["position"] = frame.groupby("user_id").cumcount()
+    frame["content_hash"] = [content_hash(t) for t in frame["text"]]
+    return frame

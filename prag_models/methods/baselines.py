@@ -1,0 +1,43 @@
+"""Non-collaborative retrieval baselines over the user's own profile: random, recency, BM25, dense."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from prag_models.methods.profiles import ProfileIndex, Retrieved, top_by_cosine
+
+
+def retrieve_random(index: ProfileIndex, user_id: str, k: int, rng: np.random.Generator) -> list[Retrieved]:
+    """k documents of the user's profile drawn uniformly without replacement."""
+    rows = index.rows_of([user_id])
+    chosen = rng.permutation(rows)[:k]
+    return index.as_retrieved(chosen, [0.0] * len(chosen))
+
+
+def retrieve_recency(index: ProfileIndex, user_id: str, k: int) -> list[Retrieved]:
+    """The user's k most recent documents, newest first."""
+    rows = index.rows_of([user_id])[::-1][:k]
+    return index.as_retrieved(rows, [float(-i) for i in range(len(rows))])
+
+
+def retrieve_dense(index: ProfileIndex, user_id: str, query_vector: np.ndarray, k: int) -> list[Retrieved]:
+    """The user's k documents closest to the query embedding (cosine)."""
+    return top_by_cosine(index, index.rows_of([user_id]), query_vector, k)
+
+
+def retrieve_bm25(index: ProfileIndex, user_id: str, query: str, k: int) -> list[Retrieved]:
+    """The user's k best documents by BM25 (bm25s, English stop words removed)."""
+    import bm25s
+
+    rows = index.rows_of([user_id])
+    if len(rows) == 0:
+        return []
+    corpus = [index.texts[r] for r in rows]
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
+    query_tokens = bm25s.tokenize([query], stopwords="en", show_progress=False)
+    n = min(k, len(rows))
+    if not query_tokens.vocab:
+        return index.as_retrieved(rows[:n], [0.0] * n)
+    found, scores = retriever.retrieve(query_tokens, k=n, show_progress=False)
+    return index.as_retrieved(rows[found[0]], scores[0])

@@ -1,0 +1,47 @@
+"""Settings: defaults, TOML file, PRAG__ environment overrides, clear errors."""
+
+import pytest
+
+from prag_models.config import ConfigError, load_settings
+
+
+def test_defaults_use_packaged_models(tmp_path):
+    s = load_settings(environ={}, home=str(tmp_path))
+    assert s.embedder.model == "sentence-transformers/all-MiniLM-L6-v2"
+    assert s.generator.backend == "llama_cpp"
+    assert s.duckdb_path == tmp_path.resolve() / "prag.duckdb"
+    assert s.mlflow_uri.startswith("sqlite:///")
+
+
+def test_toml_then_env_override(tmp_path):
+    cfg = tmp_path / "prag.toml"
+    cfg.write_text('[embedder]\nmodel = "BAAI/bge-base-en-v1.5"\n[retrieval]\nk = 5\n[data]\ntasks = ["LaMP-2"]\n')
+    s = load_settings(cfg, environ={"PRAG__RETRIEVAL__K": "2", "PRAG__DATA__TASKS": "LaMP-2,LaMP-3"})
+    assert s.embedder.model == "BAAI/bge-base-en-v1.5"
+    assert s.retrieval.k == 2
+    assert s.data.tasks == ("LaMP-2", "LaMP-3")
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"PRAG__RETRIEVAL__K": "three"}, "settings.retrieval.k: expected an integer"),
+        ({"PRAG__RETRIEVAL__TOPK": "3"}, "unknown setting(s) ['topk']"),
+        ({"PRAG__DATA__TASKS": "LaMP-6"}, "unknown task(s) ['LaMP-6']"),
+        ({"PRAG__GENERATOR__BACKEND": "gpt"}, "generator.backend unknown"),
+        ({"PRAG__DATA__SOURCE": "lamp"}, "needs data.lamp_dir"),
+    ],
+)
+def test_bad_values_are_named(env, message):
+    with pytest.raises(ConfigError) as err:
+        load_settings(environ=env)
+    assert message in str(err.value)
+
+
+def test_missing_or_broken_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(tmp_path / "nope.toml", environ={})
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[retrieval\nk = 1")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(bad, environ={})

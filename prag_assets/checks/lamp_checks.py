@@ -29,7 +29,7 @@ from prag_models.validation import (
 Extra = Callable[[object, str, pd.DataFrame, Settings], list[str]]
 
 
-def _table_check(
+def table_check(
     asset: dg.AssetsDefinition,
     table: str,
     name: str,
@@ -219,7 +219,7 @@ def _evaluation_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> l
 
 
 lamp_checks = [
-    _table_check(
+    table_check(
         lamp_data.lamp_samples,
         "lamp_samples",
         "samples_valid",
@@ -227,14 +227,14 @@ lamp_checks = [
         _samples_suite,
         _samples_extra,
     ),
-    _table_check(
+    table_check(
         lamp_data.profile_documents,
         "profile_documents",
         "documents_valid",
         "No nulls or empty texts, (user, doc) unique.",
         _docs_suite,
     ),
-    _table_check(
+    table_check(
         embeddings.document_embeddings,
         "document_embeddings",
         "embeddings_valid",
@@ -242,7 +242,7 @@ lamp_checks = [
         lambda t, s: [*not_null("doc_id", "embedding"), unique("user_id", "doc_id")],
         _vectors_extra("doc"),
     ),
-    _table_check(
+    table_check(
         embeddings.query_embeddings,
         "query_embeddings",
         "embeddings_valid",
@@ -250,7 +250,7 @@ lamp_checks = [
         lambda t, s: [*not_null("sample_id", "embedding"), unique("sample_id")],
         _vectors_extra("query"),
     ),
-    _table_check(
+    table_check(
         users.user_embeddings,
         "user_embeddings",
         "user_vectors_valid",
@@ -258,7 +258,7 @@ lamp_checks = [
         lambda t, s: [*not_null("user_id", "embedding"), unique("user_id")],
         _vectors_extra("user"),
     ),
-    _table_check(
+    table_check(
         users.user_clusters,
         "user_clusters",
         "one_cluster_per_user",
@@ -266,7 +266,7 @@ lamp_checks = [
         lambda t, s: [*not_null("user_id", "cluster"), unique("user_id"), between("cluster", 0, None)],
         _clusters_extra,
     ),
-    _table_check(
+    table_check(
         users.similar_users,
         "similar_users",
         "neighbours_valid",
@@ -278,7 +278,7 @@ lamp_checks = [
         ],
         _neighbours_extra,
     ),
-    _table_check(
+    table_check(
         retrieval.baseline_retrievals,
         "baseline_retrievals",
         "retrieved_docs_allowed",
@@ -286,7 +286,7 @@ lamp_checks = [
         _retrieval_suite,
         _retrieval_extra("baseline_retrievals"),
     ),
-    _table_check(
+    table_check(
         retrieval.clusterrag_retrievals,
         "clusterrag_retrievals",
         "retrieved_docs_allowed",
@@ -294,7 +294,7 @@ lamp_checks = [
         _retrieval_suite,
         _retrieval_extra("clusterrag_retrievals"),
     ),
-    _table_check(
+    table_check(
         generation.generations,
         "generations",
         "generations_non_empty",
@@ -302,7 +302,7 @@ lamp_checks = [
         _generation_suite,
         _generation_extra,
     ),
-    _table_check(
+    table_check(
         evaluation.lamp_evaluation,
         "lamp_evaluation",
         "metrics_in_bounds",

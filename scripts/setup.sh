@@ -14,7 +14,19 @@ fi
 "$PRAG_VENV/bin/python" -m pip install --quiet --upgrade pip
 echo "[setup] installing torch==2.13.0 (CPU) first"
 "$PRAG_VENV/bin/pip" install --quiet torch==2.13.0
-echo "[setup] installing prag and its pinned dependencies (llama-cpp-python compiles once, ~4 min)"
+# llama-cpp-python ships only as source on PyPI. A -march=native build uses AMX kernels on CPUs that have them,
+# which crash inside some VMs (segfault on the first batched decode): build a portable AVX2 wheel once and keep it.
+LLAMA_VERSION=0.3.36
+LLAMA_FLAGS=""
+[ "$(uname -m)" = "x86_64" ] && LLAMA_FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+wheels="${PRAG_WHEEL_CACHE:-$HOME/.cache/prag-wheels}/llama-cpp-python-$LLAMA_VERSION-$(echo "$LLAMA_FLAGS" | sha1sum | cut -c1-8)"
+if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+  echo "[setup] building llama-cpp-python $LLAMA_VERSION once (about 4-8 min on 2 cores) into $wheels"
+  CMAKE_ARGS="$LLAMA_FLAGS" "$PRAG_VENV/bin/pip" wheel --quiet --no-deps --no-cache-dir \
+    "llama-cpp-python==$LLAMA_VERSION" -w "$wheels"
+fi
+"$PRAG_VENV/bin/pip" install --quiet --no-deps --force-reinstall "$wheels"/llama_cpp_python-*.whl
+echo "[setup] installing prag and its pinned dependencies"
 "$PRAG_VENV/bin/pip" install --quiet -e ".[dev]"
 echo "$want" > "$stamp"
 echo "[setup] done"

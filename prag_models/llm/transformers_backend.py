@@ -1,0 +1,106 @@
+"""transformers backend: any HF id or local folder, or a GGUF file (dequantised on load), greedy batched generation."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from prag_models.config import GeneratorSettings
+from prag_models.llm.base import GenerationError, Generator
+from prag_models.llm.packaged import resolve_generator_model, split_gguf
+
+
+class TransformersGenerator(Generator):
+    """Greedy chat generation with transformers: chat template, left padding, batches of settings.batch_size."""
+
+    def __init__(self, settings: GeneratorSettings) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        try:
+            import torch
+            import transformers
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as exc:
+            raise GenerationError(f"transformers backend needs torch and transformers: {exc}") from None
+        transformers.utils.logging.disable_progress_bar()
+        self.settings = settings
+        resolved = resolve_generator_model(settings.model, "transformers")
+        source, gguf_file = split_gguf(resolved)
+        name = gguf_file or (Path(source).name if Path(source).exists() else source)
+        self.model_id = f"transformers:{name}"
+        kwargs: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
+        if settings.threads > 0:
+            torch.set_num_threads(settings.threads)
+        torch.manual_seed(settings.seed)
+        self._device = "cuda" if torch.cuda.is_available() else "cpu"
+        try:
+            self._tokenizer: Any = AutoTokenizer.from_pretrained(source, **kwargs)
+            self._model: Any = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        except (OSError, ValueError) as exc:
+            raise GenerationError(
+                f"transformers could not load {settings.model!r} (from {resolved!r}): {exc}"
+            ) from None
+        self._model.to(self._device).eval()
+        self._tokenizer.padding_side = "left"
+        if self._tokenizer.pad_token_id is None:
+            self._tokenizer.pad_token = self._tokenizer.eos_token
+        if not getattr(self._tokenizer, "chat_template", None):
+            raise GenerationError(f"{settings.model!r} has no chat template; use an instruction-tuned model")
+
+    def _chat_text(self, prompt: str) -> str:
+        """The prompt wrapped in the model's chat template, ready for the assistant's turn."""
+        return self._tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
+
+    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+        """One greedy completion per prompt, generated in left-padded batches."""
+        import torch
+
+        if self._model is None:
+            raise GenerationError(f"{self.model_id} is closed")
+        batch_size = max(1, self.settings.batch_size)
+        outputs: list[str] = []
+        for start in range(0, len(prompts), batch_size):
+            texts = [self._chat_text(p) for p in prompts[start : start + batch_size]]
+            enc = self._tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = {k: v.to(self._device) for k, v in enc.items()}
+            length = enc["input_ids"].shape[1]
+            if length + max_new_tokens > self.settings.n_ctx:
+                raise GenerationError(
+                    f"{self.model_id}: prompt of {length} tokens + {max_new_tokens} new tokens exceeds "
+                    f"n_ctx={self.settings.n_ctx}"
+                )
+            with torch.inference_mode():
+                out = self._model.generate(
+                    **enc,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=self._tokenizer.pad_token_id,
+                )
+            new_tokens = out[:, length:]
+            outputs.extend(t.strip() for t in self._tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+        return outputs
+
+    def _tokens(self, text: str) -> list[int]:
+        """Token ids of text without special tokens."""
+        return list(self._tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def count_tokens(self, text: str) -> int:
+        """Exact number of model tokens in text."""
+        return len(self._tokens(text)) if text else 0
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        """Cut text to its first max_tokens model tokens."""
+        if max_tokens <= 0:
+            return ""
+        tokens = self._tokens(text)
+        if len(tokens) <= max_tokens:
+            return text
+        return self._tokenizer.decode(tokens[:max_tokens], skip_special_tokens=True).strip()
+
+    def close(self) -> None:
+        """Drop the model so its memory can be freed."""
+        self._model = None

@@ -4,16 +4,41 @@ from __future__ import annotations
 
 import dagster as dg
 
-from prag_assets.assets import embeddings, evaluation, generation, lamp_data, retrieval, users
+from prag_assets.assets import (
+    cfrag,
+    cfrag_training,
+    cfrag_users,
+    embeddings,
+    evaluation,
+    generation,
+    history,
+    lamp_data,
+    pbr_eval,
+    pbr_lamp,
+    retrieval,
+    users,
+)
+from prag_assets.checks.cfrag_checks import cfrag_checks
+from prag_assets.checks.history_checks import history_checks
 from prag_assets.checks.lamp_checks import lamp_checks
+from prag_assets.checks.pbr_checks import pbr_checks
 from prag_assets.resources import default_resources
+from prag_assets.sensors import jobs, schedules, sensors
 
-lamp_assets = dg.load_assets_from_modules([lamp_data, embeddings, users, retrieval, generation, evaluation])
+# pbr_lamp: PBR as a LaMP retrieval option (group retrieval); pbr_eval: real-data retrieval evaluation (retrieval_eval).
+# One call: a module re-exporting an imported asset must not load it twice.
+lamp_assets = dg.load_assets_from_modules(
+    [lamp_data, embeddings, users, retrieval, cfrag_users, cfrag_training, cfrag, pbr_lamp, generation, evaluation,
+     history, pbr_eval]
+)
 
 # In-process: models load once per run and DuckDB sees one writer; the pool also guards multi-process setups.
 defs = dg.Definitions(
     assets=lamp_assets,
-    asset_checks=lamp_checks,
+    asset_checks=[*lamp_checks, *cfrag_checks, *history_checks, *pbr_checks],
+    jobs=jobs,
+    sensors=sensors,
+    schedules=schedules,
     resources=default_resources(),
     executor=dg.in_process_executor,
 )

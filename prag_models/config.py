@@ -91,6 +91,17 @@ class RetrievalSettings:
         "clusterrag_collaborative",
         "clusterrag_hybrid",
         "clusterrag_two_stage",
+        # CFRAG (METHODS §2) and its ablations (§2.8); see prag_models/methods/cfrag/pipeline.py
+        "cfrag",
+        "cfrag_no_user_retrieval",
+        "cfrag_mean_user_emb",
+        "cfrag_no_retriever_tuning",
+        "cfrag_no_sud",
+        "cfrag_no_reranker_tuning",
+        "cfrag_no_reranker_eu",
+        # PBR query side over the user's own profile (METHODS §4); see prag_assets/assets/pbr_lamp.py
+        "pbr",
+        "pbr_anchor_only",
     )
 
 
@@ -121,6 +132,22 @@ class PbrSettings:
     damping: float = 0.0  # 0 = off (authors' code); else pi <- d * P^T pi + (1 - d) / n
     top_k: int = 10  # retrieval depth (largest K of the metrics)
     expansion_source: str = "replay"  # replay (cached expansions) | generate (configured LLM)
+    # Retrieval evaluation on real data (asset group retrieval_eval, data.real_data_dir)
+    datasets: tuple[str, ...] = ("personabench", "longmemeval")
+    eval_methods: tuple[str, ...] = (
+        "base", "pbr", "pbr_wo_anchor", "pbr_wo_prf", "hyde", "query2term", "mill", "cot", "thinkqe"
+    )
+    generate_qe: bool = False  # generate the QE baselines' expansions even with expansion_source = replay
+    expansion_max_new_tokens: int = 512  # per P-PRF reply (pseudo utterances, pseudo reasoning)
+    qe_max_new_tokens: int = 256  # per QE baseline reply
+    lme_k1: int = 10  # LongMemEval overrides of k1, theta, k2 (authors' code defaults for LongMemEval-s)
+    lme_theta: float = 0.75
+    lme_k2: int = 10
+    # LaMP query side (pbr_lamp_retrievals). Demo budget: 2 generations per dev sample (utterances + reasoning)
+    lamp_k1: int = 2  # profile docs shown to the LLM
+    lamp_num_pseudo: int = 3  # pseudo utterances asked for
+    lamp_max_new_tokens: int = 32
+    lamp_history_tokens: int = 128  # token budget of the shown profile docs
 
 
 @dataclass(frozen=True)
@@ -150,13 +177,21 @@ class CfragSettings:
     batch_size: int = 64
     epochs: int = 20
     # §2.3 user retrieval
-    top_m_users: int = 4
+    # Demo budget: m = 3 (self + 2) and k = 2 give 6 candidates per sample, hence 6 LLM feedback generations per
+    # training sample (about 0.5-1 s each with the packaged LLM on 2 CPU cores). The paper tunes m in 2..6 (code:
+    # self + 5) with k = 5, i.e. 25-30 generations per sample; set top_m_users = 6, docs_per_user = 5 on a GPU.
+    top_m_users: int = 3
     include_self: bool = True
     # §2.4 retriever
-    docs_per_user: int = 5  # k candidates per retrieved user -> m*k candidates
+    docs_per_user: int = 2  # k candidates per retrieved user -> m*k candidates (paper 5, see above)
     alpha: float = 0.1
     retriever_projection: str = "linear"  # linear (code) | mlp (paper)
     # §2.5-2.6 LLM feedback and training
+    # TRAIN samples per task that get feedback labels and train the retriever/reranker (0 = all). Demo budget:
+    # 8 samples x 6 candidates = 48 generations per task; the paper labels every training sample.
+    max_feedback_samples: int = 8
+    # Cap on new tokens per feedback generation (paper 64); the task's own generation budget (generator.
+    # max_new_tokens / label_max_new_tokens) applies when smaller, so labels score what the evaluation generates.
     feedback_max_new_tokens: int = 64
     retriever_temperature: float = 1.0
     reranker_temperature: float = 0.1
@@ -165,9 +200,14 @@ class CfragSettings:
     train_batch_size: int = 8  # samples per optimizer step for retriever/reranker training
     # §2.7 reranker
     reranker_model: str = "sentence-transformers/all-MiniLM-L6-v2"  # HF id or path; bge-reranker-base on a deployment
-    reranker_max_length: int = 256
+    # Demo budget: 128 tokens per (query, doc) pair keeps reranker training and scoring to seconds per task on CPU
+    # (the paper's bge-reranker-base reads up to 512).
+    reranker_max_length: int = 128
+    # Demo budget: keep only the first N Transformer layers of the cross-encoder (0 = all; the paper uses the whole
+    # bge-reranker-base). 2 of MiniLM's 6 layers make reranker training and scoring about 3x cheaper on CPU.
+    reranker_layers: int = 2
     reranker_use_user_embedding: bool = True  # False = ablation "w/o e_u in reranker" (§2.8)
-    final_k: int = 5
+    final_k: int = 0  # docs in the prompt after reranking; 0 = retrieval.k, as for every other method (paper 5)
     seed: int = 0
     prompt_version: str = "v1"
 

@@ -40,8 +40,8 @@ def table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
     """Whether a table exists in the main schema."""
     row = con.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_name = ? AND table_schema = 'main'", [table]
-    ).fetchone()
-    return bool(row and row[0])
+    ).fetchall()
+    return bool(row and row[0][0])
 
 
 def replace_rows(

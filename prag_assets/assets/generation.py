@@ -6,7 +6,9 @@ import json
 import dagster as dg
 import pandas as pd
 
+from prag_assets.assets.cfrag import cfrag_retrievals
 from prag_assets.assets.lamp_data import lamp_samples
+from prag_assets.assets.pbr_lamp import pbr_lamp_retrievals
 from prag_assets.assets.retrieval import baseline_retrievals, clusterrag_retrievals
 from prag_assets.common import progress_logger, run_tasks
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
@@ -18,7 +20,7 @@ from prag_models.store import replace_rows, table_exists
 
 GROUP = "generation"
 #: Tables of retrieved documents that feed the generation stage.
-RETRIEVAL_TABLES = ("baseline_retrievals", "clusterrag_retrievals")
+RETRIEVAL_TABLES = ("baseline_retrievals", "clusterrag_retrievals", "cfrag_retrievals", "pbr_lamp_retrievals")
 
 
 def retrieved_texts(con, task: str, methods: tuple[str, ...]) -> dict[str, dict[str, list[str]]]:
@@ -42,7 +44,7 @@ def retrieved_texts(con, task: str, methods: tuple[str, ...]) -> dict[str, dict[
 
 @dg.asset(
     group_name=GROUP,
-    deps=[lamp_samples, baseline_retrievals, clusterrag_retrievals],
+    deps=[lamp_samples, baseline_retrievals, clusterrag_retrievals, cfrag_retrievals, pbr_lamp_retrievals],
     partitions_def=task_partitions,
     backfill_policy=single_run,
     pool=DUCKDB_POOL,

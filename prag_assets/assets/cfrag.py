@@ -1,0 +1,175 @@
+"""CFRAG stage 3 (METHODS §2.3–2.8): retrieval for the dev samples with the REGISTERED models — full CFRAG and the
+ablations of paper Table 3 — into a table shaped like the other retrieval tables."""
+
+from collections.abc import Callable
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+
+from prag_assets.assets.cfrag_training import cfrag_reranker, cfrag_retriever
+from prag_assets.assets.cfrag_users import GROUP, cfrag_similar_users, load_registered_model
+from prag_assets.assets.retrieval import RETRIEVAL_COLUMNS, load_task_inputs
+from prag_assets.assets.users import user_embeddings
+from prag_assets.common import run_tasks
+from prag_assets.mlflow_resource import MlflowResource
+from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
+from prag_assets.resources import DuckDBResource, PragSettingsResource
+from prag_models.config import Settings
+from prag_models.methods.cfrag import pipeline
+from prag_models.methods.profiles import ProfileIndex
+from prag_models.store import column_to_matrix, read_rows, replace_rows
+
+
+def neighbour_lists(con, task: str) -> dict[str, list[str]]:
+    """Each user's CFRAG similar users in rank order (the user itself first with include_self)."""
+    out: dict[str, list[str]] = {}
+    for user, nb in con.execute(
+        "SELECT user_id, neighbour_id FROM cfrag_similar_users WHERE task = ? ORDER BY user_id, rank", [task]
+    ).fetchall():
+        out.setdefault(user, []).append(nb)
+    return out
+
+
+def mean_embedding_neighbours(con, task: str, settings: Settings) -> dict[str, list[str]]:
+    """Top-m users by the MEAN-of-documents user embeddings (table user_embeddings): ablation §2.8."""
+    from prag_models.methods.cfrag.user_encoder import top_m_similar_users
+
+    users = read_rows(con, "user_embeddings", {"task": task}, order_by="user_id")
+    ids = users["user_id"].tolist()
+    found, _ = top_m_similar_users(
+        column_to_matrix(users["embedding"].tolist()), settings.cfrag.top_m_users, settings.cfrag.include_self
+    )
+    return {ids[i]: [ids[int(j)] for j in found[i]] for i in range(len(ids))}
+
+
+def _retriever_scorer(index: ProfileIndex, kind: str, q: np.ndarray, e_u: np.ndarray, models: dict) -> Callable:
+    """Row scorer of a sample: the trained S, or cos(q, d) for base and α = 0 (equal with the frozen encoders)."""
+    if kind in ("base", "no_sud"):
+        return pipeline.cosine_scorer(index, q)
+    from prag_models.methods.cfrag.retriever import retriever_scores
+
+    def scores(rows: np.ndarray) -> np.ndarray:
+        """S(q, d, u) of the rows' documents."""
+        return retriever_scores(models["retriever"], q[None], index.vectors[rows][None], e_u[None])[0]
+
+    return scores
+
+
+def retrieve_variants(
+    settings: Settings,
+    task: str,
+    index: ProfileIndex,
+    samples: pd.DataFrame,
+    user_emb: dict[str, np.ndarray],
+    neighbours: dict[str, dict[str, list[str]]],
+    models: dict,
+) -> list[tuple]:
+    """Rows of every CFRAG variant for every dev sample: users → m·k candidates → final top-k (§2.3–2.8).
+
+    Candidates first, then each reranker scores every distinct (sample, doc) pair it needs in one batched pass.
+    """
+    from prag_models.methods.cfrag.reranker import rerank_scores
+
+    c, k_final = settings.cfrag, pipeline.final_k(settings)
+    plans: list[tuple] = []
+    needed: dict[str, dict[tuple[str, int], tuple[str, np.ndarray]]] = {}
+    for s in samples.itertuples(index=False):
+        q, e_u = np.asarray(s.embedding, dtype=np.float32), np.asarray(user_emb[s.user_id], dtype=np.float32)
+        for v in pipeline.VARIANTS:
+            if v.users == "own":  # only the user's own history, as many candidates as m users would give
+                users, per_user = [s.user_id], c.docs_per_user * c.top_m_users
+            else:
+                users, per_user = neighbours[v.users].get(s.user_id, [s.user_id]), c.docs_per_user
+            scorer = _retriever_scorer(index, v.retriever, q, e_u, models)
+            candidates = pipeline.per_user_top_k(index, users, per_user, scorer)
+            plans.append((s, v, candidates))
+            if v.reranker != "none":
+                needed.setdefault(v.reranker, {}).update({(s.sample_id, x.row): (s.query, e_u) for x in candidates})
+    reranked: dict[tuple[str, str, int], float] = {}
+    for kind, pairs in needed.items():
+        keys = list(pairs)
+        found = rerank_scores(
+            models[kind],
+            [pairs[k][0] for k in keys],
+            [index.texts[row] for _, row in keys],
+            np.stack([pairs[k][1] for k in keys]),
+            batch_size=64,
+        )
+        reranked.update({(kind, sid, row): float(v) for (sid, row), v in zip(keys, found, strict=True)})
+    rows: list[tuple] = []
+    for s, v, candidates in plans:
+        if v.reranker == "none":
+            scores = np.asarray([x.score for x in candidates], dtype=np.float32)
+        else:
+            scores = np.asarray([reranked[(v.reranker, s.sample_id, x.row)] for x in candidates], dtype=np.float32)
+        found = pipeline.top_final(candidates, scores, k_final)
+        rows += [
+            (task, v.method, s.sample_id, s.user_id, rank, r.doc_id, r.source_user_id, r.score)
+            for rank, r in enumerate(found, 1)
+        ]
+    return rows
+
+
+def _agreement(frame: pd.DataFrame, a: str, b: str) -> float | None:
+    """Share of samples whose doc lists are identical under methods a and b."""
+    lists = {m: g.sort_values("rank").groupby("sample_id")["doc_id"].apply(tuple) for m, g in frame.groupby("method")}
+    if a not in lists or b not in lists:
+        return None
+    joined = pd.concat([lists[a], lists[b]], axis=1, keys=[a, b]).dropna()
+    return round(float((joined[a] == joined[b]).mean()), 3) if len(joined) else None
+
+
+def _foreign_share(frame: pd.DataFrame, method: str) -> float | None:
+    """Share of a method's retrieved documents that come from other users."""
+    rows = frame[frame["method"] == method]
+    return round(float((rows["source_user_id"] != rows["user_id"]).mean()), 3) if len(rows) else None
+
+
+@dg.asset(
+    deps=[cfrag_retriever, cfrag_reranker, cfrag_similar_users, user_embeddings],
+    kinds={"duckdb", "pytorch", "mlflow"},
+    description="CFRAG retrieval for every dev sample with the registered models (loaded from MLflow by version): "
+    "top-m users, top-k docs of each by the retriever, reranked to the final k; plus the §2.8 ablations.",
+    group_name=GROUP,
+    partitions_def=task_partitions,
+    backfill_policy=single_run,
+    pool=DUCKDB_POOL,
+)
+def cfrag_retrievals(
+    context: dg.AssetExecutionContext,
+    prag_settings: PragSettingsResource,
+    duckdb: DuckDBResource,
+    mlflow: MlflowResource,
+) -> dg.MaterializeResult:
+    """Retrieve documents with CFRAG and its ablations."""
+    settings = prag_settings.get()
+    stats = {}
+    with duckdb.connect() as con:
+        for task in run_tasks(context, settings):
+            index, samples, _ = load_task_inputs(con, task, with_neighbours=False)
+            users = read_rows(con, "cfrag_user_embeddings", {"task": task})
+            user_emb = dict(zip(users["user_id"], users["embedding"], strict=True))
+            neighbours = {"encoder": neighbour_lists(con, task), "mean": mean_embedding_neighbours(con, task, settings)}
+            loaded, versions = {}, {}
+            for kind in ("retriever", "reranker", "reranker_no_eu"):
+                loaded[kind], row = load_registered_model(con, mlflow, task, kind)
+                versions[kind] = f"{row['registered_name']}/{row['version']}"
+            rows = retrieve_variants(settings, task, index, samples, user_emb, neighbours, loaded)
+            frame = pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)
+            replace_rows(con, "cfrag_retrievals", frame, {"task": task})
+            stats[task] = {
+                "models": versions,
+                "samples": int(frame["sample_id"].nunique()),
+                "docs_per_sample": round(len(frame) / max(frame["sample_id"].nunique() * len(pipeline.VARIANTS), 1), 2),
+                "foreign_doc_share": _foreign_share(frame, "cfrag"),
+                "no_retriever_tuning_equals_no_sud": _agreement(frame, "cfrag_no_retriever_tuning", "cfrag_no_sud"),
+                "same_as_cfrag": {m: _agreement(frame, "cfrag", m) for m in pipeline.CFRAG_METHODS[1:]},
+            }
+            context.log.info(f"{task} CFRAG retrieval: {stats[task]}")
+    return dg.MaterializeResult(
+        metadata={
+            "per_task": dg.MetadataValue.json(stats),
+            "model_versions": dg.MetadataValue.json({t: s["models"] for t, s in stats.items()}),
+        }
+    )

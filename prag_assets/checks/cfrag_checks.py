@@ -1,0 +1,277 @@
+"""Blocking checks on the CFRAG stages: vectors, neighbours, feedback labels, training curves, MLflow round trips
+and the provenance of retrieved documents."""
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+
+from prag_assets.assets import cfrag, cfrag_training, cfrag_users
+from prag_assets.checks.lamp_checks import table_check
+from prag_assets.common import run_tasks
+from prag_assets.mlflow_resource import MlflowResource
+from prag_assets.partitions import DUCKDB_POOL, task_partitions
+from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
+from prag_models.config import Settings
+from prag_models.methods.cfrag import pipeline
+from prag_models.store import column_to_matrix, read_rows
+from prag_models.validation import between, matrix_problems, min_rows, not_null, unique, validate_frame
+
+#: Largest allowed difference between the scores of a trained model and of its copy loaded back from MLflow.
+ROUNDTRIP_TOLERANCE = 1e-5
+
+
+def _user_vectors_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
+    """Finite vectors of one dimension; every user with a sample has one."""
+    problems = matrix_problems(column_to_matrix(df["embedding"].tolist()))
+    needed = {u for (u,) in con.execute("SELECT DISTINCT user_id FROM lamp_samples WHERE task = ?", [task]).fetchall()}
+    missing = needed - set(df["user_id"])
+    return problems + ([f"{len(missing)} users have no CFRAG embedding, e.g. {sorted(missing)[:3]}"] if missing else [])
+
+
+def _neighbours_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
+    """min(m, n) neighbours per user; with include_self the user first and nowhere else."""
+    n_users = con.execute("SELECT count(*) FROM cfrag_user_embeddings WHERE task = ?", [task]).fetchone()[0]
+    m, self_first = settings.cfrag.top_m_users, settings.cfrag.include_self
+    width = min(m, n_users) if self_first else min(m, max(n_users - 1, 0))
+    counts = df.groupby("user_id").size()
+    problems = []
+    if len(counts) != n_users or (counts != width).any():
+        problems.append(f"expected {width} neighbours for each of {n_users} users, got {counts.describe().to_dict()}")
+    firsts = df[df["rank"] == 1]
+    if self_first and (firsts["user_id"] != firsts["neighbour_id"]).any():
+        problems.append("include_self is set but some users are not their own first neighbour")
+    others = df[df["rank"] > 1] if self_first else df
+    if (others["user_id"] == others["neighbour_id"]).any():
+        problems.append("a user appears as its own neighbour beyond rank 1")
+    return problems
+
+
+def _retrieval_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
+    """Retrieved docs exist and come from the users the method may use; every CFRAG method present."""
+    problems = []
+    missing = con.execute(
+        "SELECT count(*) FROM cfrag_retrievals r LEFT JOIN profile_documents p ON p.task = r.task "
+        "AND p.user_id = r.source_user_id AND p.doc_id = r.doc_id WHERE r.task = ? AND p.doc_id IS NULL",
+        [task],
+    ).fetchone()[0]
+    if missing:
+        problems.append(f"{missing} retrieved documents do not exist in profile_documents")
+    allowed = {
+        "encoder": cfrag.neighbour_lists(con, task),
+        "mean": cfrag.mean_embedding_neighbours(con, task, settings),
+    }
+    users_of = {v.method: v.users for v in pipeline.VARIANTS}
+    bad = []
+    for r in df.itertuples(index=False):
+        kind = users_of.get(r.method)
+        ok = (
+            r.source_user_id == r.user_id
+            if kind == "own"
+            else r.source_user_id in allowed.get(kind, {}).get(r.user_id, [r.user_id])
+        )
+        if kind is None or not ok:
+            bad.append(f"{r.method}/{r.sample_id}: doc {r.doc_id} of user {r.source_user_id}")
+    if bad:
+        problems.append(f"{len(bad)} documents come from users the method may not use, e.g. {bad[:3]}")
+    expected = set(pipeline.CFRAG_METHODS)
+    if set(df["method"]) != expected:
+        problems.append(f"methods {sorted(set(df['method']))} != {sorted(expected)}")
+    return problems
+
+
+def _feedback_result(con, task: str, settings: Settings, generator_id: str) -> tuple[list[str], list[str], dict]:
+    """(errors, warnings, info) of a task's labels: schema, key, score range; degenerate samples of this generator."""
+    exists = cfrag_users.has_table(con, "feedback_labels")
+    df = read_rows(con, "feedback_labels", {"task": task}) if exists else pd.DataFrame()
+    low, high = pipeline.score_range(task)
+    suite = [
+        *not_null("sample_id", "doc_id", "source_user_id", "generator_id", "prompt_version", "score"),
+        unique("sample_id", "doc_id", "source_user_id", "generator_id", "prompt_version"),
+        between("score", low, high),
+        min_rows(1),
+    ]
+    _, errors = validate_frame(f"feedback_labels_{task.replace('-', '')}", df, suite)
+    warnings: list[str] = []
+    info: dict = {"labels": len(df)}
+    if len(df):
+        version = pipeline.feedback_prompt_version(task, settings)
+        current = df[(df["generator_id"] == generator_id) & (df["prompt_version"] == version)]
+        degenerate, n = pipeline.degenerate_samples(current)
+        info |= {"generator": generator_id, "prompt_version": version, "samples": n, "degenerate_samples": degenerate}
+        info["degenerate_share"] = round(degenerate / n, 3) if n else None
+        if not n:
+            errors.append(f"no labels for {generator_id} / {version}")
+        elif degenerate == n:
+            warnings.append(f"all {n} samples have identical scores for every candidate: the labels carry no signal")
+    return errors, warnings, info
+
+
+@dg.asset_check(
+    asset=cfrag_training.feedback_labels,
+    name="feedback_not_degenerate",
+    description="ERROR (blocks training) when labels are missing, duplicated per (sample, doc, generator, prompt "
+    "version) or outside the task metric's range ([0, 1], or [-4, 0] for negated LaMP-3 MAE). Reports the share of "
+    "samples whose candidates all scored the same. One such sample only teaches a uniform distribution, which is "
+    "common with a small LLM that ignores the doc, so the check fails only when EVERY sample is degenerate: then the "
+    "labels carry no signal. That failure has WARN severity and does not block: the packaged 135M demo LLM gives "
+    "all-degenerate LaMP-1/LaMP-2 labels (it answers the same label whatever the doc), and a uniform teacher still "
+    "trains a (near-neutral) model; the warning is visible on the asset.",
+    blocking=True,
+    partitions_def=task_partitions,
+    pool=DUCKDB_POOL,
+)
+def feedback_not_degenerate(
+    context: dg.AssetCheckExecutionContext,
+    prag_settings: PragSettingsResource,
+    duckdb: DuckDBResource,
+    models: ModelsResource,
+) -> dg.AssetCheckResult:
+    """Validate the feedback labels of each task."""
+    settings = prag_settings.get()
+    generator_id = models.generator().model_id
+    errors, warnings, info = [], [], {}
+    with duckdb.connect() as con:
+        for task in run_tasks(context, settings):
+            task_errors, task_warnings, info[task] = _feedback_result(con, task, settings, generator_id)
+            errors += [f"{task}: {p}" for p in task_errors]
+            warnings += [f"{task}: {p}" for p in task_warnings]
+    for f in errors:
+        context.log.error(f"feedback_labels check failed: {f}")
+    for w in warnings:
+        context.log.warning(f"feedback_labels check (warning): {w}")
+    return dg.AssetCheckResult(
+        passed=not errors and not warnings,
+        severity=dg.AssetCheckSeverity.ERROR if errors else dg.AssetCheckSeverity.WARN,
+        metadata={
+            "per_task": dg.MetadataValue.json(info),
+            "failures": dg.MetadataValue.md("\n".join(f"- {f}" for f in errors + warnings) or "none"),
+        },
+    )
+
+
+def _model_check(
+    asset: dg.AssetsDefinition, kinds: tuple[str, ...], name: str, description: str, must_decrease: bool
+) -> dg.AssetChecksDefinition:
+    """A blocking check of trained models: finite loss curve (decreasing if asked), MLflow load-back scores equal."""
+
+    @dg.asset_check(
+        asset=asset, name=name, description=description, blocking=True, partitions_def=task_partitions, pool=DUCKDB_POOL
+    )
+    def _check(
+        context: dg.AssetCheckExecutionContext,
+        prag_settings: PragSettingsResource,
+        duckdb: DuckDBResource,
+        mlflow: MlflowResource,
+    ) -> dg.AssetCheckResult:
+        """Check the models of each task."""
+        settings = prag_settings.get()
+        failures, info = [], {}
+        with duckdb.connect() as con:
+            for task in run_tasks(context, settings):
+                probe = cfrag_users.load_probe(con, task)
+                for kind in kinds:
+                    problems, info[f"{task}/{kind}"] = _model_problems(con, mlflow, task, kind, probe, must_decrease)
+                    failures += [f"{task}/{kind}: {p}" for p in problems]
+        for f in failures:
+            context.log.error(f"{name} failed: {f}")
+        return dg.AssetCheckResult(
+            passed=not failures,
+            metadata={
+                "per_model": dg.MetadataValue.json(info),
+                "failures": dg.MetadataValue.md("\n".join(f"- {f}" for f in failures) or "none"),
+            },
+        )
+
+    return _check
+
+
+def _model_problems(
+    con, mlflow: MlflowResource, task: str, kind: str, probe: pipeline.Probe, must_decrease: bool
+) -> tuple[list[str], dict]:
+    """Problems of one registered model and what was measured."""
+    row = cfrag_users.model_row(con, task, kind)
+    curve = np.asarray(row["loss_curve"], dtype=np.float64)
+    start, end = pipeline.loss_trend(curve.tolist())
+    info = {
+        "registered": f"{row['registered_name']}/{row['version']}",
+        "steps": len(curve),
+        "loss_start": round(start, 5),
+        "loss_end": round(end, 5),
+    }
+    problems = []
+    if not len(curve) or not np.isfinite(curve).all():
+        problems.append(f"loss curve empty or not finite ({len(curve)} steps)")
+    elif must_decrease and not end < start:
+        problems.append(f"loss did not decrease: start {start:.4f}, end {end:.4f}")
+    model, _ = mlflow.load(row["registered_name"], version=int(row["version"]))
+    again = pipeline.probe_scores(kind, model, probe)
+    stored = np.asarray(row["probe_scores"], dtype=np.float32)
+    diff = float(np.max(np.abs(again - stored))) if again.shape == stored.shape and len(stored) else float("inf")
+    info["probe_scores"], info["roundtrip_max_abs_diff"] = len(stored), diff
+    if not diff <= ROUNDTRIP_TOLERANCE:
+        problems.append(f"the MLflow copy scores differently from the trained model (max |diff| = {diff})")
+    return problems, info
+
+
+cfrag_checks = [
+    _model_check(
+        cfrag_users.cfrag_user_encoder,
+        ("user_encoder",),
+        "encoder_trained",
+        "InfoNCE loss finite and lower at the end than at the start (means of the first and last few steps); the "
+        "version registered in MLflow loads back (safetensors) and encodes the probe users identically.",
+        must_decrease=True,
+    ),
+    table_check(
+        cfrag_users.cfrag_user_embeddings,
+        "cfrag_user_embeddings",
+        "cfrag_user_vectors_valid",
+        "Every user of the task has exactly one finite CFRAG embedding.",
+        lambda t, s: [*not_null("user_id", "embedding"), unique("user_id"), min_rows(1)],
+        _user_vectors_extra,
+    ),
+    table_check(
+        cfrag_users.cfrag_similar_users,
+        "cfrag_similar_users",
+        "cfrag_neighbours_valid",
+        "min(m, users) neighbours per user, ranks 1..m, the user itself first with include_self, cosine in [-1, 1].",
+        lambda t, s: [
+            unique("user_id", "neighbour_id"),
+            unique("user_id", "rank"),
+            between("rank", 1, s.cfrag.top_m_users),
+            between("similarity", -1.0001, 1.0001),
+        ],
+        _neighbours_extra,
+    ),
+    feedback_not_degenerate,
+    _model_check(
+        cfrag_training.cfrag_retriever,
+        ("retriever",),
+        "retriever_trained",
+        "KL loss finite (one epoch: start and end are reported, not required to decrease); the registered version "
+        "loads back from MLflow and scores the probe candidates identically.",
+        must_decrease=False,
+    ),
+    _model_check(
+        cfrag_training.cfrag_reranker,
+        ("reranker", "reranker_no_eu"),
+        "reranker_trained",
+        "KL loss finite for the reranker and its no-e_u ablation (start/end reported); both registered versions load "
+        "back from MLflow and score the probe (query, doc) pairs identically.",
+        must_decrease=False,
+    ),
+    table_check(
+        cfrag.cfrag_retrievals,
+        "cfrag_retrievals",
+        "retrieved_docs_allowed",
+        "Every CFRAG method present; retrieved documents exist and come only from the user's m similar users "
+        "(encoder or mean-embedding neighbours, as the method says) or, without user retrieval, from the user.",
+        lambda t, s: [
+            *not_null("method", "sample_id", "user_id", "doc_id", "source_user_id", "score"),
+            unique("method", "sample_id", "rank"),
+            between("rank", 1, pipeline.final_k(s)),
+            min_rows(1),
+        ],
+        _retrieval_extra,
+    ),
+]

@@ -1,0 +1,49 @@
+"""MLflow as a Dagster resource: tracking + registry in a sqlite store under the prag home (or a configured URI)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import dagster as dg
+
+from prag_assets.resources import PragSettingsResource
+from prag_models.registry import MlflowTarget, RegisteredVersion
+
+if TYPE_CHECKING:
+    from torch import nn
+
+
+class MlflowResource(dg.ConfigurableResource):
+    """Logs, registers and loads the CFRAG models (safetensors folders) through ``prag_models.registry``."""
+
+    settings: PragSettingsResource
+
+    def target(self) -> MlflowTarget:
+        """Tracking URI (``settings.mlflow_uri``), experiment, and the local artifact folder of the default store."""
+        os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+        s = self.settings.get()
+        artifacts = "" if s.mlflow.tracking_uri else str(s.mlflow_artifacts_path)
+        return MlflowTarget(tracking_uri=s.mlflow_uri, experiment=s.mlflow.experiment, artifact_location=artifacts)
+
+    def log_and_register(
+        self,
+        model_dir: str | Path,
+        name: str,
+        params: Mapping[str, Any],
+        loss_curve: Sequence[float],
+        data_version: str,
+        tags: Mapping[str, str] | None = None,
+    ) -> RegisteredVersion:
+        """Log a saved model folder with its training record and register it as a new version of ``name``."""
+        from prag_models.registry import log_and_register
+
+        return log_and_register(self.target(), model_dir, name, params, loss_curve, data_version, tags)
+
+    def load(self, name: str, version: int | None = None, alias: str = "") -> tuple[nn.Module, RegisteredVersion]:
+        """A registered version (by number or alias), downloaded and loaded from safetensors."""
+        from prag_models.registry import load_registered
+
+        return load_registered(self.target(), name, version, alias)

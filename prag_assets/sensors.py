@@ -1,0 +1,198 @@
+"""Dynamic users (METHODS §3.7): the history sensor, the full re-clustering schedule, and the jobs they launch.
+
+``profile_history_sensor`` (default RUNNING) notices new rows of ``profile_history`` since its cursor that are still
+pending and new files in the drop folders ``<home>/inbox/<task>/``; it launches ONE run of
+``incremental_update_job`` for the whole batch of changes (a single task partition, or a task range) and none when
+nothing changed. ``full_reclustering_schedule`` (default STOPPED) re-clusters every configured task weekly and
+reports the drift against the clustering in effect before (asset ``cluster_drift``).
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+import dagster as dg
+
+from prag_assets.assets import history, users
+from prag_assets.partitions import task_partitions
+from prag_assets.resources import PragSettingsResource
+from prag_models.config import ALL_TASKS, Settings
+
+RANGE_START = "dagster/asset_partition_range_start"
+RANGE_END = "dagster/asset_partition_range_end"
+_BUSY = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
+
+incremental_update_job = dg.define_asset_job(
+    "incremental_update_job",
+    selection=dg.AssetSelection.assets(
+        history.profile_history, history.incremental_user_clusters, history.incremental_similar_users
+    ),
+    partitions_def=task_partitions,
+    description="Ingest the drop folders, then update only the users with pending history: documents, "
+    "embeddings, clusters (HDBSCAN approximate prediction) and the similar users of the affected clusters.",
+)
+
+full_reclustering_job = dg.define_asset_job(
+    "full_reclustering_job",
+    selection=dg.AssetSelection.assets(
+        users.user_embeddings, users.user_clusters, users.similar_users, history.cluster_drift, history.cluster_state
+    ),
+    partitions_def=task_partitions,
+    description="Re-cluster every user from scratch (history documents included), refresh all similar-user lists, "
+    "report the drift against the previous clustering and snapshot the new one for incremental updates.",
+)
+
+
+def task_run_request(tasks: list[str], **kwargs) -> dg.RunRequest:
+    """One run over the given tasks: a single partition, or the task range covering them (single-run policy)."""
+    ordered = [t for t in ALL_TASKS if t in set(tasks)]
+    if not ordered:
+        raise ValueError("no task to run")
+    if len(ordered) == 1:
+        return dg.RunRequest(partition_key=ordered[0], **kwargs)
+    tags = {**kwargs.pop("tags", {}), RANGE_START: ordered[0], RANGE_END: ordered[-1]}
+    return dg.RunRequest(tags=tags, **kwargs)
+
+
+@dataclass
+class HistoryCursor:
+    """Sensor state: per task the last history seq handled, and drop-folder files already requested (size:mtime)."""
+
+    seq: dict[str, int] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, raw: str | None) -> "HistoryCursor":
+        """Read a cursor string (None or empty = start)."""
+        data = json.loads(raw) if raw else {}
+        return cls({t: int(n) for t, n in data.get("seq", {}).items()}, dict(data.get("files", {})))
+
+    def dump(self) -> str:
+        """The cursor as a JSON string."""
+        return json.dumps({"seq": self.seq, "files": self.files}, sort_keys=True)
+
+
+@dataclass
+class Changes:
+    """What the sensor found: changed users and new files per task, and the cursor to store."""
+
+    users: dict[str, list[str]]
+    files: dict[str, list[str]]
+    cursor: HistoryCursor
+    waiting: dict[str, str] = field(default_factory=dict)  # task -> why its pending history cannot be applied yet
+
+    @property
+    def tasks(self) -> list[str]:
+        """Tasks with work for the incremental job."""
+        return [t for t in ALL_TASKS if self.users.get(t) or self.files.get(t)]
+
+
+def scan_changes(settings: Settings, cursor: HistoryCursor) -> Changes:
+    """Pending history rows after the cursor and new drop-folder files, per configured task (DuckDB read-only)."""
+    from prag_models.data.history import HISTORY_TABLE, file_signature, has_table, inbox_files
+    from prag_models.store import connect
+    from prag_models.users.incremental import pending_history
+
+    tasks = [t for t in ALL_TASKS if t in settings.data.tasks]
+    seen, files = {}, {}
+    for task in tasks:
+        for path in inbox_files(settings.home_path, task):
+            name, sig = f"{task}/{path.name}", file_signature(path)
+            seen[name] = sig
+            if cursor.files.get(name) != sig:
+                files.setdefault(task, []).append(path.name)
+    changed: dict[str, list[str]] = {}
+    waiting: dict[str, str] = {}
+    seq = dict(cursor.seq)
+    if settings.duckdb_path.exists():
+        with connect(settings.duckdb_path, read_only=True) as con:
+            if has_table(con, HISTORY_TABLE):
+                sql = f"SELECT task, max(seq) FROM {HISTORY_TABLE} GROUP BY task"
+                latest = {t: int(n) for t, n in con.execute(sql).fetchall()}
+                for task in tasks:
+                    pending = pending_history(con, task, since_seq=cursor.seq.get(task, 0))
+                    if pending.empty:
+                        seq.update({task: latest[task]} if task in latest else {})
+                    elif not _clustered(con, task):  # keep this task's cursor: noticed once the graph exists
+                        waiting[task] = "no user clusters yet (materialize the graph for this task)"
+                    else:
+                        changed[task] = sorted(pending["user_id"].unique())
+                        seq[task] = latest[task]
+    return Changes(changed, files, HistoryCursor(seq, seen), waiting)
+
+
+def _clustered(con, task: str) -> bool:
+    """Whether the task has a clustering to assign users to."""
+    from prag_models.data.history import has_table
+
+    sql = "SELECT count(*) FROM user_clusters WHERE task = ?"
+    return has_table(con, "user_clusters") and bool(con.execute(sql, [task]).fetchall()[0][0])
+
+
+@dg.sensor(
+    job=incremental_update_job,
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Launches one incremental_update_job run per batch of changes: new profile_history rows since the "
+    "cursor (prag ingest) and new files in <home>/inbox/<task>/. Waits while any run is queued or in progress "
+    "(one DuckDB writer).",
+)
+def profile_history_sensor(
+    context: dg.SensorEvaluationContext, prag_settings: PragSettingsResource
+) -> dg.SensorResult | dg.SkipReason:
+    """Request one incremental update for everything that changed since the cursor."""
+    import duckdb
+
+    busy = context.instance.get_runs(filters=dg.RunsFilter(statuses=_BUSY), limit=1)
+    if busy:
+        return dg.SkipReason(f"run {busy[0].run_id} ({busy[0].job_name}) is in progress: checking again later")
+    cursor = HistoryCursor.parse(context.cursor)
+    try:
+        changes = scan_changes(prag_settings.get(), cursor)
+    except duckdb.IOException as exc:  # another process holds the DuckDB file for writing
+        return dg.SkipReason(f"DuckDB file busy, checking again later: {exc}")
+    if not changes.tasks:
+        reason = "no new history rows or drop-folder files"
+        if changes.waiting:
+            reason = f"pending history waits for the graph: {changes.waiting}"
+        return dg.SensorResult(skip_reason=reason, cursor=changes.cursor.dump())
+    n_users = sum(len(u) for u in changes.users.values())
+    n_files = sum(len(f) for f in changes.files.values())
+    key = hashlib.sha1(changes.cursor.dump().encode()).hexdigest()[:12]
+    request = task_run_request(
+        changes.tasks,
+        run_key=f"history-{key}",
+        tags={"prag/changed_users": str(n_users), "prag/inbox_files": str(n_files)},
+    )
+    context.log.info(f"changed users {changes.users}, new files {changes.files}: one run for {changes.tasks}")
+    return dg.SensorResult(run_requests=[request], cursor=changes.cursor.dump())
+
+
+@dg.schedule(
+    cron_schedule="0 3 * * 1",
+    job=full_reclustering_job,
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    description="Weekly (Monday 03:00 UTC) full re-clustering of every configured task, with drift metadata "
+    "(cluster_drift). Stopped by default: it renumbers clusters and makes downstream retrievals stale.",
+)
+def full_reclustering_schedule(
+    context: dg.ScheduleEvaluationContext, prag_settings: PragSettingsResource
+) -> dg.RunRequest | dg.SkipReason:
+    """One run re-clustering all configured tasks."""
+    tasks = [t for t in ALL_TASKS if t in prag_settings.get().data.tasks]
+    if not tasks:
+        return dg.SkipReason("no tasks configured (data.tasks)")
+    stamp = context.scheduled_execution_time.strftime("%Y%m%dT%H%M") if context.scheduled_execution_time else "now"
+    return task_run_request(tasks, run_key=f"recluster-{stamp}", tags={"prag/reason": "scheduled full re-clustering"})
+
+
+jobs = [incremental_update_job, full_reclustering_job]
+sensors = [profile_history_sensor]
+schedules = [full_reclustering_schedule]

@@ -1,0 +1,379 @@
+"""Incremental ClusterRAG user updates (METHODS §3.7): apply new profile documents to the changed users only.
+
+A history document is *pending* while its latest version (by ``seq``) is not in ``profile_documents`` with the same
+content hash, so applying is idempotent and survives a rebuild of ``profile_documents`` from the LaMP files (the next
+update re-applies the history). For the changed users only: new texts are embedded through the embedding cache,
+z_u is recomputed as the mean over all the user's documents (cold start: the mean query embedding, §3.6), and the
+user is assigned to the current clustering without refitting it on the new data: the clustering is re-fitted,
+deterministically, on the reference it was fitted on (table ``cluster_state``: the embeddings and labels of the last
+full clustering, a pickle-free representation of the model), then HDBSCAN ``approximate_predict`` (k-means: nearest
+centroid) places the user and the refit labels are mapped to the stored cluster ids. When ``cluster_state`` is
+missing or out of date (``user_clusters`` was re-materialized without it), the reference is the current
+``user_embeddings`` + ``user_clusters`` and becomes the new ``cluster_state``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from prag_models.config import ClusteringSettings
+from prag_models.data.history import HISTORY_TABLE, has_table
+from prag_models.data.lamp import parse_date
+from prag_models.store import column_to_matrix
+from prag_models.text.embedding_cache import embed_with_cache, lookup_embeddings
+from prag_models.users.clustering import assign_new_users, cluster_users
+from prag_models.users.embeddings import mean_user_embeddings
+from prag_models.users.similar import intra_cluster_neighbours
+
+UPDATES_TABLE = "incremental_updates"
+STATE_TABLE = "cluster_state"
+BASE_TABLES = ("profile_documents", "document_embeddings", "user_embeddings", "user_clusters", "similar_users")
+DOC_COLUMNS = ["task", "user_id", "doc_id", "date", "position", "text", "fields_json", "content_hash"]
+EMB_COLUMNS = ["task", "user_id", "doc_id", "position", "model_id", "content_hash", "embedding"]
+STATE_COLUMNS = ["task", "user_id", "embedding", "fit_cluster", "cluster", "fitted_at"]
+STATE_DDL = "task VARCHAR, user_id VARCHAR, embedding FLOAT[], fit_cluster BIGINT, cluster BIGINT, fitted_at TIMESTAMP"
+UPDATES_DDL = (
+    "task VARCHAR, run_id VARCHAR, updated_at TIMESTAMP, user_id VARCHAR, is_new BOOLEAN, n_new_docs BIGINT, "
+    "n_docs BIGINT, cold_start BOOLEAN, old_cluster BIGINT, new_cluster BIGINT, reference VARCHAR, max_seq BIGINT, "
+    "neighbours_refreshed BOOLEAN"
+)
+
+_LATEST = (
+    f"SELECT * FROM {HISTORY_TABLE} WHERE task = ? "
+    "QUALIFY row_number() OVER (PARTITION BY user_id, doc_id ORDER BY seq DESC) = 1"
+)
+
+
+def ensure_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """Create cluster_state and incremental_updates if they do not exist."""
+    con.execute(f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} ({STATE_DDL})")
+    con.execute(f"CREATE TABLE IF NOT EXISTS {UPDATES_TABLE} ({UPDATES_DDL})")
+
+
+class NotMaterializedError(LookupError):
+    """The task's user tables do not exist yet: materialize the graph before applying history."""
+
+
+@dataclass
+class UpdateReport:
+    """What one incremental update of a task did."""
+
+    task: str
+    users: list[dict] = field(default_factory=list)  # rows written to incremental_updates
+    newly_embedded: int = 0
+    reference: str = "none"  # snapshot (cluster_state) | current (user_embeddings + user_clusters) | none
+    reference_agreement: float | None = None  # share of reference users whose refit label maps to their own
+
+
+def pending_history(con: duckdb.DuckDBPyConnection, task: str, since_seq: int = 0) -> pd.DataFrame:
+    """Latest version of each history document of a task not yet in profile_documents (rows after since_seq)."""
+    if not has_table(con, HISTORY_TABLE):
+        return pd.DataFrame(columns=["seq", "user_id", "doc_id", "date", "text", "fields_json", "content_hash"])
+    applied = (
+        "AND NOT EXISTS (SELECT 1 FROM profile_documents p WHERE p.task = l.task AND p.user_id = l.user_id "
+        "AND p.doc_id = l.doc_id AND p.content_hash = l.content_hash)"
+        if has_table(con, "profile_documents")
+        else ""
+    )
+    sql = f"WITH l AS ({_LATEST}) SELECT * FROM l WHERE seq > ? {applied} ORDER BY seq"
+    return con.execute(sql, [task, since_seq]).df()
+
+
+def merge_documents(existing: pd.DataFrame, incoming: pd.DataFrame) -> pd.DataFrame:
+    """One user's documents after the update: new ones inserted by date into the existing order, ids replaced.
+
+    A dated new document goes before the first kept document that is later or undated; undated ones go last.
+    """
+    kept = existing[~existing["doc_id"].isin(set(incoming["doc_id"]))].reset_index(drop=True)
+    kept_dates = [parse_date(d) for d in kept["date"]]
+    keys: list[tuple] = [(i, 1, (0, datetime.min, i)) for i in range(len(kept))]
+    for r, value in enumerate(incoming["date"]):
+        date = parse_date(value)
+        slot = len(kept)
+        if date is not None:
+            slot = next((i for i, d in enumerate(kept_dates) if d is None or d > date), len(kept))
+        keys.append((slot, 0, (date is None, date or datetime.min, r)))
+    merged = pd.concat([kept, incoming.reset_index(drop=True)], ignore_index=True)
+    order = sorted(range(len(merged)), key=lambda i: keys[i])
+    merged = merged.iloc[order].reset_index(drop=True)
+    merged["position"] = np.arange(len(merged), dtype=np.int64)
+    return merged
+
+
+def assign_to_reference(
+    ref_vectors: np.ndarray, ref_labels: np.ndarray, vectors: np.ndarray, settings: ClusteringSettings, next_id: int
+) -> tuple[np.ndarray, float]:
+    """Refit on the reference, predict the new vectors, map refit labels to stored ids (unmatched → next_id).
+
+    Returns (labels, agreement): agreement is the share of reference users whose mapped refit label equals their
+    stored label (1.0 when the reference is the exact data of the last fit: HDBSCAN and seeded k-means are
+    deterministic).
+    """
+    ref_labels = np.asarray(ref_labels, dtype=np.int64)
+    c = settings
+    fit = cluster_users(ref_vectors, c.algorithm, c.min_cluster_size, c.min_samples, c.kmeans_k, c.seed)
+    mapping: dict[int, int] = {}
+    for raw in np.unique(fit.labels):
+        values, counts = np.unique(ref_labels[fit.labels == raw], return_counts=True)
+        mapping[int(raw)] = int(values[np.argmax(counts)])
+    mapped = np.array([mapping[int(r)] for r in fit.labels])
+    agreement = float((mapped == ref_labels).mean())
+    try:
+        raw_new = assign_new_users(fit, vectors)
+    except (ValueError, IndexError, AttributeError):  # e.g. an HDBSCAN fit without any cluster
+        raw_new = None
+    if raw_new is None:
+        return nearest_centroid(ref_vectors, ref_labels, vectors), agreement
+    return np.array([mapping.get(int(r), next_id) for r in raw_new], dtype=np.int64), agreement
+
+
+def nearest_centroid(ref_vectors: np.ndarray, ref_labels: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """Label of the nearest cluster centroid (euclidean) for each vector."""
+    clusters = np.unique(ref_labels)
+    centroids = np.stack([ref_vectors[ref_labels == c].mean(axis=0) for c in clusters])
+    dist = ((vectors[:, None, :] - centroids[None, :, :]) ** 2).sum(axis=2)
+    return clusters[np.argmin(dist, axis=1)].astype(np.int64)
+
+
+def _with_users(con: duckdb.DuckDBPyConnection, users: Sequence[str]) -> None:
+    """Register the user list as view _inc_users (for IN filters)."""
+    con.register("_inc_users", pd.DataFrame({"user_id": list(users)}, dtype=object))
+
+
+def _replace_user_rows(con: duckdb.DuckDBPyConnection, table: str, frame: pd.DataFrame, task: str) -> None:
+    """Delete the task's rows of the users in _inc_users and insert frame (inside the caller's transaction)."""
+    con.execute(f"DELETE FROM {table} WHERE task = ? AND user_id IN (SELECT user_id FROM _inc_users)", [task])
+    con.register("_inc_rows", frame)
+    cols = ", ".join(f'"{c}"' for c in frame.columns)
+    con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _inc_rows")
+    con.unregister("_inc_rows")
+
+
+def reference_clustering(con: duckdb.DuckDBPyConnection, task: str) -> tuple[str, pd.DataFrame]:
+    """The clustering's reference: cluster_state when it agrees with user_clusters, else the current tables."""
+    if has_table(con, STATE_TABLE):
+        state = con.execute(f"SELECT * FROM {STATE_TABLE} WHERE task = ? ORDER BY user_id", [task]).df()
+        stale = con.execute(
+            f"SELECT count(*) FROM (SELECT user_id, cluster FROM user_clusters WHERE task = ?) u FULL OUTER JOIN "
+            f"(SELECT user_id, cluster FROM {STATE_TABLE} WHERE task = ?) s ON u.user_id = s.user_id "
+            "WHERE u.cluster IS DISTINCT FROM s.cluster",
+            [task, task],
+        ).fetchall()[0][0]
+        if len(state) and not stale and state["embedding"].notna().any():
+            return "snapshot", state
+    current = con.execute(
+        "SELECT u.task, u.user_id, u.embedding, c.cluster AS fit_cluster, c.cluster FROM user_embeddings u "
+        "JOIN user_clusters c USING (task, user_id) WHERE task = ? ORDER BY user_id",
+        [task],
+    ).df()
+    current["fitted_at"] = datetime.now(UTC).replace(tzinfo=None)
+    return "current", current[STATE_COLUMNS]
+
+
+def _check_ready(con: duckdb.DuckDBPyConnection, task: str, model_id: str) -> None:
+    """Raise NotMaterializedError / ValueError when the task's tables cannot take an incremental update."""
+    missing = [t for t in BASE_TABLES if not has_table(con, t)]
+    if missing:
+        raise NotMaterializedError(f"{task}: tables {missing} do not exist: materialize the graph first")
+    if not con.execute("SELECT count(*) FROM user_clusters WHERE task = ?", [task]).fetchall()[0][0]:
+        raise NotMaterializedError(f"{task}: no user clusters yet: materialize the graph for this task first")
+    models = {
+        m for (m,) in con.execute("SELECT DISTINCT model_id FROM document_embeddings WHERE task = ?", [task]).fetchall()
+    }
+    if models - {model_id}:
+        raise ValueError(
+            f"{task}: document_embeddings were computed with {sorted(models)}, the embedder is now {model_id!r}: "
+            "re-materialize the graph (full) instead of an incremental update"
+        )
+
+
+def _user_documents(
+    con: duckdb.DuckDBPyConnection, task: str, users: Sequence[str], pending: pd.DataFrame, model_id: str
+) -> pd.DataFrame:
+    """All documents of the changed users after the update, with their embeddings (users in _inc_users)."""
+    existing = con.execute(
+        "SELECT d.user_id, d.doc_id, d.date, d.text, d.fields_json, d.content_hash, e.embedding FROM "
+        "profile_documents d LEFT JOIN document_embeddings e USING (task, user_id, doc_id) WHERE d.task = ? AND "
+        "d.user_id IN (SELECT user_id FROM _inc_users) ORDER BY d.user_id, d.position",
+        [task],
+    ).df()
+    gaps = existing["embedding"].isna()
+    if gaps.any():  # an older document without a row in document_embeddings: take it from the cache
+        found = lookup_embeddings(con, model_id, existing.loc[gaps, "content_hash"].tolist())
+        existing.loc[gaps, "embedding"] = pd.Series(list(found), index=existing.index[gaps])
+    parts = [merge_documents(existing[existing["user_id"] == u], pending[pending["user_id"] == u]) for u in users]
+    return pd.concat([p.assign(user_id=u) for p, u in zip(parts, users, strict=True)], ignore_index=True)
+
+
+def _cold_start_queries(con: duckdb.DuckDBPyConnection, task: str) -> dict[str, np.ndarray]:
+    """Mean query embedding of each changed user (users in _inc_users), the cold-start fallback of §3.6."""
+    if not has_table(con, "query_embeddings"):
+        return {}
+    sql = (
+        "SELECT user_id, embedding FROM query_embeddings WHERE task = ? AND user_id IN (SELECT user_id FROM _inc_users)"
+    )
+    rows = con.execute(sql, [task]).df()
+    return {u: column_to_matrix(g["embedding"].tolist()).mean(axis=0) for u, g in rows.groupby("user_id")}
+
+
+def _next_state(state: pd.DataFrame, task: str, new_label: Mapping[str, int]) -> pd.DataFrame:
+    """cluster_state with the changed users' current clusters (new users get a row without fit data)."""
+    rows = state.assign(cluster=[new_label.get(u, c) for u, c in zip(state["user_id"], state["cluster"], strict=True)])
+    rows = rows[STATE_COLUMNS].to_dict("records")
+    known = set(state["user_id"])
+    rows += [{"task": task, "user_id": u, "embedding": None, "fit_cluster": None, "cluster": label, "fitted_at": None}
+             for u, label in new_label.items() if u not in known]  # fmt: skip
+    return pd.DataFrame(rows, columns=STATE_COLUMNS)
+
+
+def update_users(
+    con: duckdb.DuckDBPyConnection,
+    task: str,
+    embed: Callable[[Sequence[str]], np.ndarray],
+    model_id: str,
+    clustering: ClusteringSettings,
+    run_id: str = "",
+) -> UpdateReport:
+    """Apply the pending history of a task to its changed users; every write happens in one transaction."""
+    report = UpdateReport(task)
+    pending = pending_history(con, task)
+    if pending.empty:
+        return report
+    _check_ready(con, task, model_id)
+    users = sorted(pending["user_id"].unique())
+    vectors, _, report.newly_embedded = embed_with_cache(con, embed, model_id, pending["text"].tolist())
+    pending = pending.assign(embedding=list(vectors))
+    _with_users(con, users)
+    docs = _user_documents(con, task, users, pending, model_id).assign(task=task, model_id=model_id)
+    sql = "SELECT user_id, cluster FROM user_clusters WHERE task = ? AND user_id IN (SELECT user_id FROM _inc_users)"
+    old = dict(con.execute(sql, [task]).fetchall())
+    doc_matrix = column_to_matrix(docs["embedding"].tolist(), dim=vectors.shape[1])
+    user_vecs, counts, cold_flags = mean_user_embeddings(
+        users, docs["user_id"].tolist(), doc_matrix, _cold_start_queries(con, task)
+    )
+    report.reference, state = reference_clustering(con, task)
+    fit = state[state["embedding"].notna()]
+    sql = "SELECT coalesce(max(cluster), -1) + 1 FROM user_clusters WHERE task = ?"
+    next_id = int(con.execute(sql, [task]).fetchall()[0][0])
+    labels, report.reference_agreement = assign_to_reference(
+        column_to_matrix(fit["embedding"].tolist()), fit["fit_cluster"].to_numpy(), user_vecs, clustering, next_id
+    )
+    new_label = dict(zip(users, labels.tolist(), strict=True))
+    state = _next_state(state, task, new_label)
+    n_new = pending.groupby("user_id").size()
+    max_seq = pending.groupby("user_id")["seq"].max()
+    now = datetime.now(UTC).replace(tzinfo=None)
+    report.users = [
+        {"task": task, "run_id": run_id, "updated_at": now, "user_id": u, "is_new": u not in old,
+         "n_new_docs": int(n_new[u]), "n_docs": counts[i], "cold_start": cold_flags[i], "old_cluster": old.get(u),
+         "new_cluster": new_label[u], "reference": report.reference, "max_seq": int(max_seq[u]),
+         "neighbours_refreshed": False}
+        for i, u in enumerate(users)
+    ]  # fmt: skip
+    user_rows = pd.DataFrame(
+        {"task": task, "user_id": users, "n_docs": counts, "cold_start": cold_flags, "embedding": list(user_vecs)}
+    )
+    cluster_rows = pd.DataFrame({"task": task, "user_id": users, "cluster": labels, "algorithm": clustering.algorithm})
+    tables = {
+        "profile_documents": docs[DOC_COLUMNS],
+        "document_embeddings": docs[EMB_COLUMNS],
+        "user_embeddings": user_rows,
+        "user_clusters": cluster_rows,
+    }
+    _write(con, task, users, tables, state, pd.DataFrame(report.users))
+    return report
+
+
+def _write(
+    con: duckdb.DuckDBPyConnection,
+    task: str,
+    users: Sequence[str],
+    tables: Mapping[str, pd.DataFrame],
+    state: pd.DataFrame,
+    log: pd.DataFrame,
+) -> None:
+    """Write the changed users' rows, the new cluster_state and the update log in one transaction."""
+    ensure_tables(con)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        _with_users(con, users)
+        for table, frame in tables.items():
+            _replace_user_rows(con, table, frame, task)
+        con.execute(f"DELETE FROM {STATE_TABLE} WHERE task = ?", [task])
+        for name, frame, table in (("_inc_state", state, STATE_TABLE), ("_inc_log", log, UPDATES_TABLE)):
+            con.register(name, frame)
+            cols = ", ".join(f'"{c}"' for c in frame.columns)
+            con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {name}")
+            con.unregister(name)
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+
+
+def refresh_similar_users(con: duckdb.DuckDBPyConnection, task: str, k: int) -> dict[str, int]:
+    """Recompute the neighbour lists of every member of the clusters changed users left or joined."""
+    if not has_table(con, UPDATES_TABLE):
+        return {"clusters": 0, "users": 0, "pairs": 0}
+    sql = f"SELECT old_cluster, new_cluster FROM {UPDATES_TABLE} WHERE task = ? AND NOT neighbours_refreshed"
+    todo = con.execute(sql, [task]).df()
+    clusters = sorted({int(c) for c in pd.concat([todo["old_cluster"], todo["new_cluster"]]).dropna()})
+    if not clusters:
+        return {"clusters": 0, "users": 0, "pairs": 0}
+    con.register("_inc_clusters", pd.DataFrame({"cluster": clusters}))
+    members = con.execute(
+        "SELECT e.user_id, e.embedding, c.cluster FROM user_embeddings e JOIN user_clusters c USING (task, user_id) "
+        "WHERE task = ? AND c.cluster IN (SELECT cluster FROM _inc_clusters) ORDER BY e.user_id",
+        [task],
+    ).df()
+    rows = intra_cluster_neighbours(
+        members["user_id"].tolist(), column_to_matrix(members["embedding"].tolist()), members["cluster"].to_numpy(), k
+    )
+    frame = pd.DataFrame(rows, columns=["user_id", "neighbour_id", "rank", "similarity"])
+    frame.insert(0, "task", task)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        _with_users(con, members["user_id"].tolist())
+        _replace_user_rows(con, "similar_users", frame, task)
+        con.execute(f"UPDATE {UPDATES_TABLE} SET neighbours_refreshed = true WHERE task = ?", [task])
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    return {"clusters": len(clusters), "users": len(members), "pairs": len(frame)}
+
+
+def clustering_drift(previous: Mapping[str, int], current: Mapping[str, int]) -> dict[str, float | int | None]:
+    """Drift between two clusterings of the same users: adjusted Rand index and share of users that changed cluster.
+
+    Cluster ids are arbitrary between fits, so "changed" is measured after the best one-to-one matching of the old
+    and new ids (Hungarian assignment on the contingency table).
+    """
+    from scipy.optimize import linear_sum_assignment
+    from sklearn.metrics import adjusted_rand_score
+
+    common = sorted(set(previous) & set(current))
+    out: dict[str, float | int | None] = {
+        "users_compared": len(common),
+        "new_users": len(set(current) - set(previous)),
+        "removed_users": len(set(previous) - set(current)),
+        "clusters_before": len(set(previous.values())),
+        "clusters_after": len(set(current.values())),
+        "changed_share": None,
+        "adjusted_rand": None,
+    }
+    if not common:
+        return out
+    a = [previous[u] for u in common]
+    b = [current[u] for u in common]
+    table = pd.crosstab(pd.Series(a, name="before"), pd.Series(b, name="after")).to_numpy()
+    rows, cols = linear_sum_assignment(-table)
+    out["changed_share"] = round(1.0 - float(table[rows, cols].sum()) / len(common), 4)
+    out["adjusted_rand"] = round(float(adjusted_rand_score(a, b)), 4)
+    return out

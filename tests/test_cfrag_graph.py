@@ -1,0 +1,167 @@
+"""The CFRAG assets materialized in-process for one task on a tiny demo: tables, blocking checks, MLflow versions,
+and feedback labels that survive an interrupted run."""
+
+from __future__ import annotations
+
+import dagster as dg
+import duckdb
+import pytest
+from conftest import materialize_graph, write_config
+
+from prag_models.config import load_settings
+from prag_models.methods.cfrag.pipeline import CFRAG_METHODS
+
+pytest.importorskip("torch")
+pytest.importorskip("mlflow")
+
+TASK = "LaMP-2"
+#: Fast CFRAG settings: a 1-layer reranker on short pairs; the default feedback budget (8 of the 12 train samples,
+#: 3 similar users x 2 docs each).
+CFRAG = {"epochs": 10, "reranker_layers": 1, "reranker_max_length": 64}
+CFRAG_CHECKS = {
+    "cfrag_user_encoder:encoder_trained",
+    "cfrag_user_embeddings:cfrag_user_vectors_valid",
+    "cfrag_similar_users:cfrag_neighbours_valid",
+    "feedback_labels:feedback_not_degenerate",
+    "cfrag_retriever:retriever_trained",
+    "cfrag_reranker:reranker_trained",
+    "cfrag_retrievals:retrieved_docs_allowed",
+}
+KINDS = {
+    "user_encoder": "prag-user-encoder-LaMP-2",
+    "retriever": "prag-retriever-LaMP-2",
+    "reranker": "prag-reranker-LaMP-2",
+    "reranker_no_eu": "prag-reranker-no-eu-LaMP-2",
+}
+
+
+@pytest.fixture
+def cfrag_config(tmp_path):
+    """One task, the fake generator, the real packaged embedder."""
+    return write_config(tmp_path / "prag.toml", tmp_path / "home", generator_backend="fake",
+                        data={"tasks": [TASK]}, cfrag=CFRAG)
+
+
+def _checks(result) -> dict[str, bool]:
+    return {
+        f"{e.event_specific_data.asset_check_key.asset_key.to_user_string()}:{e.event_specific_data.check_name}":
+        e.event_specific_data.passed
+        for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"
+    }
+
+
+def _metadata(result, asset: str, key: str):
+    return [m.metadata[key].value for m in result.asset_materializations_for_node(asset) if key in m.metadata][-1]
+
+
+def _upto(asset: str) -> dg.AssetSelection:
+    return dg.AssetSelection.assets(asset).upstream()
+
+
+def _db(config):
+    return duckdb.connect(str(load_settings(config).duckdb_path), read_only=True)
+
+
+def test_cfrag_assets_tables_checks_and_registered_versions(cfrag_config) -> None:
+    from prag_models import registry
+
+    result = materialize_graph(cfrag_config, [TASK], selection=_upto("cfrag_retrievals"))
+    assert result.success
+    checks = _checks(result)
+    assert set(checks) >= CFRAG_CHECKS and all(checks.values()), checks
+
+    with _db(cfrag_config) as con:
+        n_users = con.execute("SELECT count(DISTINCT user_id) FROM lamp_samples").fetchone()[0]
+        n_dev = con.execute("SELECT count(*) FROM lamp_samples WHERE split = 'dev'").fetchone()[0]
+        n_train = con.execute("SELECT count(*) FROM lamp_samples WHERE split = 'train'").fetchone()[0]
+        assert con.execute("SELECT count(*) FROM cfrag_user_embeddings").fetchone()[0] == n_users
+        neighbours = con.execute("SELECT user_id, neighbour_id, rank FROM cfrag_similar_users").df()
+        labels = con.execute("SELECT * FROM feedback_labels").df()
+        retrieved = con.execute("SELECT * FROM cfrag_retrievals").df()
+        models = con.execute("SELECT * FROM cfrag_models ORDER BY kind").df()
+    assert len(neighbours) == 3 * n_users
+    assert (neighbours[neighbours["rank"] == 1]["user_id"] == neighbours[neighbours["rank"] == 1]["neighbour_id"]).all()
+    # 8 of the 12 train samples (cfrag.max_feedback_samples) x 3 similar users x 2 docs, each scored in [0, 1]
+    assert n_train == 12 and len(labels) == 8 * 6 and labels["sample_id"].nunique() == 8
+    assert labels["score"].between(0, 1).all() and set(labels["generator_id"]) == {"fake:v1"}
+    assert set(retrieved["method"]) == set(CFRAG_METHODS)
+    assert len(retrieved) == len(CFRAG_METHODS) * n_dev * 2  # final k = retrieval.k = 2
+    own = retrieved[retrieved["method"] == "cfrag_no_user_retrieval"]
+    assert (own["source_user_id"] == own["user_id"]).all()
+
+    # one registered version per model, champion + challenger, loaded back by the evaluation stage by number
+    target = load_settings(cfrag_config)
+    target = registry.MlflowTarget(target.mlflow_uri, target.mlflow.experiment, str(target.mlflow_artifacts_path))
+    assert dict(zip(models["kind"], models["registered_name"], strict=True)) == KINDS
+    for row in models.itertuples():
+        assert row.version == 1
+        assert registry.model_aliases(target, row.registered_name) == {"champion": 1, "challenger": 1}
+        assert registry.run_metric_history(target, row.run_id) == pytest.approx(list(row.loss_curve))
+    used = _metadata(result, "cfrag_retrievals", "model_versions")[TASK]
+    assert used == {k: f"{KINDS[k]}/1" for k in ("retriever", "reranker", "reranker_no_eu")}
+    assert _metadata(result, "cfrag_user_embeddings", "per_task")[TASK]["encoder"] == f"{KINDS['user_encoder']}/1"
+    assert (load_settings(cfrag_config).home_path / "models" / TASK / "user_encoder" / "model.safetensors").is_file()
+
+    # retraining registers version 2 as challenger; champion stays on 1; the feedback labels are all reused
+    again = materialize_graph(cfrag_config, [TASK], selection=dg.AssetSelection.assets("feedback_labels",
+                                                                                       "cfrag_retriever"))
+    assert again.success and all(_checks(again).values())
+    stats = _metadata(again, "feedback_labels", "per_task")[TASK]
+    assert stats["reused"] == len(labels) and stats["labelled_now"] == 0
+    assert registry.model_aliases(target, KINDS["retriever"]) == {"champion": 1, "challenger": 2}
+    assert _metadata(again, "cfrag_retriever", "registered_versions") == {TASK: f"{KINDS['retriever']}/2"}
+
+
+def test_interrupted_feedback_keeps_finished_batches(cfrag_config, monkeypatch) -> None:
+    from prag_models.llm.fake import FakeGenerator
+
+    assert materialize_graph(cfrag_config, [TASK], selection=_upto("cfrag_similar_users")).success
+    original = FakeGenerator.generate
+    calls = {"n": 0}
+
+    def flaky(self, prompts, max_new_tokens):
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise RuntimeError("generator died")
+        return original(self, prompts, max_new_tokens)
+
+    monkeypatch.setattr(FakeGenerator, "generate", flaky)
+    only_feedback = dg.AssetSelection.assets("feedback_labels")
+    failed = materialize_graph(cfrag_config, [TASK], selection=only_feedback, raise_on_error=False)
+    assert not failed.success
+    batch = load_settings(cfrag_config).generator.batch_size
+    with _db(cfrag_config) as con:
+        kept = con.execute("SELECT sample_id, doc_id, source_user_id, output FROM feedback_labels").df()
+    assert len(kept) == batch
+
+    monkeypatch.setattr(FakeGenerator, "generate", original)
+    counted = {"prompts": 0}
+
+    def counting(self, prompts, max_new_tokens):
+        counted["prompts"] += len(prompts)
+        return original(self, prompts, max_new_tokens)
+
+    monkeypatch.setattr(FakeGenerator, "generate", counting)
+    rerun = materialize_graph(cfrag_config, [TASK], selection=only_feedback)
+    assert rerun.success
+    stats = _metadata(rerun, "feedback_labels", "per_task")[TASK]
+    assert stats["reused"] == batch and stats["labelled_now"] == stats["labels"] - batch
+    assert counted["prompts"] == stats["labelled_now"]  # only the missing labels were generated
+    with _db(cfrag_config) as con:
+        labels = con.execute("SELECT sample_id, doc_id, source_user_id, output FROM feedback_labels").df()
+    assert len(labels) == stats["labels"] and not labels.duplicated(["sample_id", "doc_id", "source_user_id"]).any()
+    assert kept.merge(labels).shape[0] == batch  # the finished batch is unchanged
+
+
+def test_all_degenerate_feedback_warns_without_blocking(cfrag_config, monkeypatch) -> None:
+    """An LLM that answers the same whatever the doc: the check fails with WARN severity, training still runs."""
+    from prag_models.llm.fake import FakeGenerator
+
+    monkeypatch.setattr(FakeGenerator, "generate", lambda self, prompts, max_new_tokens: ["comedy"] * len(prompts))
+    result = materialize_graph(cfrag_config, [TASK], selection=_upto("cfrag_retriever"))
+    assert result.success
+    evaluations = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    evaluation = next(e for e in evaluations if e.check_name == "feedback_not_degenerate")
+    assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN
+    assert evaluation.metadata["per_task"].value[TASK]["degenerate_share"] == 1.0
+    assert _metadata(result, "cfrag_retriever", "registered_versions") == {TASK: f"{KINDS['retriever']}/1"}

@@ -1,0 +1,179 @@
+"""The real Dagster UI: `dagster dev` with the project's workspace.yaml and dagster.yaml, a tmp prag home.
+
+Pages are rendered by headless Chromium (install it with scripts/install_chromium.sh; the tests skip without it);
+a materialization is launched through the webserver's GraphQL API and runs through the daemon's run queue.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import duckdb
+import pytest
+from conftest import ROOT, write_config
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+STARTUP_S = 240
+RUN_S = 300
+
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(), reason="headless Chromium is not installed (run scripts/install_chromium.sh)"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _graphql(base: str, query: str, variables: dict | None = None) -> dict:
+    body = json.dumps({"query": query, "variables": variables or {}}).encode()
+    request = urllib.request.Request(f"{base}/graphql", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        data = json.loads(response.read())
+    assert "errors" not in data, data["errors"]
+    return data["data"]
+
+
+LOCATIONS = """{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus
+  locationOrLoadError { __typename ... on PythonError { message } } } } } }"""
+
+
+def _wait_until_loaded(base: str, proc: subprocess.Popen, log: Path) -> None:
+    """Wait (bounded) until the webserver answers and the code location 'prag' is loaded."""
+    deadline = time.monotonic() + STARTUP_S
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"dagster dev exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            entries = _graphql(base, LOCATIONS)["workspaceOrError"]["locationEntries"]
+            entry = next(e for e in entries if e["name"] == "prag")
+            error = entry["locationOrLoadError"] or {}
+            if error.get("__typename") == "PythonError":
+                pytest.fail(f"code location prag failed to load: {error['message']}")
+            if entry["loadStatus"] == "LOADED" and error.get("__typename") == "RepositoryLocation":
+                return
+            last = entry["loadStatus"]
+        except (urllib.error.URLError, ConnectionError, TimeoutError, StopIteration) as exc:
+            last = repr(exc)
+        time.sleep(1)
+    pytest.fail(f"dagster dev not ready after {STARTUP_S} s (last: {last}):\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory):
+    """`dagster dev` on a free port with a tmp PRAG_HOME; its process group is killed at the end."""
+    tmp = tmp_path_factory.mktemp("ui")
+    config = write_config(tmp / "prag.toml", tmp / "home", generator_backend="fake",
+                          data={"tasks": ["LaMP-2"], "demo_users": 12, "demo_dev_samples": 2})
+    storage = tmp / "dagster"
+    (storage / "logs").mkdir(parents=True)
+    env = {**os.environ, "DAGSTER_HOME": str(ROOT), "PRAG_HOME": str(tmp / "home"), "PRAG_CONFIG": str(config),
+           "PRAG_DAGSTER_STORAGE": str(storage), "PRAG_DAGSTER_LOGS": str(storage / "logs"), "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "GX_ANALYTICS_ENABLED": "false",
+           "MLFLOW_DISABLE_TELEMETRY": "true", "DAGSTER_DISABLE_TELEMETRY": "true"}
+    port = _free_port()
+    log = tmp / "dagster_dev.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_until_loaded(base, proc, log)
+        yield {"base": base, "config": config, "tmp": tmp, "log": log}
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop the whole process group: SIGTERM, then SIGKILL after a grace period."""
+    for sig, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace)
+            os.killpg(proc.pid, 0)  # children left in the group?
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _dom(ui: dict, path: str, expected: list[str], attempts: int = 3) -> str:
+    """The rendered DOM of a UI page (headless Chromium), retried until every expected text appears."""
+    dom = ""
+    for attempt in range(attempts):
+        profile = ui["tmp"] / f"chrome-{abs(hash(path))}-{attempt}"
+        proc = subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--disable-dev-shm-usage", "--window-size=2400,1600", f"--user-data-dir={profile}",
+             f"--virtual-time-budget={20000 * (attempt + 1)}", "--dump-dom", ui["base"] + path],
+            capture_output=True, text=True, timeout=180)
+        dom = proc.stdout
+        if all(text in dom for text in expected):
+            return dom
+    missing = [t for t in expected if t not in dom]
+    pytest.fail(f"{path}: {missing} not rendered (DOM of {len(dom)} chars)")
+
+
+def test_asset_graph_lists_groups_assets_and_checks(ui):
+    """The lineage pages show every group, the users and history assets, and the incremental check."""
+    _dom(ui, "/asset-groups", ["lamp_data", "embeddings", "users", "history", "retrieval", "generation", "evaluation"])
+    _dom(ui, "/locations/prag/asset-groups/users",
+         ["user_embeddings", "user_clusters", "similar_users", "cluster_drift", "cluster_state"])
+    _dom(ui, "/locations/prag/asset-groups/history",
+         ["profile_history", "incremental_user_clusters", "incremental_similar_users"])
+    _dom(ui, "/assets/incremental_user_clusters?view=checks", ["every_user_one_cluster"])
+    dom = _dom(ui, "/assets/incremental_user_clusters", ["incremental_user_clusters"])
+    assert "approximate prediction" in dom  # the asset's description
+
+
+LAUNCH = """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) { __typename
+  ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } ... on InvalidSubsetError { message }
+  ... on RunConfigValidationInvalid { errors { message } } ... on UnauthorizedError { message } } }"""
+STATUS = "query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }"
+EVENTS = """query($id: ID!) { runOrError(runId: $id) { ... on Run { eventConnection { events { __typename
+  ... on MessageEvent { message } ... on ExecutionStepFailureEvent { error { message } }
+  ... on EngineEvent { error { message } } } } } } }"""
+
+
+def test_graphql_launches_a_materialization(ui):
+    """launchRun for lamp_samples + profile_documents of LaMP-2 (fake generator) reaches SUCCESS through the queue."""
+    params = {
+        "selector": {"repositoryLocationName": "prag", "repositoryName": "__repository__", "jobName": "__ASSET_JOB",
+                     "assetSelection": [{"path": ["lamp_samples"]}, {"path": ["profile_documents"]}],
+                     "assetCheckSelection": []},
+        "runConfigData": "{}",
+        "executionMetadata": {"tags": [{"key": "dagster/partition", "value": "LaMP-2"}]},
+    }
+    launched = _graphql(ui["base"], LAUNCH, {"p": params})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
+    deadline, status = time.monotonic() + RUN_S, "?"
+    while time.monotonic() < deadline:
+        status = _graphql(ui["base"], STATUS, {"id": run_id})["runOrError"]["status"]
+        if status in ("SUCCESS", "FAILURE", "CANCELED"):
+            break
+        time.sleep(2)
+    if status != "SUCCESS":
+        events = _graphql(ui["base"], EVENTS, {"id": run_id})["runOrError"]["eventConnection"]["events"]
+        errors = [(e.get("message"), (e.get("error") or {}).get("message")) for e in events if e.get("error")]
+        pytest.fail(f"run {run_id} ended {status} after at most {RUN_S} s: {errors}")
+    home = ui["tmp"] / "home" / "prag.duckdb"
+    with duckdb.connect(str(home), read_only=True) as con:
+        n = con.execute("SELECT count(*) FROM profile_documents WHERE task = 'LaMP-2'").fetchall()[0][0]
+    assert n > 0

@@ -59,7 +59,10 @@ class GeneratorSettings:
     base_url: str = ""  # OpenAI-compatible endpoint for backend = openai, e.g. http://127.0.0.1:8000/v1
     api_key_env: str = "OPENAI_API_KEY"
     max_new_tokens: int = 32  # generation tasks (LaMP-4/5/7)
-    label_max_new_tokens: int = 8  # classification and rating tasks (LaMP-1/2/3)
+    label_max_new_tokens: int = 8  # classification and rating tasks (LaMP-1/2/3) when they are generated
+    # LaMP-1/2/3: answer with the label of highest log-likelihood instead of generating and parsing (backends that
+    # expose log-probabilities: llama_cpp, transformers, vllm; openai always generates)
+    label_scoring: bool = True
     n_ctx: int = 2048
     threads: int = 2
     batch_size: int = 8

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from prag_models.config import GeneratorSettings, PromptSettings
-from prag_models.data.tasks import TASK_KIND
-from prag_models.llm.base import Generator
+from prag_models.data.tasks import LABELS, TASK_KIND
+from prag_models.llm.base import GenerationError, Generator
+from prag_models.llm.cache import cached_outputs, generate_cached
 from prag_models.prompts import budget_documents, build_prompt, parse_output
 
+if TYPE_CHECKING:
+    import duckdb
+
 ZERO_SHOT = "zero_shot"
+LABEL_SCORING = "label_scoring"
+GENERATION = "generation"
 
 
 @dataclass(frozen=True)
@@ -25,6 +32,57 @@ class PromptJob:
 def max_new_tokens_for(task: str, settings: GeneratorSettings) -> int:
     """Short answers for label tasks, longer for generation tasks."""
     return settings.max_new_tokens if TASK_KIND[task] == "generation" else settings.label_max_new_tokens
+
+
+#: Backends that expose log-probabilities, so they can answer label tasks by label scoring.
+LABEL_SCORING_BACKENDS = ("llama_cpp", "transformers", "vllm")
+
+
+def answer_mode(task: str, settings: GeneratorSettings) -> str:
+    """How a task's prompts are answered: label scoring for LaMP-1/2/3 when enabled and supported, else generation."""
+    if TASK_KIND[task] != "generation" and settings.label_scoring and settings.backend in LABEL_SCORING_BACKENDS:
+        return LABEL_SCORING
+    return GENERATION
+
+
+def choose_labels(task: str, generator: Generator, prompts: Sequence[str]) -> list[str]:
+    """For each prompt, the task label the model finds most likely as its whole answer (ties: first label)."""
+    labels = LABELS[task]
+    rows = generator.score_choices(prompts, labels)
+    return [labels[max(range(len(labels)), key=row.__getitem__)] for row in rows]
+
+
+def answer_cached(
+    task: str,
+    generator: Generator,
+    prompts: list[str],
+    settings: GeneratorSettings,
+    con: duckdb.DuckDBPyConnection,
+    progress: Callable[[int, int], None] | None = None,
+    max_new_tokens: int | None = None,
+) -> tuple[list[str], int]:
+    """Raw answers to a task's prompts through the DuckDB cache, and how many prompts the model actually ran.
+
+    Label scoring caches the chosen label under "<model_id>#label_scoring" (budget 0); generation caches the
+    completion under the model id and its new-token budget (max_new_tokens, default: the task's budget).
+    """
+    if answer_mode(task, settings) == LABEL_SCORING:
+        if not generator.can_score_choices:
+            raise GenerationError(
+                f"{generator.model_id} cannot score labels (no log-probabilities or chat template); "
+                "set generator.label_scoring = false to generate and parse instead"
+            )
+        return cached_outputs(
+            con,
+            f"{generator.model_id}#{LABEL_SCORING}",
+            0,
+            prompts,
+            lambda batch: choose_labels(task, generator, batch),
+            settings.batch_size,
+            progress,
+        )
+    budget = max_new_tokens_for(task, settings) if max_new_tokens is None else max_new_tokens
+    return generate_cached(generator, prompts, budget, con, settings.batch_size, progress)
 
 
 def lamp_prompt(task: str, user_input: str, docs: Sequence[str], generator: Generator, p: PromptSettings) -> str:
@@ -58,11 +116,8 @@ def build_jobs(
 
 
 def run_jobs(
-    task: str,
-    jobs: Sequence[PromptJob],
-    generate: Callable[[list[str], int], list[str]],
-    max_new_tokens: int,
+    task: str, jobs: Sequence[PromptJob], answer: Callable[[list[str]], list[str]]
 ) -> list[tuple[PromptJob, str, str]]:
-    """Generate every job's prompt (through the given, usually cached, function) and parse the outputs."""
-    outputs = generate([j.prompt for j in jobs], max_new_tokens)
+    """Answer every job's prompt (through the given, usually cached, function) and parse the outputs."""
+    outputs = answer([j.prompt for j in jobs])
     return [(job, raw, parse_output(task, raw)) for job, raw in zip(jobs, outputs, strict=True)]

@@ -83,8 +83,11 @@ def main() -> int:
         f"[vllm-cpu] model_id={gen.model_id} load={load_s:.1f}s batch_of_3={gen_s:.2f}s "
         f"~{new_tokens / gen_s:.1f} new tok/s ({new_tokens} tokens)"
     )
+    tags = ["sci-fi", "comedy", "romance"]
+    scores = gen.score_choices(["Pick one tag from [sci-fi, comedy, romance] for: a spaceship crew in space."], tags)
+    print(f"[vllm-cpu] label scoring: {dict(zip(tags, [round(x, 3) for x in scores[0]], strict=True))}")
     gen.close()
-    ok = len(outputs) == 3 and all(o.strip() for o in outputs)
+    ok = len(outputs) == 3 and all(o.strip() for o in outputs) and all(x < 0 for x in scores[0])
     print("[vllm-cpu] RESULT:", "OK" if ok else "FAILED (empty output)")
     return 0 if ok else 1
 

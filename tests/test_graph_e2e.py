@@ -58,7 +58,7 @@ def test_whole_graph_with_real_packaged_models(tmp_path):
     assert again.success
     assert _metadata(again, "document_embeddings", "newly_embedded") == 0
     per_task = _metadata(again, "generations", "per_task")
-    assert all(stats["generated_now"] == 0 for stats in per_task.values())
+    assert all(stats["model_calls_now"] == 0 for stats in per_task.values())
 
 
 def test_graph_plumbing_with_fake_generator(tiny_config):

@@ -24,8 +24,7 @@ from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_models.config import Settings
-from prag_models.generation import lamp_prompt
-from prag_models.llm.cache import generate_cached
+from prag_models.generation import answer_cached, lamp_prompt
 from prag_models.methods.cfrag import pipeline
 from prag_models.methods.profiles import ProfileIndex, Retrieved
 from prag_models.prompts import prompt_document
@@ -148,7 +147,7 @@ def feedback_labels(
                     lamp_prompt(task, s.input, [inputs.prompt_docs[c.row]], generator, settings.prompt)
                     for s, c in chunk
                 ]
-                outputs, new = generate_cached(generator, prompts, max_new, con, batch_size=batch)
+                outputs, new = answer_cached(task, generator, prompts, settings.generator, con, None, max_new)
                 generated += new
                 scores = pipeline.score_outputs(task, outputs, [s.gold for s, _ in chunk])
                 rows = [

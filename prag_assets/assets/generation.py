@@ -13,8 +13,7 @@ from prag_assets.assets.retrieval import baseline_retrievals, clusterrag_retriev
 from prag_assets.common import progress_logger, run_tasks
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
-from prag_models.generation import ZERO_SHOT, build_jobs, max_new_tokens_for, run_jobs
-from prag_models.llm.cache import generate_cached
+from prag_models.generation import ZERO_SHOT, answer_cached, answer_mode, build_jobs, run_jobs
 from prag_models.prompts import prompt_document
 from prag_models.store import replace_rows, table_exists
 
@@ -49,8 +48,9 @@ def retrieved_texts(con, task: str, methods: tuple[str, ...]) -> dict[str, dict[
     backfill_policy=single_run,
     pool=DUCKDB_POOL,
     kinds={"duckdb"},
-    description="One generation per (method, dev sample) with the LaMP prompt and token budget; identical prompts "
-    "for the same model are generated once (generation_cache).",
+    description="One answer per (method, dev sample) with the LaMP prompt and token budget: the most likely label "
+    "for LaMP-1/2/3 (label scoring), a greedy generation for LaMP-4/5/7; identical prompts for the same model run "
+    "once (generation_cache).",
 )
 def generations(
     context: dg.AssetExecutionContext,
@@ -78,21 +78,22 @@ def generations(
                 settings.prompt,
                 zero_shot=ZERO_SHOT in methods,
             )
-            counter = {"generated": 0}
+            counter = {"ran": 0}
+            mode = answer_mode(task, settings.generator)
 
-            def generate(prompts, max_new, _task=task, _counter=counter):
-                outputs, new = generate_cached(
+            def answer(prompts, _task=task, _counter=counter, _mode=mode):
+                outputs, ran = answer_cached(
+                    _task,
                     generator,
                     prompts,
-                    max_new,
+                    settings.generator,
                     con,
-                    batch_size=settings.generator.batch_size,
-                    progress=progress_logger(context, f"{_task} generation"),
+                    progress=progress_logger(context, f"{_task} {_mode}"),
                 )
-                _counter["generated"] += new
+                _counter["ran"] += ran
                 return outputs
 
-            results = run_jobs(task, jobs, generate, max_new_tokens_for(task, settings.generator))
+            results = run_jobs(task, jobs, answer)
             meta = samples.set_index("sample_id")
             frame = pd.DataFrame(
                 [
@@ -102,6 +103,7 @@ def generations(
                         job.sample_id,
                         meta.at[job.sample_id, "user_id"],
                         generator.model_id,
+                        mode,
                         hashlib.sha256(job.prompt.encode()).hexdigest(),
                         raw,
                         pred,
@@ -115,6 +117,7 @@ def generations(
                     "sample_id",
                     "user_id",
                     "generator_id",
+                    "answer_mode",
                     "prompt_hash",
                     "output",
                     "prediction",
@@ -124,7 +127,8 @@ def generations(
             replace_rows(con, "generations", frame, {"task": task})
             stats[task] = {
                 "prompts": len(jobs),
-                "generated_now": counter["generated"],
+                "answer_mode": mode,
+                "model_calls_now": counter["ran"],
                 "methods": int(frame["method"].nunique()),
             }
             context.log.info(f"{task}: {stats[task]}")

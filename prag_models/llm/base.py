@@ -6,6 +6,8 @@ import abc
 import re
 from collections.abc import Sequence
 
+import numpy as np
+
 
 class GenerationError(RuntimeError):
     """The backend could not produce an output (bad model path, unreachable server, ...)."""
@@ -20,6 +22,13 @@ class Generator(abc.ABC):
     @abc.abstractmethod
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
         """Return one greedy completion per prompt, each sent as a single user chat message."""
+
+    #: True when score_choices is implemented (log-likelihoods from the model); else callers generate and parse.
+    can_score_choices: bool = False
+
+    def score_choices(self, prompts: Sequence[str], choices: Sequence[str]) -> list[list[float]]:
+        """Log-likelihood of each choice as the complete assistant answer to each prompt (one row per prompt)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot score choices; generate and parse instead")
 
     def count_tokens(self, text: str) -> int:
         """Number of tokens of text (approximate for backends without a local tokenizer)."""
@@ -44,3 +53,23 @@ _TOKEN_RE = re.compile(r"\s*\w+|\s*[^\w\s]")
 def _approx_tokens(text: str) -> list[str]:
     """Word/punctuation pieces: a tokenizer-free stand-in close to BPE counts for English."""
     return _TOKEN_RE.findall(text)
+
+
+def answer_continuation(prefix: str, full: str, choice: str) -> str:
+    """The text a chat template appends for an assistant answer: full minus the generation prefix.
+
+    prefix is the conversation rendered up to the assistant's turn, full the same conversation with choice as the
+    assistant's message; the difference is the answer plus the template's end-of-turn marker.
+    """
+    if not full.startswith(prefix):
+        raise GenerationError(
+            f"the chat template renders the answer {choice!r} so that the prompt is not a prefix of it; "
+            "label scoring needs a prefix-stable template (set generator.label_scoring = false)"
+        )
+    return full[len(prefix) :].rstrip()
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Numerically stable log-softmax of a logit vector."""
+    shifted = logits - logits.max()
+    return shifted - np.log(np.exp(shifted).sum())

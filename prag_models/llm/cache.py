@@ -1,4 +1,4 @@
-"""Generation cache in DuckDB: the same prompt with the same model and budget is never generated twice."""
+"""LLM output cache in DuckDB: the same prompt with the same model and budget (or label set) is never run twice."""
 
 from __future__ import annotations
 
@@ -65,6 +65,45 @@ def _store(
     )
 
 
+def cached_outputs(
+    con: duckdb.DuckDBPyConnection,
+    key_id: str,
+    variant: int,
+    prompts: list[str],
+    compute: Callable[[list[str]], list[str]],
+    batch_size: int = 8,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[str], int]:
+    """Outputs for prompts (in order) through the cache keyed by (key_id, prompt, variant), and how many distinct
+    prompts were actually computed.
+
+    Identical prompts are computed once; the misses go to compute in batches of batch_size and each finished batch
+    is written at once, so an interrupted run keeps its finished batches. progress(done, total) is called after
+    each batch with the number of distinct missing prompts computed so far and in total.
+    """
+    ensure_cache_table(con)
+    hashes = [prompt_hash(p) for p in prompts]
+    unique: dict[str, str] = {}
+    for h, p in zip(hashes, prompts, strict=True):
+        unique.setdefault(h, p)
+    outputs = lookup_cached(con, key_id, list(unique), variant)
+    missing = [h for h in unique if h not in outputs]
+    step = max(1, batch_size)
+    done = 0
+    for start in range(0, len(missing), step):
+        batch = missing[start : start + step]
+        batch_prompts = [unique[h] for h in batch]
+        computed = compute(batch_prompts)
+        if len(computed) != len(batch):
+            raise GenerationError(f"{key_id} returned {len(computed)} outputs for {len(batch)} prompts")
+        _store(con, key_id, variant, list(zip(batch, batch_prompts, computed, strict=True)))
+        outputs.update(zip(batch, computed, strict=True))
+        done += len(batch)
+        if progress is not None:
+            progress(done, len(missing))
+    return [outputs[h] for h in hashes], done
+
+
 def generate_cached(
     generator: Generator,
     prompts: list[str],
@@ -73,31 +112,13 @@ def generate_cached(
     batch_size: int = 8,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[str], int]:
-    """Outputs for prompts (in order) through the cache, and how many distinct prompts were actually generated.
-
-    Identical prompts are generated once; the misses go to the generator in batches of batch_size and each
-    finished batch is written at once, so an interrupted run keeps its finished batches. progress(done, total)
-    is called after each batch with the number of distinct missing prompts generated so far and in total.
-    """
-    ensure_cache_table(con)
-    generator_id = generator.model_id
-    hashes = [prompt_hash(p) for p in prompts]
-    unique: dict[str, str] = {}
-    for h, p in zip(hashes, prompts, strict=True):
-        unique.setdefault(h, p)
-    outputs = lookup_cached(con, generator_id, list(unique), max_new_tokens)
-    missing = [h for h in unique if h not in outputs]
-    step = max(1, batch_size)
-    done = 0
-    for start in range(0, len(missing), step):
-        batch = missing[start : start + step]
-        batch_prompts = [unique[h] for h in batch]
-        generated = generator.generate(batch_prompts, max_new_tokens)
-        if len(generated) != len(batch):
-            raise GenerationError(f"{generator_id} returned {len(generated)} outputs for {len(batch)} prompts")
-        _store(con, generator_id, max_new_tokens, list(zip(batch, batch_prompts, generated, strict=True)))
-        outputs.update(zip(batch, generated, strict=True))
-        done += len(batch)
-        if progress is not None:
-            progress(done, len(missing))
-    return [outputs[h] for h in hashes], done
+    """Greedy generations for prompts through the cache (see cached_outputs), keyed by model and token budget."""
+    return cached_outputs(
+        con,
+        generator.model_id,
+        max_new_tokens,
+        prompts,
+        lambda batch: generator.generate(batch, max_new_tokens),
+        batch_size,
+        progress,
+    )

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from prag_models.config import GeneratorSettings
-from prag_models.llm.base import GenerationError, Generator
+from prag_models.llm.base import GenerationError, Generator, answer_continuation, log_softmax
 from prag_models.llm.packaged import resolve_generator_model
 
 
@@ -42,6 +42,24 @@ class LlamaCppGenerator(Generator):
             )
         except (ValueError, RuntimeError) as exc:
             raise GenerationError(f"llama.cpp could not load {path}: {exc}") from None
+        self._formatters = self._chat_formatters()
+        self.can_score_choices = self._formatters is not None
+
+    def _chat_formatters(self) -> tuple[Any, Any] | None:
+        """(prompt-up-to-assistant, whole-conversation) renderers of the GGUF's chat template, if it has one."""
+        template = self._llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            return None
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        def token_text(token_id: int) -> str:
+            return self._llm._model.token_get_text(token_id) if token_id != -1 else ""
+
+        eos, bos = token_text(self._llm.token_eos()), token_text(self._llm.token_bos())
+        return (
+            Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos, add_generation_prompt=True),
+            Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos, add_generation_prompt=False),
+        )
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
         """One greedy completion per prompt, each sent as a single user chat message."""
@@ -60,6 +78,57 @@ class LlamaCppGenerator(Generator):
                 raise GenerationError(f"{self.model_id}: {exc}") from None
             outputs.append((response["choices"][0]["message"].get("content") or "").strip())
         return outputs
+
+    def score_choices(self, prompts: Sequence[str], choices: Sequence[str]) -> list[list[float]]:
+        """Log-likelihood of each choice as the whole assistant answer (its end-of-turn marker included).
+
+        The prompt is evaluated once; each choice then reuses that KV-cache prefix and costs one decode step per
+        token of the choice.
+        """
+        import numpy as np
+
+        if self._llm is None or self._formatters is None:
+            raise GenerationError(f"{self.model_id} cannot score choices (closed, or the GGUF has no chat template)")
+        with_prompt, whole = self._formatters
+        n_vocab = self._llm.n_vocab()
+        rows: list[list[float]] = []
+        for prompt in prompts:
+            user = [{"role": "user", "content": prompt}]
+            prefix = with_prompt(messages=user).prompt
+            base = self._special_tokens(prefix)
+            answers = [
+                self._special_tokens(
+                    answer_continuation(prefix, whole(messages=[*user, {"role": "assistant", "content": c}]).prompt, c)
+                )
+                for c in choices
+            ]
+            needed = len(base) + max(len(a) for a in answers)
+            if needed > self.settings.n_ctx:
+                raise GenerationError(f"{self.model_id}: {needed} tokens to score exceed n_ctx={self.settings.n_ctx}")
+            self._llm.reset()
+            self._llm.eval(base)
+            after_prompt = self._last_log_probs(np, n_vocab)
+            row = []
+            for answer in answers:
+                self._llm.n_tokens = len(base)  # drop the previous choice, keep the prompt's KV cache
+                log_probs, total = after_prompt, 0.0
+                for i, token in enumerate(answer):
+                    total += float(log_probs[token])
+                    if i + 1 < len(answer):
+                        self._llm.eval([token])
+                        log_probs = self._last_log_probs(np, n_vocab)
+                row.append(total)
+            rows.append(row)
+        return rows
+
+    def _last_log_probs(self, np: Any, n_vocab: int) -> Any:
+        """Log-probabilities of the next token after the last evaluated one."""
+        logits = np.ctypeslib.as_array(self._llm._ctx.get_logits_ith(-1), shape=(n_vocab,))
+        return log_softmax(logits.astype(np.float64))
+
+    def _special_tokens(self, text: str) -> list[int]:
+        """Token ids of rendered chat text, its special markers parsed as control tokens."""
+        return list(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
 
     def _tokens(self, text: str) -> list[int]:
         """Token ids of text without BOS, with the model's own tokenizer."""

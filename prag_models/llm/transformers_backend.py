@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from prag_models.config import GeneratorSettings
-from prag_models.llm.base import GenerationError, Generator
+from prag_models.llm.base import GenerationError, Generator, answer_continuation
 from prag_models.llm.packaged import resolve_generator_model, split_gguf
 
 
 class TransformersGenerator(Generator):
     """Greedy chat generation with transformers: chat template, left padding, batches of settings.batch_size."""
+
+    can_score_choices = True
 
     def __init__(self, settings: GeneratorSettings) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -83,6 +85,45 @@ class TransformersGenerator(Generator):
             new_tokens = out[:, length:]
             outputs.extend(t.strip() for t in self._tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
         return outputs
+
+    def score_choices(self, prompts: Sequence[str], choices: Sequence[str]) -> list[list[float]]:
+        """Log-likelihood of each choice as the whole assistant answer; the prompt's KV cache is shared by choices."""
+        import torch
+
+        if self._model is None:
+            raise GenerationError(f"{self.model_id} is closed")
+        rows: list[list[float]] = []
+        for prompt in prompts:
+            prefix = self._chat_text(prompt)
+            base = self._tokenizer(prefix, add_special_tokens=False)["input_ids"]
+            answers = [self._tokens(self._answer_text(prompt, prefix, c)) for c in choices]
+            if len(base) + max(len(a) for a in answers) > self.settings.n_ctx:
+                raise GenerationError(f"{self.model_id}: prompt + choice exceed n_ctx={self.settings.n_ctx}")
+            with torch.inference_mode():
+                out = self._model(input_ids=torch.tensor([base], device=self._device), use_cache=True)
+                cache, after_prompt = out.past_key_values, torch.log_softmax(out.logits[0, -1].double(), -1)
+                row = []
+                for answer in answers:
+                    total = float(after_prompt[answer[0]])
+                    if len(answer) > 1:
+                        step = self._model(
+                            input_ids=torch.tensor([answer[:-1]], device=self._device),
+                            past_key_values=cache,
+                            use_cache=True,
+                        )
+                        log_probs = torch.log_softmax(step.logits[0].double(), -1)
+                        total += float(log_probs[torch.arange(len(answer) - 1), torch.tensor(answer[1:])].sum())
+                        cache.crop(-(len(answer) - 1))  # negative: drop this choice, keep the prompt
+                    row.append(total)
+            rows.append(row)
+        return rows
+
+    def _answer_text(self, prompt: str, prefix: str, choice: str) -> str:
+        """What the chat template appends when the assistant answers choice (answer + end-of-turn marker)."""
+        full = self._tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}, {"role": "assistant", "content": choice}], tokenize=False
+        )
+        return answer_continuation(prefix, full, choice)
 
     def _tokens(self, text: str) -> list[int]:
         """Token ids of text without special tokens."""

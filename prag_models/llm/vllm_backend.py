@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from prag_models.config import GeneratorSettings
-from prag_models.llm.base import GenerationError, Generator
+from prag_models.llm.base import GenerationError, Generator, answer_continuation
 from prag_models.llm.packaged import resolve_generator_model
 
 _INSTALL_HINT = (
@@ -35,6 +35,8 @@ class VllmGenerator(Generator):
 
     engine_kwargs go to vllm.LLM as they are (e.g. gpu_memory_utilization, tensor_parallel_size, dtype).
     """
+
+    can_score_choices = True
 
     def __init__(self, settings: GeneratorSettings, **engine_kwargs: Any) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -77,6 +79,37 @@ class VllmGenerator(Generator):
         except ValueError as exc:  # e.g. prompt longer than max_model_len
             raise GenerationError(f"{self.model_id}: {exc}") from None
         return [r.outputs[0].text.strip() if r.outputs else "" for r in results]
+
+    def score_choices(self, prompts: Sequence[str], choices: Sequence[str]) -> list[list[float]]:
+        """Log-likelihood of each choice as the whole assistant answer, from vLLM's prompt log-probabilities.
+
+        Every (prompt, choice) pair is one sequence of one generated token; vLLM's prefix cache shares the prompt.
+        """
+        if self._llm is None:
+            raise GenerationError(f"{self.model_id} is closed")
+        sequences, spans = [], []
+        for prompt in prompts:
+            user = [{"role": "user", "content": prompt}]
+            prefix = self._tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
+            base = self._tokens(prefix)
+            for choice in choices:
+                full = self._tokenizer.apply_chat_template(
+                    [*user, {"role": "assistant", "content": choice}], tokenize=False
+                )
+                answer = self._tokens(answer_continuation(prefix, full, choice))
+                sequences.append({"prompt_token_ids": base + answer})
+                spans.append(len(base))
+        params = self._sampling_params(temperature=0.0, max_tokens=1, prompt_logprobs=0)
+        try:
+            results = self._llm.generate(sequences, params, use_tqdm=False)
+        except ValueError as exc:
+            raise GenerationError(f"{self.model_id}: {exc}") from None
+        totals = []
+        for seq, start, result in zip(sequences, spans, results, strict=True):
+            ids = seq["prompt_token_ids"]
+            totals.append(sum(result.prompt_logprobs[i][ids[i]].logprob for i in range(start, len(ids))))
+        n = len(choices)
+        return [totals[i : i + n] for i in range(0, len(totals), n)]
 
     def _tokens(self, text: str) -> list[int]:
         """Token ids of text without special tokens."""

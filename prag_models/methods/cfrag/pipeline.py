@@ -17,7 +17,7 @@ import pandas as pd
 
 from prag_models.config import CfragSettings, Settings
 from prag_models.data.tasks import TASK_KIND
-from prag_models.generation import max_new_tokens_for
+from prag_models.generation import LABEL_SCORING, answer_mode, max_new_tokens_for
 from prag_models.methods.profiles import ProfileIndex, Retrieved
 from prag_models.metrics import sample_quality
 from prag_models.prompts import PROMPT_VERSION, parse_output
@@ -104,12 +104,13 @@ def feedback_max_new_tokens(task: str, settings: Settings) -> int:
 
 
 def feedback_prompt_version(task: str, settings: Settings) -> str:
-    """The prompt part of the feedback-label key: prompt text version, CFRAG version, token budgets."""
+    """The prompt part of the feedback-label key: prompt text version, CFRAG version, token budget or label scoring."""
     p = settings.prompt
-    return (
-        f"{PROMPT_VERSION}.{settings.cfrag.prompt_version}.L{p.max_prompt_tokens}.g{p.query_share}"
-        f".n{feedback_max_new_tokens(task, settings)}"
-    )
+    if answer_mode(task, settings.generator) == LABEL_SCORING:
+        answer = "ls"
+    else:
+        answer = f"n{feedback_max_new_tokens(task, settings)}"
+    return f"{PROMPT_VERSION}.{settings.cfrag.prompt_version}.L{p.max_prompt_tokens}.g{p.query_share}.{answer}"
 
 
 def score_range(task: str) -> tuple[float, float]:

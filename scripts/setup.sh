@@ -21,8 +21,8 @@ LLAMA_FLAGS=""
 [ "$(uname -m)" = "x86_64" ] && LLAMA_FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
 wheels="${PRAG_WHEEL_CACHE:-$HOME/.cache/prag-wheels}/llama-cpp-python-$LLAMA_VERSION-$(echo "$LLAMA_FLAGS" | sha1sum | cut -c1-8)"
 if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
-  echo "[setup] building llama-cpp-python $LLAMA_VERSION once (about 4-8 min on 2 cores) into $wheels"
-  CMAKE_ARGS="$LLAMA_FLAGS" "$PRAG_VENV/bin/pip" wheel --quiet --no-deps --no-cache-dir \
+  echo "[setup] building llama-cpp-python $LLAMA_VERSION once (about 4 min on 2 cores) into $wheels"
+  CMAKE_ARGS="$LLAMA_FLAGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$PRAG_VENV/bin/pip" wheel --quiet --no-deps --no-cache-dir \
     "llama-cpp-python==$LLAMA_VERSION" -w "$wheels"
 fi
 "$PRAG_VENV/bin/pip" install --quiet --no-deps --force-reinstall "$wheels"/llama_cpp_python-*.whl

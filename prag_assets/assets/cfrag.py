@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from prag_assets.assets.cfrag_training import cfrag_reranker, cfrag_retriever
-from prag_assets.assets.cfrag_users import GROUP, cfrag_similar_users, load_registered_model
+from prag_assets.assets.cfrag_users import GROUP, cfrag_similar_users, load_registered_model, model_row
 from prag_assets.assets.retrieval import RETRIEVAL_COLUMNS, load_task_inputs
 from prag_assets.assets.users import user_embeddings
 from prag_assets.common import run_tasks
@@ -18,7 +18,11 @@ from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_models.config import Settings
 from prag_models.methods.cfrag import pipeline
 from prag_models.methods.profiles import ProfileIndex
+from prag_models.registry import CHALLENGER, model_aliases
 from prag_models.store import column_to_matrix, read_rows, replace_rows
+
+#: The model versions each task's CFRAG retrieval used (the bundle cfrag_model_evaluation evaluates).
+BUNDLE_TABLE = "cfrag_retrieval_models"
 
 
 def neighbour_lists(con, task: str) -> dict[str, list[str]]:
@@ -41,6 +45,17 @@ def mean_embedding_neighbours(con, task: str, settings: Settings) -> dict[str, l
         column_to_matrix(users["embedding"].tolist()), settings.cfrag.top_m_users, settings.cfrag.include_self
     )
     return {ids[i]: [ids[int(j)] for j in found[i]] for i in range(len(ids))}
+
+
+def load_challenger(con, mlflow: MlflowResource, task: str, kind: str) -> tuple[object, dict]:
+    """The ``challenger`` version of a model kind; the version in ``cfrag_models`` when the alias does not exist."""
+    row = model_row(con, task, kind)
+    name = row["registered_name"]
+    if CHALLENGER in model_aliases(mlflow.target(), name):
+        model, entry = mlflow.load(name, alias=CHALLENGER)
+        return model, {"registered_name": name, "version": entry.version, "loaded_by": f"alias {CHALLENGER}"}
+    model, _ = load_registered_model(con, mlflow, task, kind)
+    return model, {"registered_name": name, "version": int(row["version"]), "loaded_by": "cfrag_models version"}
 
 
 def _retriever_scorer(index: ProfileIndex, kind: str, q: np.ndarray, e_u: np.ndarray, models: dict) -> Callable:
@@ -129,8 +144,9 @@ def _foreign_share(frame: pd.DataFrame, method: str) -> float | None:
 @dg.asset(
     deps=[cfrag_retriever, cfrag_reranker, cfrag_similar_users, user_embeddings],
     kinds={"duckdb", "pytorch", "mlflow"},
-    description="CFRAG retrieval for every dev sample with the registered models (loaded from MLflow by version): "
-    "top-m users, top-k docs of each by the retriever, reranked to the final k; plus the §2.8 ablations.",
+    description="CFRAG retrieval for every dev sample with the registered models (loaded from MLflow by alias "
+    "'challenger', else the version in cfrag_models): top-m users, top-k docs of each by the retriever, reranked to "
+    "the final k; plus the §2.8 ablations. The versions used go to table cfrag_retrieval_models.",
     group_name=GROUP,
     partitions_def=task_partitions,
     backfill_policy=single_run,
@@ -152,14 +168,20 @@ def cfrag_retrievals(
             user_emb = dict(zip(users["user_id"], users["embedding"], strict=True))
             neighbours = {"encoder": neighbour_lists(con, task), "mean": mean_embedding_neighbours(con, task, settings)}
             loaded, versions = {}, {}
+            encoder = model_row(con, task, "user_encoder")  # the encoder behind cfrag_user_embeddings
+            used = {"user_encoder": {"registered_name": encoder["registered_name"], "version": int(encoder["version"]),
+                                     "loaded_by": "cfrag_models version (user embeddings)"}}  # fmt: skip
             for kind in ("retriever", "reranker", "reranker_no_eu"):
-                loaded[kind], row = load_registered_model(con, mlflow, task, kind)
-                versions[kind] = f"{row['registered_name']}/{row['version']}"
+                loaded[kind], used[kind] = load_challenger(con, mlflow, task, kind)
+                versions[kind] = f"{used[kind]['registered_name']}/{used[kind]['version']}"
             rows = retrieve_variants(settings, task, index, samples, user_emb, neighbours, loaded)
             frame = pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)
             replace_rows(con, "cfrag_retrievals", frame, {"task": task})
+            bundle = pd.DataFrame([{"task": task, "kind": k, **u} for k, u in used.items()])
+            replace_rows(con, BUNDLE_TABLE, bundle, {"task": task})
             stats[task] = {
                 "models": versions,
+                "loaded_by": {k: u["loaded_by"] for k, u in used.items()},
                 "samples": int(frame["sample_id"].nunique()),
                 "docs_per_sample": round(len(frame) / max(frame["sample_id"].nunique() * len(pipeline.VARIANTS), 1), 2),
                 "foreign_doc_share": _foreign_share(frame, "cfrag"),

@@ -1,0 +1,357 @@
+"""Champion/challenger promotion of a task's CFRAG model bundle: evaluation tags, a metric gate, override, rollback.
+
+The bundle of a task is its four registered models (``registry.MODEL_NAMES``: user encoder, retriever, reranker,
+reranker without e_u). Evaluation results are attached to every version of the evaluated bundle as model-version tags
+(``eval.<metric>``, ``eval.data_version``, ``eval.bundle`` = the bundle's versions, ``eval.recorded_at``) and logged as
+metrics ``eval.<metric>`` on each version's run. :func:`promote` compares the task's primary metric
+(``metrics.primary_metric``; lower is better for MAE) of the ``challenger`` bundle with the value recorded for the
+``champion`` bundle and, when the challenger is strictly better (or on override), moves alias ``champion`` of every
+kind to its challenger version. The previous champion versions are pushed on a registered-model tag
+(``promotion.champion_history``), so :func:`rollback` can restore them. Every decision, refusals included, is written
+as ``promotion.*`` tags on the versions it concerns and returned as a :class:`PromotionDecision`; the Dagster job and
+the CLI append its rows to the DuckDB table ``model_promotions`` (:func:`append_decision`).
+
+mlflow is imported lazily (through ``registry.make_client``); importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from prag_models.metrics import HIGHER_IS_BETTER, primary_metric
+from prag_models.registry import CHALLENGER, CHAMPION, MODEL_NAMES, MlflowTarget, make_client, registered_name
+
+if TYPE_CHECKING:
+    import duckdb
+    from mlflow import MlflowClient
+
+    from prag_models.config import Settings
+
+#: Model kinds of a task's CFRAG bundle, in a fixed order.
+KINDS: tuple[str, ...] = tuple(MODEL_NAMES)
+HISTORY_TAG = "promotion.champion_history"
+PROMOTED, REFUSED, ROLLED_BACK = "promoted", "refused", "rolled_back"
+PROMOTIONS_TABLE = "model_promotions"
+PROMOTIONS_DDL = (
+    "task VARCHAR, action VARCHAR, registered_name VARCHAR, from_version BIGINT, to_version BIGINT, metric VARCHAR, "
+    "challenger_value DOUBLE, champion_value DOUBLE, override BOOLEAN, actor VARCHAR, reason VARCHAR, "
+    "decided_at TIMESTAMP, message VARCHAR"
+)
+_MAX_TAG = 5000  # MLflow's limit on a tag value
+_MAX_HISTORY = 50
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Outcome of the metric gate: whether to promote, and why."""
+
+    promote: bool
+    message: str
+
+
+@dataclass(frozen=True)
+class PromotionDecision:
+    """One promotion, refusal or rollback of a task's bundle; ``*_value`` are the primary metric of each bundle.
+
+    For a rollback, ``to_versions`` are the restored champion versions, ``challenger_value`` their recorded metric and
+    ``champion_value`` the metric of the bundle that was champion until then.
+    """
+
+    task: str
+    action: str  # promoted | refused | rolled_back
+    promoted: bool
+    metric: str
+    higher_is_better: bool
+    challenger_value: float | None
+    champion_value: float | None
+    override: bool
+    actor: str
+    reason: str
+    decided_at: datetime  # UTC, naive
+    message: str
+    names: dict[str, str] = field(default_factory=dict)  # kind -> registered name
+    from_versions: dict[str, int | None] = field(default_factory=dict)
+    to_versions: dict[str, int | None] = field(default_factory=dict)
+
+    def rows(self) -> pd.DataFrame:
+        """One ``model_promotions`` row per registered model of the bundle."""
+        base = {
+            "task": self.task,
+            "action": self.action,
+            "metric": self.metric,
+            "challenger_value": self.challenger_value,
+            "champion_value": self.champion_value,
+            "override": self.override,
+            "actor": self.actor,
+            "reason": self.reason,
+            "decided_at": self.decided_at,
+            "message": self.message,
+        }
+        rows = [
+            {**base, "registered_name": self.names[k], "from_version": self.from_versions.get(k),
+             "to_version": self.to_versions.get(k)}
+            for k in self.names
+        ]  # fmt: skip
+        columns = [c.split()[0] for c in PROMOTIONS_DDL.split(", ")]
+        return pd.DataFrame(rows, columns=columns).astype({"from_version": "Int64", "to_version": "Int64"})
+
+    def summary(self) -> str:
+        """A few printable lines: the message, the versions per model, who/when/why."""
+        lines = [f"{self.action}: {self.message}"]
+        for kind, name in self.names.items():
+            lines.append(f"  {name}: v{self.from_versions.get(kind)} -> v{self.to_versions.get(kind)}")
+        lines.append(
+            f"  actor {self.actor}, at {_iso(self.decided_at)}, override {self.override}, reason: {self.reason}"
+        )
+        return "\n".join(lines)
+
+
+def mlflow_target(settings: Settings) -> MlflowTarget:
+    """The MLflow target of the settings (as the Dagster MlflowResource builds it)."""
+    artifacts = "" if settings.mlflow.tracking_uri else str(settings.mlflow_artifacts_path)
+    return MlflowTarget(settings.mlflow_uri, settings.mlflow.experiment, artifacts)
+
+
+def bundle_key(versions: Mapping[str, int | None]) -> str:
+    """The canonical text of a bundle's versions, e.g. ``reranker:2,reranker_no_eu:2,retriever:2,user_encoder:1``."""
+    return ",".join(f"{k}:{versions[k]}" for k in sorted(versions))
+
+
+def _iso(moment: datetime) -> str:
+    """ISO-8601 UTC text of a naive UTC datetime."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _now() -> datetime:
+    """Now in UTC, naive (DuckDB TIMESTAMP)."""
+    return datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+
+
+def _fmt(value: float | None) -> str:
+    """A metric value for messages."""
+    return "none" if value is None else f"{value:.6g}"
+
+
+def record_evaluation(
+    target: MlflowTarget,
+    task: str,
+    versions: Mapping[str, int],
+    metrics: Mapping[str, float],
+    data_version: str,
+    extra_tags: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Attach a bundle's evaluation to each of its model versions (tags + run metrics); returns kind -> name/version."""
+    from mlflow.entities import Metric
+
+    if not metrics:
+        raise ValueError(f"{task}: no metrics to record")
+    client = make_client(target)
+    now = _now()
+    stamp = int(now.replace(tzinfo=UTC).timestamp() * 1000)
+    tags = {f"eval.{m}": repr(float(v)) for m, v in metrics.items()}
+    tags |= {"eval.data_version": data_version, "eval.bundle": bundle_key(versions), "eval.recorded_at": _iso(now)}
+    tags |= dict(extra_tags or {})
+    out = {}
+    for kind, version in versions.items():
+        name = registered_name(kind, task)
+        mv = client.get_model_version(name, str(version))
+        for key, value in tags.items():
+            client.set_model_version_tag(name, str(version), key, str(value)[:_MAX_TAG])
+        if mv.run_id:
+            step = len(client.get_metric_history(mv.run_id, f"eval.{next(iter(metrics))}"))
+            batch = [Metric(f"eval.{m}", float(v), stamp, step) for m, v in metrics.items()]
+            client.log_batch(mv.run_id, metrics=batch)
+        out[kind] = f"{name}/{version}"
+    return out
+
+
+def decide_promotion(
+    task: str,
+    challenger_value: float | None,
+    champion_value: float | None,
+    higher_is_better: bool,
+    override: bool,
+    metric: str = "",
+) -> Verdict:
+    """The metric gate: promote only a strictly better challenger; ties and regressions refuse unless overridden."""
+    metric = metric or primary_metric(task)
+    direction = "higher" if higher_is_better else "lower"
+    chal, champ = f"challenger {metric} {_fmt(challenger_value)}", f"champion {metric} {_fmt(champion_value)}"
+    if challenger_value is None:
+        why = f"the challenger has no recorded {metric} (materialize cfrag_model_evaluation first)"
+        if override:
+            return Verdict(True, f"{task}: promoted by override although {why}")
+        return Verdict(False, f"{task}: {why}; override to promote anyway")
+    if champion_value is None:
+        return Verdict(True, f"{task}: the champion has no recorded {metric}; {chal} is promoted")
+    if math.isclose(challenger_value, champion_value, rel_tol=0.0, abs_tol=1e-12):
+        verdict = f"{chal} ties {champ} ({direction} is better; a tie does not promote)"
+    else:
+        better = challenger_value > champion_value if higher_is_better else challenger_value < champion_value
+        if better:
+            return Verdict(True, f"{task}: {chal} is better than {champ} ({direction} is better)")
+        verdict = f"{chal} is worse than {champ} ({direction} is better)"
+    if override:
+        return Verdict(True, f"{task}: promoted by override although {verdict}")
+    return Verdict(False, f"{task}: {verdict}; override to promote anyway")
+
+
+def _aliases(client: MlflowClient, name: str, task: str) -> dict[str, int]:
+    """Alias -> version of a registered model (LookupError naming it when it is not registered)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        model = client.get_registered_model(name)
+    except MlflowException:
+        raise LookupError(f"registered model {name} does not exist: train the CFRAG models of {task} first") from None
+    return {alias: int(v) for alias, v in model.aliases.items()}
+
+
+def _bundle_value(
+    client: MlflowClient, names: Mapping[str, str], versions: Mapping[str, int | None], metric: str
+) -> tuple[float | None, str]:
+    """(metric, data version) recorded for exactly this bundle on any of its versions; (None, "") when none."""
+    if any(v is None for v in versions.values()):
+        return None, ""
+    key = bundle_key(versions)
+    for kind, name in names.items():
+        tags = client.get_model_version(name, str(versions[kind])).tags
+        if tags.get("eval.bundle") == key and f"eval.{metric}" in tags:
+            return float(tags[f"eval.{metric}"]), tags.get("eval.data_version", "")
+    return None, ""
+
+
+def _tag_versions(client: MlflowClient, decision: PromotionDecision, which: tuple[str, ...]) -> None:
+    """Write the decision as ``promotion.*`` tags on the bundle's from and/or to versions."""
+    for kind, name in decision.names.items():
+        tags = {
+            "promotion.action": decision.action,
+            "promotion.actor": decision.actor,
+            "promotion.decided_at": _iso(decision.decided_at),
+            "promotion.reason": decision.reason,
+            "promotion.metric": decision.metric,
+            "promotion.challenger_value": _fmt(decision.challenger_value),
+            "promotion.champion_value": _fmt(decision.champion_value),
+            "promotion.override": str(decision.override).lower(),
+            "promotion.from_version": str(decision.from_versions.get(kind)),
+            "promotion.to_version": str(decision.to_versions.get(kind)),
+            "promotion.message": decision.message,
+        }
+        targets = {getattr(decision, f"{w}_versions").get(kind) for w in which} - {None}
+        for version in sorted(targets):
+            for key, value in tags.items():
+                client.set_model_version_tag(name, str(version), key, value[:_MAX_TAG])
+
+
+def _history(client: MlflowClient, name: str) -> list[int | None]:
+    """The stack of previous champion versions of a registered model (most recent last)."""
+    raw = client.get_registered_model(name).tags.get(HISTORY_TAG, "[]")
+    return list(json.loads(raw))
+
+
+def promote(target: MlflowTarget, task: str, actor: str, reason: str, override: bool = False) -> PromotionDecision:
+    """Gate the challenger bundle on the primary metric and, if it passes, make it champion; refusals are recorded."""
+    client = make_client(target)
+    metric = primary_metric(task)
+    higher = HIGHER_IS_BETTER[metric]
+    names = {kind: registered_name(kind, task) for kind in KINDS}
+    champion: dict[str, int | None] = {}
+    challenger: dict[str, int | None] = {}
+    for kind, name in names.items():
+        aliases = _aliases(client, name, task)
+        if CHALLENGER not in aliases:
+            raise LookupError(f"{name} has no '{CHALLENGER}' version: train the CFRAG models of {task} first")
+        challenger[kind], champion[kind] = aliases[CHALLENGER], aliases.get(CHAMPION)
+    chal_value, chal_data = _bundle_value(client, names, challenger, metric)
+    champ_value, champ_data = _bundle_value(client, names, champion, metric)
+    if challenger == champion:
+        verdict = Verdict(False, f"{task}: nothing to promote, the challenger versions are already champion "
+                                 f"({bundle_key(challenger)})")  # fmt: skip
+    else:
+        verdict = decide_promotion(task, chal_value, champ_value, higher, override, metric)
+    message = verdict.message
+    if verdict.promote and chal_data and champ_data and chal_data != champ_data:
+        message += f" (note: evaluated on different data: champion {champ_data}, challenger {chal_data})"
+    decision = PromotionDecision(
+        task, PROMOTED if verdict.promote else REFUSED, verdict.promote, metric, higher, chal_value, champ_value,
+        override, actor, reason, _now(), message, names, dict(champion), dict(challenger),
+    )  # fmt: skip
+    if verdict.promote:
+        for kind, name in names.items():
+            stack = [*_history(client, name), champion[kind]][-_MAX_HISTORY:]
+            client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(stack))
+            client.set_registered_model_alias(name, CHAMPION, str(challenger[kind]))
+    _tag_versions(client, decision, ("to",))
+    return decision
+
+
+def rollback(target: MlflowTarget, task: str, actor: str, reason: str) -> PromotionDecision:
+    """Give alias ``champion`` back to the versions that held it before the last promotion (LookupError if none)."""
+    client = make_client(target)
+    metric = primary_metric(task)
+    names = {kind: registered_name(kind, task) for kind in KINDS}
+    current: dict[str, int | None] = {}
+    stacks: dict[str, list[int | None]] = {}
+    for kind, name in names.items():
+        current[kind] = _aliases(client, name, task).get(CHAMPION)
+        stacks[kind] = _history(client, name)
+    empty = [names[k] for k, s in stacks.items() if not s]
+    if empty:
+        raise LookupError(
+            f"{task}: no previous champion recorded for {', '.join(empty)}: nothing to roll back to "
+            "(rollback undoes a promotion made with `prag promote` or the promote_cfrag_models job)"
+        )
+    restored = {kind: stacks[kind][-1] for kind in names}
+    to_value, _ = _bundle_value(client, names, restored, metric)
+    from_value, _ = _bundle_value(client, names, current, metric)
+    moves = ", ".join(f"{k} v{current[k]} -> v{restored[k]}" for k in names)
+    decision = PromotionDecision(
+        task, ROLLED_BACK, False, metric, HIGHER_IS_BETTER[metric], to_value, from_value, False, actor, reason, _now(),
+        f"{task}: champion rolled back to the versions before the last promotion ({moves})", names, current, restored,
+    )  # fmt: skip
+    for kind, name in names.items():
+        client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(stacks[kind][:-1]))
+        if restored[kind] is None:
+            client.delete_registered_model_alias(name, CHAMPION)
+        else:
+            client.set_registered_model_alias(name, CHAMPION, str(restored[kind]))
+    _tag_versions(client, decision, ("from", "to"))
+    return decision
+
+
+def append_decision(con: duckdb.DuckDBPyConnection, decision: PromotionDecision) -> int:
+    """Append a decision's rows to the DuckDB table ``model_promotions`` (created if missing); returns rows written."""
+    frame = decision.rows()
+    con.execute(f"CREATE TABLE IF NOT EXISTS {PROMOTIONS_TABLE} ({PROMOTIONS_DDL})")
+    con.register("_prag_promotion", frame)
+    try:
+        cols = ", ".join(frame.columns)
+        con.execute(f"INSERT INTO {PROMOTIONS_TABLE} ({cols}) SELECT {cols} FROM _prag_promotion")
+    finally:
+        con.unregister("_prag_promotion")
+    return len(frame)
+
+
+def decision_metadata(decision: PromotionDecision) -> dict[str, Any]:
+    """A JSON-able summary of a decision (Dagster metadata, logs)."""
+    return {
+        "task": decision.task,
+        "action": decision.action,
+        "metric": decision.metric,
+        "challenger_value": decision.challenger_value,
+        "champion_value": decision.champion_value,
+        "override": decision.override,
+        "actor": decision.actor,
+        "reason": decision.reason,
+        "decided_at": _iso(decision.decided_at),
+        "message": decision.message,
+        "versions": {decision.names[k]: [decision.from_versions.get(k), decision.to_versions.get(k)]
+                     for k in decision.names},
+    }  # fmt: skip

@@ -1,0 +1,307 @@
+"""Champion/challenger promotion of the CFRAG bundle (real MLflow sqlite store), the promotion jobs, and `prag answer`
+on a small materialized graph with the fake generator."""
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("mlflow")
+
+from prag_models import promotion, registry  # noqa: E402
+from prag_models.methods.cfrag.retriever import PersonalizedRetriever  # noqa: E402
+from prag_models.methods.cfrag.serialization import save_model  # noqa: E402
+
+TASK = "LaMP-2"
+
+
+@pytest.fixture
+def target(tmp_path) -> registry.MlflowTarget:
+    """A sqlite tracking/registry store and a local artifact folder under tmp."""
+    return registry.MlflowTarget(f"sqlite:///{tmp_path / 'mlflow.db'}", "test", str(tmp_path / "artifacts"))
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    """One tiny saved model, registered under every kind's name (promotion never loads it)."""
+    torch.manual_seed(0)
+    return save_model(PersonalizedRetriever(user_dim=4, doc_dim=3), tmp_path / "saved")
+
+
+def _register_bundle(target, folder, task: str = TASK) -> dict[str, int]:
+    """A new version of every model of the task's bundle; returns kind -> version."""
+    out = {}
+    for kind in promotion.KINDS:
+        entry = registry.log_and_register(target, folder, registry.registered_name(kind, task), {}, [1.0], "d1")
+        out[kind] = entry.version
+    return out
+
+
+def _evaluated(target, folder, accuracy: float, task: str = TASK) -> dict[str, int]:
+    versions = _register_bundle(target, folder, task)
+    promotion.record_evaluation(target, task, versions, {"accuracy": accuracy, "f1_macro": accuracy / 2}, "dv1")
+    return versions
+
+
+def _champions(target, task: str = TASK) -> dict[str, int]:
+    names = {k: registry.registered_name(k, task) for k in promotion.KINDS}
+    return {k: registry.model_aliases(target, n).get("champion") for k, n in names.items()}
+
+
+def _tags(target, kind: str, version: int, task: str = TASK) -> dict[str, str]:
+    client = registry.make_client(target)
+    return client.get_model_version(registry.registered_name(kind, task), str(version)).tags
+
+
+def test_decide_promotion_rules() -> None:
+    better = promotion.decide_promotion(TASK, 0.6, 0.5, True, False)
+    assert better.promote and "0.6" in better.message and "0.5" in better.message
+    worse = promotion.decide_promotion(TASK, 0.4, 0.5, True, False)
+    assert not worse.promote and "worse" in worse.message and "0.4" in worse.message and "0.5" in worse.message
+    tie = promotion.decide_promotion(TASK, 0.5, 0.5, True, False)
+    assert not tie.promote and "ties" in tie.message and tie.message.count("0.5") >= 2
+    forced = promotion.decide_promotion(TASK, 0.4, 0.5, True, True)
+    assert forced.promote and "override" in forced.message and "worse" in forced.message
+    assert promotion.decide_promotion(TASK, 0.1, None, True, False).promote  # no champion metric: promote
+    missing = promotion.decide_promotion(TASK, None, 0.5, True, False)
+    assert not missing.promote and "no recorded accuracy" in missing.message
+    # MAE (LaMP-3): lower is better
+    assert promotion.decide_promotion("LaMP-3", 0.8, 1.0, False, False, "mae").promote
+    assert not promotion.decide_promotion("LaMP-3", 1.2, 1.0, False, False, "mae").promote
+
+
+def test_record_evaluation_tags_and_run_metrics(target, model_dir) -> None:
+    versions = _evaluated(target, model_dir, 0.5)
+    tags = _tags(target, "retriever", versions["retriever"])
+    assert float(tags["eval.accuracy"]) == 0.5 and tags["eval.data_version"] == "dv1"
+    assert tags["eval.bundle"] == promotion.bundle_key(versions)
+    run_id = registry.get_version(target, registry.registered_name("reranker", TASK), versions["reranker"]).run_id
+    assert registry.run_metric_history(target, run_id, "eval.f1_macro") == [0.25]
+
+
+def test_refuses_worse_and_tie_accepts_better(target, model_dir) -> None:
+    first = _evaluated(target, model_dir, 0.5)
+    _evaluated(target, model_dir, 0.25)
+    refused = promotion.promote(target, TASK, "alice", "weekly retrain")
+    assert refused.action == "refused" and not refused.promoted
+    assert "0.25" in refused.message and "0.5" in refused.message
+    assert _champions(target) == first
+    assert _tags(target, "retriever", 2)["promotion.action"] == "refused"
+
+    _evaluated(target, model_dir, 0.5)  # version 3 ties the champion
+    tie = promotion.promote(target, TASK, "alice", "tie")
+    assert not tie.promoted and "ties" in tie.message and tie.message.count("0.5") >= 2
+    assert _champions(target) == first
+
+    best = _evaluated(target, model_dir, 0.75)
+    done = promotion.promote(target, TASK, "bob", "better accuracy")
+    assert done.promoted and done.action == "promoted"
+    assert (done.challenger_value, done.champion_value) == (0.75, 0.5)
+    assert _champions(target) == best and done.from_versions == first
+    tags = _tags(target, "user_encoder", best["user_encoder"])
+    assert tags["promotion.action"] == "promoted" and tags["promotion.actor"] == "bob"
+    assert tags["promotion.reason"] == "better accuracy" and tags["promotion.metric"] == "accuracy"
+    assert tags["promotion.challenger_value"] == "0.75" and tags["promotion.champion_value"] == "0.5"
+    assert tags["promotion.override"] == "false" and tags["promotion.decided_at"].endswith("Z")
+    rows = done.rows()
+    assert len(rows) == 4 and set(rows["from_version"]) == {1} and set(rows["to_version"]) == {4}
+
+
+def test_override_promotes_worse_and_rollback_restores(target, model_dir) -> None:
+    first = _evaluated(target, model_dir, 0.5)
+    second = _evaluated(target, model_dir, 0.25)
+    forced = promotion.promote(target, TASK, "carol", "hotfix", override=True)
+    assert forced.promoted and forced.override and "override" in forced.message
+    assert _champions(target) == second
+    assert _tags(target, "reranker", 2)["promotion.override"] == "true"
+
+    back = promotion.rollback(target, TASK, "carol", "hotfix was bad")
+    assert back.action == "rolled_back" and back.to_versions == first and back.from_versions == second
+    assert _champions(target) == first
+    assert _tags(target, "reranker", 2)["promotion.action"] == "rolled_back"
+    with pytest.raises(LookupError, match="nothing to roll back to"):
+        promotion.rollback(target, TASK, "carol", "again")
+
+
+def test_rollback_without_history_and_missing_models(target, model_dir) -> None:
+    _evaluated(target, model_dir, 0.5)
+    with pytest.raises(LookupError, match="no previous champion recorded"):
+        promotion.rollback(target, TASK, "dave", "nothing promoted yet")
+    same = promotion.promote(target, TASK, "dave", "first version")
+    assert not same.promoted and "already champion" in same.message
+    with pytest.raises(LookupError, match="does not exist: train the CFRAG models of LaMP-3"):
+        promotion.promote(target, "LaMP-3", "dave", "no models")
+
+
+def test_missing_champion_metric_promotes(target, model_dir) -> None:
+    _register_bundle(target, model_dir)  # version 1, never evaluated
+    second = _evaluated(target, model_dir, 0.1)
+    done = promotion.promote(target, TASK, "erin", "first evaluated bundle")
+    assert done.promoted and done.champion_value is None and "no recorded accuracy" in done.message
+    assert _champions(target) == second
+
+
+def test_append_decision_writes_model_promotions(target, model_dir, tmp_path) -> None:
+    import duckdb
+
+    _evaluated(target, model_dir, 0.5)
+    _evaluated(target, model_dir, 0.6)
+    decision = promotion.promote(target, TASK, "frank", "better")
+    with duckdb.connect(str(tmp_path / "p.duckdb")) as con:
+        assert promotion.append_decision(con, decision) == 4
+        rows = con.execute(f"SELECT * FROM {promotion.PROMOTIONS_TABLE} ORDER BY registered_name").df()
+    assert list(rows.columns) == [
+        "task", "action", "registered_name", "from_version", "to_version", "metric", "challenger_value",
+        "champion_value", "override", "actor", "reason", "decided_at", "message",
+    ]  # fmt: skip
+    assert set(rows["action"]) == {"promoted"} and set(rows["to_version"]) == {2} and not rows["override"].any()
+    assert rows["registered_name"].tolist()[0] == "prag-reranker-LaMP-2"
+    assert os.path.exists(tmp_path / "p.duckdb")
+
+
+# ---------------------------------------------------------------- Dagster jobs (MLflow store of a tiny config)
+
+
+def _job_result(job, config, op: str, **values):
+    from prag_assets.resources import default_resources
+
+    run_config = {"ops": {op: {"config": values}}}
+    return job.execute_in_process(
+        run_config=run_config, resources=default_resources(config_file=str(config)), raise_on_error=False
+    )
+
+
+def test_promotion_jobs_record_and_fail_on_refusal(tiny_config, model_dir, monkeypatch) -> None:
+    import duckdb
+
+    from prag_assets.promotion_jobs import promote_cfrag_models, rollback_cfrag_models
+    from prag_models.config import load_settings
+
+    settings = load_settings(tiny_config)
+    target = promotion.mlflow_target(settings)
+    first = _evaluated(target, model_dir, 0.5)
+    _evaluated(target, model_dir, 0.25)
+    values = {"task": "lamp2", "actor": "gina", "reason": "nightly"}
+    refused = _job_result(promote_cfrag_models, tiny_config, "promote_cfrag_bundle", **values)
+    assert not refused.success
+    failure = next(e for e in refused.all_events if e.event_type_value == "STEP_FAILURE")
+    error = str(failure.event_specific_data.error)
+    assert "promotion refused" in error and "0.25" in error and "0.5" in error
+    forced = _job_result(promote_cfrag_models, tiny_config, "promote_cfrag_bundle", **values, override=True)
+    assert forced.success and _champions(target)["retriever"] == 2
+    monkeypatch.setenv("USER", "hank")  # an empty actor falls back to $USER
+    back = _job_result(rollback_cfrag_models, tiny_config, "rollback_cfrag_bundle", **{**values, "actor": ""})
+    assert back.success and _champions(target) == first
+    again = _job_result(rollback_cfrag_models, tiny_config, "rollback_cfrag_bundle", **values)
+    assert not again.success
+    with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
+        rows = con.execute("SELECT action, override, actor, to_version FROM model_promotions").df()
+    assert rows["action"].value_counts().to_dict() == {"refused": 4, "promoted": 4, "rolled_back": 4}
+    assert set(rows[rows["action"] != "rolled_back"]["actor"]) == {"gina"}
+    assert set(rows[rows["action"] == "rolled_back"]["actor"]) == {"hank"}
+    assert rows[rows["action"] == "promoted"]["override"].all()
+    assert set(rows[rows["action"] == "rolled_back"]["to_version"]) == {1}
+
+
+# ---------------------------------------------------------------- the graph: evaluation by alias, `prag answer`
+
+GRAPH_CFRAG = {"epochs": 10, "reranker_layers": 1, "reranker_max_length": 64}
+GRAPH_METHODS = ["zero_shot", "clusterrag_collaborative", "clusterrag_hybrid", "cfrag"]
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    """LaMP-2 materialized up to cfrag_model_evaluation with the fake generator (once for the module)."""
+    import dagster as dg
+    from conftest import materialize_graph, write_config
+
+    tmp = tmp_path_factory.mktemp("graph")
+    config = write_config(tmp / "prag.toml", tmp / "home", generator_backend="fake", data={"tasks": [TASK]},
+                          cfrag=GRAPH_CFRAG, retrieval={"methods": GRAPH_METHODS})  # fmt: skip
+    selection = dg.AssetSelection.assets("cfrag_model_evaluation").upstream()
+    result = materialize_graph(config, [TASK], selection=selection)
+    return config, result
+
+
+def _cli(monkeypatch, capsys, config, *argv: str) -> tuple[int, str, str]:
+    from prag_assets.cli import main
+
+    monkeypatch.setenv("PRAG_CONFIG", str(config))
+    monkeypatch.setenv("USER", "tester")
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_graph_records_challenger_evaluation_and_answers(graph, monkeypatch, capsys) -> None:
+    import duckdb
+
+    from prag_models.config import load_settings
+
+    config, result = graph
+    assert result.success
+    checks = {e.event_specific_data.check_name: e.event_specific_data.passed
+              for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}  # fmt: skip
+    assert checks["recorded_metrics_in_bounds"] and checks["retrieved_docs_allowed"]
+    settings = load_settings(config)
+    with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
+        bundle = con.execute("SELECT * FROM cfrag_retrieval_models ORDER BY kind").df()
+        accuracy = con.execute(
+            "SELECT value FROM lamp_evaluation WHERE task = ? AND method = 'cfrag' AND metric = 'accuracy'", [TASK]
+        ).fetchone()[0]
+        known = con.execute("SELECT user_id FROM cfrag_user_embeddings ORDER BY user_id LIMIT 1").fetchone()[0]
+        sample = con.execute("SELECT input FROM lamp_samples WHERE split = 'dev' LIMIT 1").fetchone()[0]
+    assert set(bundle["kind"]) == set(promotion.KINDS) and set(bundle["version"]) == {1}
+    assert set(bundle[bundle["kind"] != "user_encoder"]["loaded_by"]) == {"alias challenger"}
+    target = promotion.mlflow_target(settings)
+    for kind in promotion.KINDS:
+        tags = _tags(target, kind, 1)
+        assert float(tags["eval.accuracy"]) == pytest.approx(accuracy) and tags["eval.method"] == "cfrag"
+
+    code, out, _ = _cli(monkeypatch, capsys, config, "answer", "--task", TASK, "--user", known, "--input", sample)
+    assert code == 0, out
+    assert "known user" in out and "@champion (version 1)" in out and "from user" in out and "answer: " in out
+    code, out, _ = _cli(monkeypatch, capsys, config, "answer", "--task", TASK, "--user", "nobody-new", "--input",
+                        sample, "--method", "clusterrag_collaborative")  # fmt: skip
+    assert code == 0 and "new user" in out and "cold start" in out and "answer: " in out
+    code, out, _ = _cli(monkeypatch, capsys, config, "answer", "--task", TASK, "--user", "nobody-new", "--input",
+                        sample, "--method", "cfrag")  # fmt: skip
+    assert code == 0 and "new user" in out and "empty history" in out
+
+    # v1 is champion and challenger: nothing to promote (exit 1, recorded); no promotion yet: no rollback (exit 2)
+    code, out, _ = _cli(monkeypatch, capsys, config, "promote", "--task", TASK, "--reason", "first")
+    assert code == 1 and "already champion" in out
+    code, _, err = _cli(monkeypatch, capsys, config, "rollback", "--task", TASK, "--reason", "oops")
+    assert code == 2 and "nothing to roll back to" in err
+    with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
+        rows = con.execute("SELECT action, actor, reason FROM model_promotions").df()
+    assert len(rows) == 4 and set(rows["action"]) == {"refused"} and set(rows["actor"]) == {"tester"}
+
+
+def test_graph_retrained_challenger_is_evaluated_promoted_and_rolled_back(graph, monkeypatch, capsys) -> None:
+    """After the test above (same graph): retrain the retriever, evaluate v2 by alias, promote, serve, roll back."""
+    import dagster as dg
+    from conftest import materialize_graph
+
+    from prag_models.config import load_settings
+
+    config, _ = graph
+    target = promotion.mlflow_target(load_settings(config))
+    retrain = dg.AssetSelection.assets("feedback_labels", "cfrag_retriever", "cfrag_retrievals", "generations",
+                                       "lamp_evaluation", "cfrag_model_evaluation")  # fmt: skip
+    assert materialize_graph(config, [TASK], selection=retrain).success
+    bundle = {"user_encoder": 1, "retriever": 2, "reranker": 1, "reranker_no_eu": 1}
+    assert _tags(target, "retriever", 2)["eval.bundle"] == promotion.bundle_key(bundle)  # evaluated by alias
+    assert _tags(target, "retriever", 1)["eval.bundle"] == promotion.bundle_key(dict.fromkeys(bundle, 1))
+
+    code, out, _ = _cli(monkeypatch, capsys, config, "promote", "--task", TASK, "--reason", "retrained retriever")
+    assert code in (0, 1) and "challenger accuracy" in out and "champion accuracy" in out  # gate on both values
+    if code == 1:
+        code, out, _ = _cli(monkeypatch, capsys, config, "promote", "--task", TASK, "--reason", "force", "--override")
+        assert code == 0 and "override" in out
+    assert _champions(target) == bundle
+    sample = "Which tag does this movie relate to among the following tags? description: A heist that goes wrong"
+    code, out, _ = _cli(monkeypatch, capsys, config, "answer", "--task", TASK, "--user", "u0001", "--input", sample)
+    assert code == 0 and "prag-retriever-LaMP-2@champion (version 2)" in out
+    code, out, _ = _cli(monkeypatch, capsys, config, "rollback", "--task", TASK, "--reason", "worse in production")
+    assert code == 0 and "rolled_back" in out and _champions(target) == dict.fromkeys(bundle, 1)

@@ -1,11 +1,11 @@
-"""The `prag` command: materialize the graph, print the evaluation table."""
+"""The `prag` command: materialize the graph, print the evaluation table, promote/roll back CFRAG models, answer."""
 
 import argparse
 import os
 import subprocess
 import sys
 
-from prag_models.config import ALL_TASKS, PROJECT_ROOT, load_settings
+from prag_models.config import ALL_TASKS, PROJECT_ROOT, Settings, load_settings
 
 #: Asset group of the real-data retrieval evaluation (prag_assets/assets/pbr_eval.py), run in its own run.
 RETRIEVAL_EVAL_GROUP = "retrieval_eval"
@@ -35,16 +35,19 @@ def _materialize(args: argparse.Namespace) -> int:
         f"{tasks[0]}...{tasks[-1]}",
     ]
     print("[prag] " + " ".join(cmd[2:]), flush=True)
-    code = subprocess.call(cmd, env=os.environ.copy())
+    code = subprocess.call(cmd, env=dagster_env(settings))
     if not everything:
         return code
     if not settings.data.real_data_dir:
-        print("[prag] data.real_data_dir is not set: the PersonaBench / LongMemEval retrieval evaluation is skipped "
-              "(e.g. PRAG__DATA__REAL_DATA_DIR=../shared/data)", flush=True)
+        print(
+            "[prag] data.real_data_dir is not set: the PersonaBench / LongMemEval retrieval evaluation is skipped "
+            "(e.g. PRAG__DATA__REAL_DATA_DIR=../shared/data)",
+            flush=True,
+        )
         return code
     cmd = [*cmd[:8], f"group:{RETRIEVAL_EVAL_GROUP}"]
     print("[prag] " + " ".join(cmd[2:]), flush=True)
-    evaluation = subprocess.call(cmd, env=os.environ.copy())
+    evaluation = subprocess.call(cmd, env=dagster_env(settings))
     return code or evaluation
 
 
@@ -103,11 +106,153 @@ def _ingest(args: argparse.Namespace) -> int:
     cmd = [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "prag_assets.definitions",
            "--select", "group:history", "--partition", task]  # fmt: skip
     print("[prag] " + " ".join(cmd[2:]), flush=True)
+    return subprocess.call(cmd, env=dagster_env(settings))
+
+
+def _promotion(args: argparse.Namespace) -> int:
+    """`prag promote` / `prag rollback`: decide, record in MLflow and model_promotions, print; 1 when refused."""
+    import duckdb
+
+    from prag_models.data.tasks import LampDataError, task_from_name
+    from prag_models.promotion import REFUSED, append_decision, mlflow_target, promote, rollback
+    from prag_models.store import connect
+
+    settings = load_settings()
+    actor = os.environ.get("USER") or "unknown"
+    try:
+        task = task_from_name(args.task)
+        with connect(settings.duckdb_path) as con:  # opened first: a busy file stops before any MLflow change
+            if args.command == "promote":
+                decision = promote(mlflow_target(settings), task, actor, args.reason, args.override)
+            else:
+                decision = rollback(mlflow_target(settings), task, actor, args.reason)
+            append_decision(con, decision)
+    except (LampDataError, LookupError) as exc:
+        print(f"prag {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except duckdb.IOException as exc:
+        job = f"{args.command}_cfrag_models"
+        print(f"prag {args.command}: the DuckDB file is in use by another process ({exc}); nothing was changed: "
+              f"retry later, or launch job {job} from the Dagster UI", file=sys.stderr)  # fmt: skip
+        return 3
+    print(decision.summary())
+    return 1 if decision.action == REFUSED else 0
+
+
+def load_model_uri(target, uri: str):
+    """A CFRAG model from a ``models:/<name>@<alias>`` or ``models:/<name>/<version>`` URI, and its registry entry.
+
+    The URI is resolved with the target's explicit client (mlflow resolves ``models:/`` only against a global
+    registry URI, which prag never sets), then the version's folder is loaded from safetensors.
+    """
+    from prag_models.registry import load_registered
+
+    ref = uri.removeprefix("models:/")
+    if "@" in ref:
+        name, alias = ref.split("@", 1)
+        return load_registered(target, name, alias=alias)
+    name, version = ref.rsplit("/", 1)
+    return load_registered(target, name, version=int(version))
+
+
+_DOCS_SQL = (
+    "SELECT p.doc_id, p.user_id, p.text, p.fields_json, e.embedding, e.model_id FROM profile_documents p "
+    "JOIN document_embeddings e USING (task, user_id, doc_id) WHERE task = ? ORDER BY p.user_id, p.position"
+)
+
+
+def _serve(con, settings: Settings, task: str, args: argparse.Namespace):
+    """Load the tables and champion models `prag answer` needs and answer once (prag_models.serving)."""
+    from prag_models import serving
+    from prag_models.data.tasks import extract_query
+    from prag_models.llm.factory import make_generator
+    from prag_models.promotion import mlflow_target
+    from prag_models.registry import CHAMPION, model_aliases, registered_name
+    from prag_models.store import read_rows
+    from prag_models.text.embedder import load_embedder
+    from prag_models.users.incremental import reference_clustering
+
+    docs = con.execute(_DOCS_SQL, [task]).df()
+    documents = serving.task_documents(task, docs)
+    embedded_with = set(docs["model_id"]) - {settings.embedder.model}
+    if embedded_with:
+        raise LookupError(f"{task} documents were embedded with {sorted(embedded_with)}, the embedder is now "
+                          f"{settings.embedder.model!r}: re-materialize the graph first")  # fmt: skip
+    query_vector = load_embedder(settings.embedder).embed([extract_query(task, args.input)])[0]
+    models, uris = {}, {"embedder": settings.embedder.model}
+    if args.method == "cfrag":
+        target = mlflow_target(settings)
+        for kind in ("retriever", "reranker"):
+            uri = f"models:/{registered_name(kind, task)}@{CHAMPION}"
+            models[kind], entry = load_model_uri(target, uri)
+            uris[kind] = f"{uri} (version {entry.version})"
+        vectors = read_rows(con, "cfrag_user_embeddings", {"task": task})
+        name, version = con.execute(
+            "SELECT registered_name, version FROM cfrag_models WHERE task = ? AND kind = 'user_encoder'", [task]
+        ).fetchone()
+        champion = model_aliases(target, name).get(CHAMPION)
+        uris["user_encoder"] = f"models:/{name}/{version} made the stored e_u (champion: version {champion})"
+        encoder = None
+        if args.user not in set(vectors["user_id"]):  # cold start: the encoder of the stored e_u
+            encoder, _ = load_model_uri(target, f"models:/{name}/{version}")
+        similar = read_rows(con, "cfrag_similar_users", {"task": task})
+        user = serving.cfrag_user(args.user, vectors, similar, settings, encoder)
+    else:
+        clusters = read_rows(con, "user_clusters", {"task": task})
+        reference = None if args.user in set(clusters["user_id"]) else reference_clustering(con, task)[1]
+        user = serving.clusterrag_user(
+            args.user,
+            query_vector,
+            read_rows(con, "similar_users", {"task": task}),
+            clusters,
+            read_rows(con, "user_embeddings", {"task": task}),
+            reference,
+            settings,
+        )
+    generator = make_generator(settings.generator)
+    return serving.answer(
+        task, args.method, args.input, user, documents, query_vector, settings, generator, con, models, uris
+    )
+
+
+def _answer(args: argparse.Namespace) -> int:
+    """`prag answer`: one personalized answer with the champion models and the current similar users."""
+    import duckdb
+    from mlflow.exceptions import MlflowException
+
+    from prag_models.data.tasks import LampDataError, task_from_name
+    from prag_models.serving import format_answer
+    from prag_models.store import connect
+
+    settings = load_settings()
+    try:
+        task = task_from_name(args.task)
+        with connect(settings.duckdb_path) as con:  # read-write: the answer goes through generation_cache
+            result = _serve(con, settings, task, args)
+    except (LampDataError, LookupError, ValueError, FileNotFoundError, MlflowException) as exc:
+        print(f"prag answer: {exc}", file=sys.stderr)
+        return 2
+    except duckdb.IOException as exc:
+        print(f"prag answer: the DuckDB file is in use by another process ({exc}); retry when the run ends",
+              file=sys.stderr)  # fmt: skip
+        return 3
+    print(format_answer(result))
+    return 0
+
+
+def dagster_env(settings: Settings) -> dict[str, str]:
+    """The environment of a dagster subprocess: the project's dagster.yaml, run storage under the prag home.
+
+    Variables already set (e.g. by scripts/env.sh) win.
+    """
     storage = settings.home_path / "dagster"
     (storage / "logs").mkdir(parents=True, exist_ok=True)
-    env = {"DAGSTER_HOME": str(PROJECT_ROOT), "PRAG_DAGSTER_STORAGE": str(storage),
-           "PRAG_DAGSTER_LOGS": str(storage / "logs"), **os.environ}  # as scripts/env.sh sets them  # fmt: skip
-    return subprocess.call(cmd, env=env)
+    defaults = {
+        "DAGSTER_HOME": str(PROJECT_ROOT),
+        "PRAG_DAGSTER_STORAGE": str(storage),
+        "PRAG_DAGSTER_LOGS": str(storage / "logs"),
+    }
+    return {**defaults, **os.environ}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,6 +269,21 @@ def main(argv: list[str] | None = None) -> int:
     i.set_defaults(func=_ingest)
     r = sub.add_parser("report", help="print the LaMP evaluation table")
     r.set_defaults(func=_report)
+    p = sub.add_parser("promote", help="make a task's CFRAG challenger models champion if their metric is better")
+    p.add_argument("--task", required=True, help="LaMP task, e.g. LaMP-2")
+    p.add_argument("--reason", required=True, help="why (recorded on the model versions and in model_promotions)")
+    p.add_argument("--override", action="store_true", help="promote even if the challenger is not better")
+    p.set_defaults(func=_promotion)
+    b = sub.add_parser("rollback", help="give alias champion back to the versions before the last promotion")
+    b.add_argument("--task", required=True, help="LaMP task, e.g. LaMP-2")
+    b.add_argument("--reason", required=True, help="why (recorded on the model versions and in model_promotions)")
+    b.set_defaults(func=_promotion)
+    a = sub.add_parser("answer", help="answer one input for a user with the champion models")
+    a.add_argument("--task", required=True, help="LaMP task, e.g. LaMP-2")
+    a.add_argument("--user", required=True, help="user id (unknown users get the cold-start rule)")
+    a.add_argument("--input", required=True, help="the LaMP input text (the query is extracted from it)")
+    a.add_argument("--method", default="cfrag", choices=["cfrag", "clusterrag_collaborative", "clusterrag_hybrid"])
+    a.set_defaults(func=_answer)
     args = parser.parse_args(argv)
     return args.func(args)
 

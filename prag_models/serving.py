@@ -1,0 +1,255 @@
+"""Serve one personalized LaMP answer for a user: the users to draw on, retrieval, the prompt and the generation.
+
+Everything here takes already-loaded models and DataFrames (the caller reads DuckDB and MLflow: ``prag answer`` in
+``prag_assets/cli.py``) and uses the same functions the graph's retrieval assets use: ClusterRAG profile modes
+(``methods.clusterrag``) and the full CFRAG variant (``pipeline.per_user_top_k`` with the trained retriever, the
+personalized reranker, ``pipeline.top_final``). A user unknown to the tables gets the graph's cold-start rules:
+ClusterRAG z_u = the query embedding (METHODS §3.6, ``mean_user_embeddings``), placed in the current clustering like
+an incrementally added user (``assign_to_reference``) and given its intra-cluster top-k neighbours; CFRAG e_u = the
+user encoder on an empty history (as ``cfrag_user_embeddings`` encodes users without documents) and its top-m users
+by cosine, the user itself first with ``cfrag.include_self``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from prag_models.config import Settings
+from prag_models.data.tasks import extract_query
+from prag_models.generation import answer_cached, lamp_prompt
+from prag_models.methods import clusterrag
+from prag_models.methods.profiles import ProfileIndex, Retrieved
+from prag_models.prompts import parse_output, prompt_document
+from prag_models.store import column_to_matrix
+from prag_models.users.embeddings import mean_user_embeddings, normalize_rows
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from prag_models.llm.base import Generator
+
+#: Methods ``prag answer`` serves.
+SERVING_METHODS: tuple[str, ...] = ("cfrag", "clusterrag_collaborative", "clusterrag_hybrid")
+
+
+@dataclass
+class TaskDocuments:
+    """A task's profile index and the prompt text of each of its rows."""
+
+    index: ProfileIndex
+    prompt_docs: list[str]
+
+
+@dataclass
+class ServedUser:
+    """Whose documents a user's retrieval may use, and how that was decided."""
+
+    user_id: str
+    cold_start: bool
+    neighbours: list[str]
+    how: str
+    embedding: np.ndarray | None = None  # CFRAG e_u (None for ClusterRAG)
+
+
+@dataclass
+class ServedAnswer:
+    """One answer: the retrieved documents (with the user each came from), the prompt and the generation."""
+
+    task: str
+    method: str
+    user: ServedUser
+    query: str
+    retrieved: list[Retrieved]
+    documents: list[str]
+    prompt: str
+    output: str
+    prediction: str
+    models: dict[str, str] = field(default_factory=dict)
+
+
+def task_documents(task: str, docs: pd.DataFrame) -> TaskDocuments:
+    """Index a task's documents (doc_id, user_id, text, fields_json, embedding; in user/profile order)."""
+    if docs.empty:
+        raise LookupError(f"no profile documents for {task}: materialize the graph for this task first")
+    index = ProfileIndex(
+        docs["doc_id"].tolist(),
+        docs["user_id"].tolist(),
+        docs["text"].tolist(),
+        column_to_matrix(docs["embedding"].tolist()),
+    )
+    fields = [json.loads(f or "{}") for f in docs["fields_json"]]
+    shown = [prompt_document(task, t, f) for t, f in zip(docs["text"], fields, strict=True)]
+    return TaskDocuments(index, shown)
+
+
+def _ranked(frame: pd.DataFrame, user_id: str) -> list[str]:
+    """A user's neighbours from a similar-users table (user_id, neighbour_id, rank) in rank order."""
+    rows = frame[frame["user_id"] == user_id].sort_values("rank")
+    return rows["neighbour_id"].tolist()
+
+
+def clusterrag_user(
+    user_id: str,
+    query_vector: np.ndarray,
+    similar: pd.DataFrame,
+    clusters: pd.DataFrame,
+    user_vectors: pd.DataFrame,
+    reference: pd.DataFrame | None,
+    settings: Settings,
+) -> ServedUser:
+    """A known user's stored similar users; an unknown user's cold start (z_u = query, assigned, intra-cluster top-k).
+
+    ``clusters``: user_clusters rows (user_id, cluster); ``user_vectors``: user_embeddings rows (user_id, embedding);
+    ``reference``: the clustering reference (``users.incremental.reference_clustering``), needed for a cold start.
+    """
+    from prag_models.users.incremental import assign_to_reference
+    from prag_models.users.similar import intra_cluster_neighbours
+
+    if user_id in set(clusters["user_id"]):
+        return ServedUser(user_id, False, _ranked(similar, user_id), "similar_users (current clustering)")
+    if reference is None or reference.empty or clusters.empty:
+        raise LookupError("no user clustering to place a new user in: materialize user_clusters first")
+    q = np.asarray(query_vector, dtype=np.float32)
+    z, _, _ = mean_user_embeddings([user_id], [], np.zeros((0, len(q)), dtype=np.float32), {user_id: q})
+    fit = reference[reference["embedding"].notna()]
+    next_id = int(clusters["cluster"].max()) + 1
+    labels, _ = assign_to_reference(
+        column_to_matrix(fit["embedding"].tolist()), fit["fit_cluster"].to_numpy(), z, settings.clustering, next_id
+    )
+    cluster = int(labels[0])
+    members = clusters.loc[clusters["cluster"] == cluster, "user_id"].tolist()
+    vectors = user_vectors.set_index("user_id").loc[members, "embedding"].tolist() if members else []
+    matrix = np.vstack([column_to_matrix(vectors, dim=len(q)), z])
+    labels = np.full(len(members) + 1, cluster)
+    rows = intra_cluster_neighbours([*members, user_id], matrix, labels, settings.clustering.similar_users)
+    found = [nb for u, nb, _, _ in sorted(rows, key=lambda r: r[2]) if u == user_id]
+    return ServedUser(user_id, True, found, f"cold start: z_u = query embedding, assigned to cluster {cluster}")
+
+
+def cfrag_user(
+    user_id: str,
+    user_vectors: pd.DataFrame,
+    similar: pd.DataFrame,
+    settings: Settings,
+    encoder: Any = None,
+) -> ServedUser:
+    """A known user's stored e_u and CFRAG similar users; an unknown user's e_u from the encoder on an empty history.
+
+    ``user_vectors``: cfrag_user_embeddings rows (user_id, embedding); ``similar``: cfrag_similar_users rows;
+    ``encoder``: the user encoder that produced ``user_vectors`` (needed for a cold start only).
+    """
+    known = user_vectors[user_vectors["user_id"] == user_id]
+    if len(known):
+        e_u = np.asarray(known["embedding"].iloc[0], dtype=np.float32)
+        return ServedUser(user_id, False, _ranked(similar, user_id) or [user_id], "cfrag_similar_users", e_u)
+    if encoder is None:
+        raise ValueError(f"user {user_id!r} has no CFRAG embedding: a cold start needs the user encoder")
+    from prag_models.methods.cfrag.user_encoder import encode_users
+
+    e_u = encode_users(encoder, [[]])[0]
+    ids = user_vectors["user_id"].tolist()
+    stored = normalize_rows(column_to_matrix(user_vectors["embedding"].tolist(), dim=len(e_u)))
+    scores = stored @ normalize_rows(e_u[None])[0]
+    c = settings.cfrag
+    others = [ids[int(i)] for i in np.argsort(-scores, kind="stable")]
+    found = [user_id, *others[: c.top_m_users - 1]] if c.include_self else others[: c.top_m_users]
+    return ServedUser(user_id, True, found, "cold start: e_u = user encoder on an empty history, top-m by cosine", e_u)
+
+
+def retrieve(
+    method: str,
+    documents: TaskDocuments,
+    user: ServedUser,
+    query: str,
+    query_vector: np.ndarray,
+    settings: Settings,
+    models: Mapping[str, Any] | None = None,
+) -> list[Retrieved]:
+    """The method's final documents for one query, as the retrieval assets compute them."""
+    index, q = documents.index, np.asarray(query_vector, dtype=np.float32)
+    if method.startswith("clusterrag_") and method.removeprefix("clusterrag_") in clusterrag.PROFILE_MODES:
+        mode = method.removeprefix("clusterrag_")
+        return clusterrag.retrieve_profile_mode(index, mode, user.user_id, user.neighbours, q, settings.retrieval.k)
+    if method != "cfrag":
+        raise ValueError(f"unknown serving method {method!r}; known: {', '.join(SERVING_METHODS)}")
+    if not models or not {"retriever", "reranker"} <= set(models) or user.embedding is None:
+        raise ValueError("CFRAG needs the retriever, the reranker and the user's e_u")
+    from prag_models.methods.cfrag import pipeline
+    from prag_models.methods.cfrag.reranker import rerank_scores
+    from prag_models.methods.cfrag.retriever import retriever_scores
+
+    e_u = np.asarray(user.embedding, dtype=np.float32)
+
+    def scores(rows: np.ndarray) -> np.ndarray:
+        """S(q, d, u) of the rows' documents."""
+        return retriever_scores(models["retriever"], q[None], index.vectors[rows][None], e_u[None])[0]
+
+    candidates = pipeline.per_user_top_k(index, user.neighbours, settings.cfrag.docs_per_user, scores)
+    if not candidates:
+        return []
+    reranked = rerank_scores(
+        models["reranker"],
+        [query] * len(candidates),
+        [index.texts[c.row] for c in candidates],
+        np.stack([e_u] * len(candidates)),
+        batch_size=64,
+    )
+    return pipeline.top_final(candidates, np.asarray(reranked, dtype=np.float32), pipeline.final_k(settings))
+
+
+def answer(
+    task: str,
+    method: str,
+    user_input: str,
+    user: ServedUser,
+    documents: TaskDocuments,
+    query_vector: np.ndarray,
+    settings: Settings,
+    generator: Generator,
+    con: duckdb.DuckDBPyConnection,
+    models: Mapping[str, Any] | None = None,
+    model_uris: Mapping[str, str] | None = None,
+) -> ServedAnswer:
+    """Retrieve, build the budgeted LaMP prompt and answer it through the generation cache."""
+    query = extract_query(task, user_input)
+    found = retrieve(method, documents, user, query, query_vector, settings, models)
+    shown = [documents.prompt_docs[r.row] for r in found]
+    prompt = lamp_prompt(task, user_input, shown, generator, settings.prompt)
+    outputs, _ = answer_cached(task, generator, [prompt], settings.generator, con)
+    return ServedAnswer(
+        task, method, user, query, found, shown, prompt, outputs[0], parse_output(task, outputs[0]),
+        dict(model_uris or {}),
+    )  # fmt: skip
+
+
+def format_answer(result: ServedAnswer, width: int = 160) -> str:
+    """The answer as printable lines: models, the users drawn on, each document with its source user, the output."""
+    u = result.user
+    lines = [f"task {result.task}, user {u.user_id} ({'new user' if u.cold_start else 'known user'}), "
+             f"method {result.method}"]  # fmt: skip
+    lines += [f"model {kind}: {uri}" for kind, uri in result.models.items()]
+    lines.append(f"similar users ({u.how}): {', '.join(u.neighbours) or 'none'}")
+    lines.append(f"query: {_short(result.query, width)}")
+    if not result.retrieved:
+        lines.append("retrieved documents: none (the prompt has no profile)")
+    else:
+        lines.append(f"retrieved documents ({len(result.retrieved)}):")
+    for rank, (r, text) in enumerate(zip(result.retrieved, result.documents, strict=True), 1):
+        own = " (own)" if r.source_user_id == u.user_id else ""
+        lines.append(f"  {rank}. from user {r.source_user_id}{own}, doc {r.doc_id}, score {r.score:.4f}: "
+                     f"{_short(text, width)}")  # fmt: skip
+    lines.append(f"generation: {result.output.strip()}")
+    lines.append(f"answer: {result.prediction}")
+    return "\n".join(lines)
+
+
+def _short(text: str, width: int) -> str:
+    """One line of at most ``width`` characters."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."

@@ -250,7 +250,7 @@ def test_embedding_cache_embeds_each_text_once() -> None:
 def test_settings_carry_pbr_defaults() -> None:
     pbr = Settings().pbr
     assert (pbr.num_pseudo, pbr.pagerank_iters, pbr.pagerank_tol, pbr.damping) == (10, 50, 1e-6, 0.0)
-    assert pbr.expansion_source == "replay"
+    assert pbr.expansion_source == "auto"
 
 
 @pytest.mark.parametrize(

@@ -145,13 +145,29 @@ def test_retrieval_eval_group_generates_once(tmp_path):
     assert _meta(again, "segment_embeddings", "newly_embedded") == 0
 
 
-def test_replay_by_default_and_qe_skipped(tmp_path):
-    """Default settings: PersonaBench P-PRF replayed from the cached file, no LLM call, QE baselines skipped;
-    LongMemEval (nothing to replay) runs Base and w/o P-PRF."""
+def test_auto_replays_personabench_and_generates_longmemeval(tmp_path):
+    """Default settings (expansion_source = auto): PersonaBench P-PRF replayed from the cached file, LongMemEval's
+    generated with the configured LLM, QE baselines skipped."""
     data = tmp_path / "data"
     _personabench(data)
     _longmemeval(data)
     result = _materialize(_eval_config(tmp_path, data))
+    assert result.success and all(_checks(result).values())
+    with _con(tmp_path / "prag.toml") as con:
+        exp = con.execute("SELECT DISTINCT dataset, method, source FROM query_expansions ORDER BY 1").fetchall()
+        methods = con.execute("SELECT dataset, list(DISTINCT method ORDER BY method) FROM retrieval_runs "
+                              "GROUP BY dataset").fetchall()
+    assert exp[0] == ("longmemeval", "p_prf", _meta(result, "query_expansions", "generator"))
+    assert exp[1] == ("personabench", "p_prf", "replay:pbr_cached_expansions.json") and len(exp) == 2
+    assert dict(methods) == {"personabench": sorted(PBR_METHODS), "longmemeval": sorted(PBR_METHODS)}
+
+
+def test_replay_only_calls_no_llm(tmp_path):
+    """expansion_source = replay: no LLM call at all; LongMemEval (nothing to replay) runs Base and w/o P-PRF."""
+    data = tmp_path / "data"
+    _personabench(data)
+    _longmemeval(data)
+    result = _materialize(_eval_config(tmp_path, data, expansion_source="replay"))
     assert result.success and all(_checks(result).values())
     assert _meta(result, "query_expansions", "generator") == "none (replay only)"
     with _con(tmp_path / "prag.toml") as con:

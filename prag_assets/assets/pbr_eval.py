@@ -42,6 +42,8 @@ DATASETS: tuple[str, ...] = ("personabench", "longmemeval")
 ALL_METHODS: tuple[str, ...] = (*PBR_METHODS, *qe.QE_METHODS)
 P_PRF = "p_prf"  # expansion method name of PBR's pseudo utterances + pseudo reasoning
 REPLAY_SOURCE = "replay:pbr_cached_expansions.json"
+#: Datasets with the PBR authors' cached P-PRF expansions (pbr.expansion_source = auto | replay replays them).
+REPLAYABLE = ("personabench",)
 RECALL_METRIC = {"personabench": "recall", "longmemeval": "recall_any"}
 LABELS = {"base": "Base", "pbr": "PBR", "pbr_wo_anchor": "PBR w/o P-Anchor", "pbr_wo_prf": "PBR w/o P-PRF",
           "hyde": "HyDE", "query2term": "Query2Term", "mill": "MILL", "cot": "CoT", "thinkqe": "ThinkQE"}
@@ -247,24 +249,26 @@ def query_expansions(
             questions, segments = read_corpus(con, dataset)
             cache = seeded_cache(con, dataset, settings, models)
             expansions: dict[str, PbrExpansion] = {}
-            if wants_prf and not generate and dataset == "personabench":
+            # auto: the PBR authors' cached expansions where they exist (PersonaBench), the configured LLM elsewhere
+            generate_here = generate or (pbr.expansion_source == "auto" and dataset not in REPLAYABLE)
+            if wants_prf and not generate_here and dataset in REPLAYABLE:
                 expansions = load_personabench(real_data_root(settings)).expansions
                 missing = [q.q_id for q in questions if q.q_id not in expansions]
                 if missing:
                     raise ValueError(f"personabench: no cached expansion for questions {missing[:5]}; "
                                      "set pbr.expansion_source = 'generate'")
-            elif wants_prf and not generate:
+            elif wants_prf and not generate_here:
                 context.log.warning(f"{dataset}: no cached P-PRF expansions to replay: PBR and PBR w/o P-Anchor are "
                                     "skipped there (set pbr.expansion_source = 'generate' to generate them)")
-            if (wants_prf and generate) or wants_qe:
+            if (wants_prf and generate_here) or wants_qe:
                 gen = gen or CachedGenerator(models.generator(), con, settings.generator.batch_size,
                                              progress_logger(context, "expansion generation"))
             before = gen.generated if gen else 0
-            if wants_prf and generate:
+            if wants_prf and generate_here:
                 budget = settings.generator.n_ctx - pbr.expansion_max_new_tokens - 300
                 expansions = build_pbr_expansions(gen, questions, segments, cache, ds, pbr.expansion_max_new_tokens,
                                                   max(budget, 64))
-            source = gen.model_id if generate and gen else REPLAY_SOURCE
+            source = gen.model_id if generate_here and gen else REPLAY_SOURCE
             user = {q.q_id: q.user for q in questions}
             rows = [(dataset, q_id, user[q_id], P_PRF, source, json.dumps(list(e.pseudo_utterances)), e.reasoning,
                      e.parse_fallback) for q_id, e in expansions.items() if q_id in user]

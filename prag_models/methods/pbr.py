@@ -45,8 +45,10 @@ def validate_pbr_settings(settings: PbrSettings) -> None:
         raise ValueError(f"pbr.theta is a cosine threshold in [-1, 1], got {settings.theta}")
     if not 0.0 <= settings.damping < 1.0:
         raise ValueError(f"pbr.damping must lie in [0, 1) (0 = off), got {settings.damping}")
-    if settings.expansion_source not in {"replay", "generate"}:
-        raise ValueError(f"pbr.expansion_source must be 'replay' or 'generate', got {settings.expansion_source!r}")
+    if settings.expansion_source not in {"auto", "replay", "generate"}:
+        raise ValueError(
+            f"pbr.expansion_source must be 'auto', 'replay' or 'generate', got {settings.expansion_source!r}"
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------- P-PRF

@@ -35,7 +35,7 @@ class DataSettings:
     max_eval_samples: int = 0  # 0 = all dev samples
     demo_users: int = 48  # users per task in the embedded demo
     demo_communities: int = 6
-    demo_dev_samples: int = 24  # dev samples per task in the embedded demo
+    demo_dev_samples: int = 12  # dev samples per task in the embedded demo (sized for a main job of minutes)
     demo_seed: int = 7
     real_data_dir: str = ""  # folder with personabench/ and longmemeval/ (e.g. ../shared/data)
 
@@ -134,7 +134,7 @@ class PbrSettings:
     pagerank_tol: float = 1e-6
     damping: float = 0.0  # 0 = off (authors' code); else pi <- d * P^T pi + (1 - d) / n
     top_k: int = 10  # retrieval depth (largest K of the metrics)
-    expansion_source: str = "replay"  # replay (cached expansions) | generate (configured LLM)
+    expansion_source: str = "auto"  # auto (replay where cached, else generate) | replay | generate (configured LLM)
     # Retrieval evaluation on real data (asset group retrieval_eval, data.real_data_dir)
     datasets: tuple[str, ...] = ("personabench", "longmemeval")
     eval_methods: tuple[str, ...] = (

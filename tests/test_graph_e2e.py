@@ -21,11 +21,18 @@ def _metadata(result, asset: str, key: str):
 
 
 def _checks(result) -> dict[str, bool]:
-    return {
-        f"{e.event_specific_data.asset_check_key.asset_key.to_user_string()}:{e.event_specific_data.check_name}":
-        e.event_specific_data.passed
-        for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"
-    }
+    return {name: passed for name, (passed, _) in _check_results(result).items()}
+
+
+def _check_results(result) -> dict[str, tuple[bool, str]]:
+    """check name -> (passed, severity) of every check evaluation of a run."""
+    out = {}
+    for e in result.all_events:
+        if e.event_type_value == "ASSET_CHECK_EVALUATION":
+            data = e.event_specific_data
+            name = f"{data.asset_check_key.asset_key.to_user_string()}:{data.check_name}"
+            out[name] = (data.passed, data.severity.value)
+    return out
 
 
 def _tables(config):
@@ -33,25 +40,33 @@ def _tables(config):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_whole_graph_with_real_packaged_models(tmp_path):
-    """Real MiniLM embedder and SmolLM2 GGUF through llama.cpp, all six tasks, then a cached re-run."""
-    config = write_config(tmp_path / "prag.toml", tmp_path / "home")
+    """Real MiniLM embedder and SmolLM2 GGUF through llama.cpp, all six tasks and every method, then a cached re-run."""
+    config = write_config(tmp_path / "prag.toml", tmp_path / "home", cfrag={"max_feedback_samples": 4},
+                          data={"demo_dev_samples": 3})
     result = materialize_graph(config, list(ALL_TASKS))
     assert result.success
-    checks = _checks(result)
-    assert len(checks) >= 11 and all(checks.values()), checks
+    checks = _check_results(result)
+    failed = {name: severity for name, (passed, severity) in checks.items() if not passed}
+    # Only a warning may fail: all candidates of every sample scoring alike is possible with a 135M model.
+    assert len(checks) >= 20 and set(failed) <= {"feedback_labels:feedback_not_degenerate"}, failed
+    assert all(severity == "WARN" for severity in failed.values())
     with _tables(config) as con:
         evaluation = con.execute("SELECT task, method, metric, value FROM lamp_evaluation").df()
-        generations = con.execute("SELECT generator_id, output FROM generations").df()
+        generations = con.execute("SELECT generator_id, answer_mode, output FROM generations").df()
         clusters = con.execute(
             "SELECT task, count(*) n, count(DISTINCT user_id) u FROM user_clusters GROUP BY task"
         ).df()
+        versions = con.execute("SELECT task, kind, version FROM cfrag_models").df()
     assert set(evaluation["task"]) == set(ALL_TASKS)
     for task in ALL_TASKS:
         assert set(evaluation[evaluation["task"] == task]["method"]) == METHODS
     assert generations["generator_id"].str.startswith("llama_cpp:").all()
+    assert set(generations["answer_mode"]) == {"label_scoring", "generation"}
     assert (generations["output"].str.len() > 0).mean() > 0.9
     assert (clusters["n"] == clusters["u"]).all()
+    assert len(versions) == 6 * 4 and (versions["version"] == 1).all()  # 4 registered models per task
     assert (tmp_path / "home" / "reports" / "lamp_evaluation.png").stat().st_size > 1000
 
     again = materialize_graph(config, list(ALL_TASKS))
@@ -59,6 +74,8 @@ def test_whole_graph_with_real_packaged_models(tmp_path):
     assert _metadata(again, "document_embeddings", "newly_embedded") == 0
     per_task = _metadata(again, "generations", "per_task")
     assert all(stats["model_calls_now"] == 0 for stats in per_task.values())
+    feedback = _metadata(again, "feedback_labels", "per_task")
+    assert all(stats["labelled_now"] == 0 and stats["reused"] > 0 for stats in feedback.values())
 
 
 def test_graph_plumbing_with_fake_generator(tiny_config):

@@ -160,7 +160,8 @@ def llama_generator() -> Iterator[Generator]:
 
 
 def test_llama_cpp_generates_and_counts_tokens(llama_generator: Generator) -> None:
-    assert llama_generator.model_id == "llama_cpp:SmolLM2-135M-Instruct.Q4_1.gguf"
+    suffix = "" if llama_generator.weight_type == "as_is" else f"@{llama_generator.weight_type}"
+    assert llama_generator.model_id == "llama_cpp:SmolLM2-135M-Instruct.Q4_1.gguf" + suffix
     out = llama_generator.generate(SHORT_PROMPTS, 16)
     assert len(out) == 2 and all(o.strip() for o in out)
     assert llama_generator.generate(SHORT_PROMPTS[:1], 16) == out[:1]  # greedy: reproducible

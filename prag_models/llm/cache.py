@@ -87,7 +87,8 @@ def cached_outputs(
     for h, p in zip(hashes, prompts, strict=True):
         unique.setdefault(h, p)
     outputs = lookup_cached(con, key_id, list(unique), variant)
-    missing = [h for h in unique if h not in outputs]
+    # Sorted by text, so that consecutive prompts share long prefixes a backend can keep in its KV cache
+    missing = sorted((h for h in unique if h not in outputs), key=unique.__getitem__)
     step = max(1, batch_size)
     done = 0
     for start in range(0, len(missing), step):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from prag_models.config import GeneratorSettings
 from prag_models.llm.base import GenerationError, Generator, answer_continuation, log_softmax
+from prag_models.llm.gguf_weights import AS_IS, converted_gguf, resolve_weight_type
 from prag_models.llm.packaged import resolve_generator_model
 
 
@@ -22,22 +22,23 @@ class LlamaCppGenerator(Generator):
                 f"llama_cpp backend needs a local .gguf file; {settings.model!r} resolved to {str(path)!r}, "
                 "which does not exist"
             )
-        # Busy-waiting OpenMP threads slow llama.cpp 2-4x when the 2 cores are shared with other processes
-        # (Dagster steps, tests); read when the OpenMP runtime starts, so it must precede the first llama_cpp import.
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        # OMP_WAIT_POLICY=PASSIVE would make OpenMP threads sleep between the many tiny matmuls of a 135M model:
+        # about 1.8x slower on an idle machine (benchmarks/llama_cpp_weights.py), so the default policy is kept.
         try:
             from llama_cpp import Llama
         except ImportError as exc:
             raise GenerationError(f"llama_cpp backend needs llama-cpp-python: {exc}") from None
         self.settings = settings
-        self.model_path = path
-        self.model_id = f"llama_cpp:{path.name}"
+        self.weight_type = resolve_weight_type(settings.llama_cpp_weights)
+        self.model_path = converted_gguf(path, self.weight_type)
+        self.model_id = f"llama_cpp:{path.name}" + ("" if self.weight_type == AS_IS else f"@{self.weight_type}")
         try:
             self._llm: Any = Llama(
-                model_path=str(path),
+                model_path=str(self.model_path),
                 n_ctx=settings.n_ctx,
                 n_threads=settings.threads,
                 seed=settings.seed,
+                flash_attn=settings.flash_attention,
                 verbose=False,
             )
         except (ValueError, RuntimeError) as exc:
@@ -82,15 +83,14 @@ class LlamaCppGenerator(Generator):
     def score_choices(self, prompts: Sequence[str], choices: Sequence[str]) -> list[list[float]]:
         """Log-likelihood of each choice as the whole assistant answer (its end-of-turn marker included).
 
-        The prompt is evaluated once; each choice then reuses that KV-cache prefix and costs one decode step per
-        token of the choice.
+        The prompt is evaluated once; each choice then reuses that KV-cache prefix and costs one decode of its
+        tokens (all positions' logits at once).
         """
         import numpy as np
 
         if self._llm is None or self._formatters is None:
             raise GenerationError(f"{self.model_id} cannot score choices (closed, or the GGUF has no chat template)")
         with_prompt, whole = self._formatters
-        n_vocab = self._llm.n_vocab()
         rows: list[list[float]] = []
         for prompt in prompts:
             user = [{"role": "user", "content": prompt}]
@@ -105,26 +105,46 @@ class LlamaCppGenerator(Generator):
             needed = len(base) + max(len(a) for a in answers)
             if needed > self.settings.n_ctx:
                 raise GenerationError(f"{self.model_id}: {needed} tokens to score exceed n_ctx={self.settings.n_ctx}")
-            self._llm.reset()
-            self._llm.eval(base)
-            after_prompt = self._last_log_probs(np, n_vocab)
-            row = []
-            for answer in answers:
-                self._llm.n_tokens = len(base)  # drop the previous choice, keep the prompt's KV cache
-                log_probs, total = after_prompt, 0.0
-                for i, token in enumerate(answer):
-                    total += float(log_probs[token])
-                    if i + 1 < len(answer):
-                        self._llm.eval([token])
-                        log_probs = self._last_log_probs(np, n_vocab)
-                row.append(total)
-            rows.append(row)
+            self._eval_reusing_prefix(base)
+            after_prompt = log_softmax(self._logits(np, 1)[0])
+            rows.append([float(after_prompt[a[0]]) + self._continuation_log_prob(np, len(base), a) for a in answers])
         return rows
 
-    def _last_log_probs(self, np: Any, n_vocab: int) -> Any:
-        """Log-probabilities of the next token after the last evaluated one."""
-        logits = np.ctypeslib.as_array(self._llm._ctx.get_logits_ith(-1), shape=(n_vocab,))
-        return log_softmax(logits.astype(np.float64))
+    def _eval_reusing_prefix(self, tokens: list[int]) -> None:
+        """Evaluate tokens, keeping the KV cache of the longest prefix they share with the last evaluated tokens.
+
+        Chat prompts share the template's system turn and often their first retrieved documents.
+        """
+        llm = self._llm
+        # Re-evaluate at least 2 tokens: llama.cpp computes a 1-token batch on another kernel path, whose logits
+        # differ from a full evaluation's with bf16/f16 weights (tests/test_gguf_weights.py)
+        limit = min(llm.n_tokens, len(tokens) - 2)
+        same = 0
+        while same < limit and llm.input_ids[same] == tokens[same]:
+            same += 1
+        llm.n_tokens = same  # eval() drops the KV cache from here on
+        llm.eval(tokens[same:])
+
+    def _continuation_log_prob(self, np: Any, n_prompt: int, answer: list[int]) -> float:
+        """Sum of log P(answer[i+1] | prompt, answer[..i]) from one decode of the answer after the cached prompt.
+
+        The whole answer is decoded (its last position's logits unused) so that every choice, even one of two
+        tokens, takes the same multi-token kernel path as the prompt.
+        """
+        if len(answer) < 2:
+            return 0.0
+        self._llm._ctx.kv_cache_seq_rm(-1, n_prompt, -1)  # drop the previous choice, keep the prompt's KV cache
+        batch = self._llm._batch
+        batch.set_batch(batch=answer, n_past=n_prompt, logits_all=True)
+        self._llm._ctx.decode(batch)
+        logits = self._logits(np, len(answer))[:-1]
+        return float(sum(log_softmax(row)[token] for row, token in zip(logits, answer[1:], strict=True)))
+
+    def _logits(self, np: Any, rows: int) -> Any:
+        """The logits of the last decode's output positions (rows x vocabulary), as float64."""
+        n_vocab = self._llm.n_vocab()
+        pointer = self._llm._ctx.get_logits_ith(-1) if rows == 1 else self._llm._ctx.get_logits()
+        return np.ctypeslib.as_array(pointer, shape=(rows, n_vocab)).astype(np.float64)
 
     def _special_tokens(self, text: str) -> list[int]:
         """Token ids of rendered chat text, its special markers parsed as control tokens."""

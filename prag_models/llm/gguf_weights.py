@@ -1,0 +1,70 @@
+"""Choose and prepare the weight type llama.cpp runs: a GGUF as shipped, or converted once to bf16 / f16 / q8_0.
+
+The packaged SmolLM2 ships as Q4_1. On CPUs whose llama.cpp build has AVX512_BF16, the same weights converted to
+bf16 evaluate prompts about twice as fast (benchmarks/llama_cpp_weights.py); the converted file is cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+from prag_models.llm.base import GenerationError
+
+AS_IS = "as_is"
+AUTO = "auto"
+#: Weight types a GGUF can be converted to, with llama.cpp's LLAMA_FTYPE_MOSTLY_* numbers.
+FTYPES: dict[str, int] = {"f16": 1, "q8_0": 7, "bf16": 32}
+WEIGHT_CHOICES = (AUTO, AS_IS, *FTYPES)
+
+
+def model_cache_dir() -> Path:
+    """Folder for converted weights: $PRAG_MODEL_CACHE, else ~/.cache/prag/gguf (shared by every prag home)."""
+    return Path(os.environ.get("PRAG_MODEL_CACHE") or Path.home() / ".cache" / "prag" / "gguf").expanduser()
+
+
+def cpu_features() -> set[str]:
+    """The SIMD features the installed llama.cpp build reports (e.g. {"AVX2", "AVX512_BF16"})."""
+    import llama_cpp
+
+    info = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+    return {name for name, on in re.findall(r"(\w+) = (\d)", info) if on == "1"}
+
+
+def resolve_weight_type(choice: str) -> str:
+    """The weight type to run for a setting: "auto" is bf16 when llama.cpp has AVX512_BF16 kernels, else as shipped."""
+    if choice not in WEIGHT_CHOICES:
+        raise GenerationError(f"generator.llama_cpp_weights must be one of {list(WEIGHT_CHOICES)}, got {choice!r}")
+    if choice != AUTO:
+        return choice
+    return "bf16" if "AVX512_BF16" in cpu_features() else AS_IS
+
+
+def converted_gguf(source: Path, weight_type: str, cache_dir: Path | None = None) -> Path:
+    """source converted to weight_type (cached by the source's size, mtime and name); source itself for "as_is"."""
+    if weight_type == AS_IS:
+        return source
+    if weight_type not in FTYPES:
+        raise GenerationError(f"unknown llama.cpp weight type {weight_type!r}; choose one of {list(FTYPES)}")
+    stat = source.stat()
+    key = hashlib.sha1(f"{source.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:10]
+    folder = cache_dir or model_cache_dir()
+    target = folder / f"{source.stem}.{weight_type}-{key}.gguf"
+    if target.is_file():
+        return target
+    import llama_cpp
+
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(f".partial-{os.getpid()}")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = FTYPES[weight_type]
+    params.allow_requantize = True
+    params.nthread = os.cpu_count() or 1
+    status = llama_cpp.llama_model_quantize(str(source).encode(), str(partial).encode(), params)
+    if status != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        raise GenerationError(f"llama.cpp could not convert {source} to {weight_type} (status {status})")
+    partial.replace(target)  # atomic: a concurrent or interrupted conversion never leaves a half-written file
+    return target

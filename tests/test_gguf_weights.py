@@ -1,0 +1,94 @@
+"""llama.cpp weight types: the packaged GGUF converted once (cached) and scored exactly like token-by-token decoding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from prag_models.config import ConfigError, GeneratorSettings, load_settings
+from prag_models.llm.base import GenerationError, log_softmax
+from prag_models.llm.gguf_weights import converted_gguf, cpu_features, resolve_weight_type
+from prag_models.llm.llamacpp_backend import LlamaCppGenerator
+from prag_models.llm.packaged import packaged_gguf_path
+
+TAGS = ["sci-fi", "based on a book", "dark comedy"]
+PROMPT = "Pick one tag from [sci-fi, based on a book, dark comedy] for: a spaceship crew explores a far galaxy."
+
+
+def test_weight_setting_is_validated() -> None:
+    assert load_settings(environ={"PRAG__GENERATOR__LLAMA_CPP_WEIGHTS": "q8_0"}).generator.llama_cpp_weights == "q8_0"
+    with pytest.raises(ConfigError, match="llama_cpp_weights"):
+        load_settings(environ={"PRAG__GENERATOR__LLAMA_CPP_WEIGHTS": "int3"})
+    with pytest.raises(GenerationError, match="llama_cpp_weights"):
+        resolve_weight_type("int3")
+
+
+def test_auto_follows_the_llama_cpp_build() -> None:
+    expected = "bf16" if "AVX512_BF16" in cpu_features() else "as_is"
+    assert resolve_weight_type("auto") == expected
+    assert resolve_weight_type("as_is") == "as_is" and resolve_weight_type("f16") == "f16"
+    assert "AVX2" in cpu_features()  # the build's report is parsed, not empty
+
+
+def test_conversion_is_cached_and_atomic(tmp_path: Path) -> None:
+    source = packaged_gguf_path()
+    assert converted_gguf(source, "as_is", tmp_path) == source
+    target = converted_gguf(source, "q8_0", tmp_path)
+    assert target.parent == tmp_path and target.name.startswith("SmolLM2-135M-Instruct.Q4_1.q8_0-")
+    assert target.stat().st_size > source.stat().st_size  # 8-bit weights are larger than 4-bit ones
+    mtime = target.stat().st_mtime_ns
+    assert converted_gguf(source, "q8_0", tmp_path) == target and target.stat().st_mtime_ns == mtime
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]  # no partial files left behind
+    with pytest.raises(GenerationError, match="weight type"):
+        converted_gguf(source, "int3", tmp_path)
+
+
+def test_converted_model_generates_under_its_own_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PRAG_MODEL_CACHE", str(tmp_path))
+    gen = LlamaCppGenerator(GeneratorSettings(n_ctx=512, llama_cpp_weights="q8_0"))
+    try:
+        assert gen.model_id == "llama_cpp:SmolLM2-135M-Instruct.Q4_1.gguf@q8_0"
+        assert gen.model_path.parent == tmp_path
+        assert gen.generate(["Name a colour."], 8)[0].strip()
+    finally:
+        gen.close()
+
+
+def test_one_decode_per_choice_equals_token_by_token_scoring() -> None:
+    gen = LlamaCppGenerator(GeneratorSettings(n_ctx=512, llama_cpp_weights="as_is"))
+    try:
+        scores = gen.score_choices([PROMPT], TAGS)[0]
+        llm = gen._llm
+        with_prompt, whole = gen._formatters
+        user = [{"role": "user", "content": PROMPT}]
+        prefix = with_prompt(messages=user).prompt
+        base = gen._special_tokens(prefix)
+        for tag, score in zip(TAGS, scores, strict=True):
+            full = whole(messages=[*user, {"role": "assistant", "content": tag}]).prompt
+            answer = gen._special_tokens(full[len(prefix) :].rstrip())
+            assert len(answer) >= 2  # the label plus the end-of-turn marker
+            llm.reset()
+            llm.eval(base)
+            total = 0.0
+            for token in answer:  # reference: one decode per token, reading the last position's logits
+                logits = np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),))
+                total += float(log_softmax(logits.astype(np.float64))[token])
+                llm.eval([token])
+            assert score == pytest.approx(total, abs=2e-3)
+    finally:
+        gen.close()
+
+
+def test_scores_do_not_depend_on_what_was_scored_before() -> None:
+    # bf16 when the build supports it: its 1-token kernel path differs from the batch path, which prefix reuse avoids
+    gen = LlamaCppGenerator(GeneratorSettings(n_ctx=512))
+    try:
+        fresh = gen.score_choices([PROMPT], TAGS)[0]
+        again = gen.score_choices([PROMPT], TAGS)[0]  # the whole prompt is in the KV cache already
+        gen.score_choices(["Pick one tag from [sci-fi, comedy] for: a cat sleeps all day."], TAGS)
+        after_other = gen.score_choices([PROMPT], TAGS)[0]  # shares the chat template's system turn only
+        assert again == fresh and after_other == fresh
+    finally:
+        gen.close()

@@ -35,7 +35,7 @@ class DataSettings:
     max_eval_samples: int = 0  # 0 = all dev samples
     demo_users: int = 48  # users per task in the embedded demo
     demo_communities: int = 6
-    demo_dev_samples: int = 12  # dev samples per task in the embedded demo (sized for a main job of minutes)
+    demo_dev_samples: int = 8  # dev samples per task in the embedded demo (sized for a main job of about 10 minutes)
     demo_seed: int = 7
     real_data_dir: str = ""  # folder with personabench/ and longmemeval/ (e.g. ../shared/data)
 
@@ -63,6 +63,9 @@ class GeneratorSettings:
     # LaMP-1/2/3: answer with the label of highest log-likelihood instead of generating and parsing (backends that
     # expose log-probabilities: llama_cpp, transformers, vllm; openai always generates)
     label_scoring: bool = True
+    # Label scoring: subtract each label's log-likelihood for a content-free input ("N/A") of the same prompt form
+    # (contextual calibration, Zhao et al. 2021), so that a model's fixed label preference does not decide alone
+    label_calibration: bool = True
     n_ctx: int = 2048
     threads: int = 2
     # llama_cpp: run the GGUF as shipped ("as_is") or converted once to bf16 | f16 | q8_0 (cached under

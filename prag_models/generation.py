@@ -10,7 +10,7 @@ from prag_models.config import GeneratorSettings, PromptSettings
 from prag_models.data.tasks import LABELS, TASK_KIND
 from prag_models.llm.base import GenerationError, Generator
 from prag_models.llm.cache import cached_outputs, generate_cached
-from prag_models.prompts import budget_documents, build_prompt, parse_output
+from prag_models.prompts import budget_documents, build_prompt, content_free_prompts, has_profile, parse_output
 
 if TYPE_CHECKING:
     import duckdb
@@ -45,11 +45,35 @@ def answer_mode(task: str, settings: GeneratorSettings) -> str:
     return GENERATION
 
 
-def choose_labels(task: str, generator: Generator, prompts: Sequence[str]) -> list[str]:
-    """For each prompt, the task label the model finds most likely as its whole answer (ties: first label)."""
+def label_priors(task: str, generator: Generator) -> tuple[list[float], list[float]]:
+    """Log-likelihood of each label for the content-free zero-shot and with-profile prompts ("N/A" input)."""
+    zero_shot, with_profile = generator.score_choices(list(content_free_prompts(task)), LABELS[task])
+    return zero_shot, with_profile
+
+
+def choose_labels(
+    task: str, generator: Generator, prompts: Sequence[str], priors: tuple[list[float], list[float]] | None = None
+) -> list[str]:
+    """For each prompt, the task label the model finds most likely as its whole answer (ties: first label).
+
+    With priors (label_priors), each label's log-likelihood is first reduced by its content-free log-likelihood for
+    the same prompt form, i.e. contextual calibration (Zhao et al., 2021, "Calibrate Before Use"): a small model's
+    preference for one label whatever the input (the packaged 135M model answers "1" to nearly every LaMP-3 review)
+    no longer hides what the input and the retrieved documents change.
+    """
     labels = LABELS[task]
     rows = generator.score_choices(prompts, labels)
+    if priors is not None:
+        rows = [
+            [s - p for s, p in zip(row, priors[1] if has_profile(prompt) else priors[0], strict=True)]
+            for row, prompt in zip(rows, prompts, strict=True)
+        ]
     return [labels[max(range(len(labels)), key=row.__getitem__)] for row in rows]
+
+
+def label_scoring_key(generator: Generator, settings: GeneratorSettings) -> str:
+    """Cache key of label-scored answers: the model id plus the scoring variant (calibrated or not)."""
+    return f"{generator.model_id}#{LABEL_SCORING}" + ("+calibrated" if settings.label_calibration else "")
 
 
 def answer_cached(
@@ -63,7 +87,7 @@ def answer_cached(
 ) -> tuple[list[str], int]:
     """Raw answers to a task's prompts through the DuckDB cache, and how many prompts the model actually ran.
 
-    Label scoring caches the chosen label under "<model_id>#label_scoring" (budget 0); generation caches the
+    Label scoring caches the chosen label under label_scoring_key (budget 0); generation caches the
     completion under the model id and its new-token budget (max_new_tokens, default: the task's budget).
     """
     if answer_mode(task, settings) == LABEL_SCORING:
@@ -72,14 +96,15 @@ def answer_cached(
                 f"{generator.model_id} cannot score labels (no log-probabilities or chat template); "
                 "set generator.label_scoring = false to generate and parse instead"
             )
+        priors: list[tuple[list[float], list[float]]] = []  # computed once, and only if a prompt is not cached
+
+        def choose(batch: list[str]) -> list[str]:
+            if settings.label_calibration and not priors:
+                priors.append(label_priors(task, generator))
+            return choose_labels(task, generator, batch, priors[0] if priors else None)
+
         return cached_outputs(
-            con,
-            f"{generator.model_id}#{LABEL_SCORING}",
-            0,
-            prompts,
-            lambda batch: choose_labels(task, generator, batch),
-            settings.batch_size,
-            progress,
+            con, label_scoring_key(generator, settings), 0, prompts, choose, settings.batch_size, progress
         )
     budget = max_new_tokens_for(task, settings) if max_new_tokens is None else max_new_tokens
     return generate_cached(generator, prompts, budget, con, settings.batch_size, progress)

@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 
-from prag_models.data.tasks import LABELS, LAMP2_TAGS
+from prag_models.data.tasks import INPUT_TEMPLATES, LABELS, LAMP2_TAGS
 
 #: Bump when the prompt text changes: it is part of the feedback-label key.
 PROMPT_VERSION = "v1"
@@ -67,6 +67,22 @@ def budget_documents(
     return fitted, query
 
 
+PROFILE_HEADER = "The historical profiles are as follows:"
+CONTENT_FREE = "N/A"
+
+
+def has_profile(prompt: str) -> bool:
+    """True for a LaMP prompt that holds retrieved profile documents (False: zero-shot)."""
+    return prompt.startswith(PROFILE_HEADER)
+
+
+def content_free_prompts(task: str) -> tuple[str, str]:
+    """(zero-shot, with-profile) LaMP prompts whose user input and document are "N/A" (label-prior calibration)."""
+    fields = {"t": CONTENT_FREE, "a": CONTENT_FREE, "b": CONTENT_FREE, "x": CONTENT_FREE}
+    user_input = INPUT_TEMPLATES[task].format(**fields)
+    return build_prompt(task, user_input, []), build_prompt(task, user_input, [CONTENT_FREE])
+
+
 def build_prompt(task: str, user_input: str, docs: Sequence[str]) -> str:
     """The LaMP prompt: retrieved profile documents, the task instruction, then the user input (zero-shot: no docs)."""
     instruction = _INSTRUCTIONS[task]
@@ -74,7 +90,7 @@ def build_prompt(task: str, user_input: str, docs: Sequence[str]) -> str:
         return f"{instruction[0].upper()}{instruction[1:]}\nUser input: {user_input}"
     profiles = "\n".join(f"{i}. {d}" for i, d in enumerate(docs, 1))
     return (
-        f"The historical profiles are as follows:\n{profiles}\n"
+        f"{PROFILE_HEADER}\n{profiles}\n"
         f"Based on the historical profiles provided, {instruction}\nUser input: {user_input}"
     )
 

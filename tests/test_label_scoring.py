@@ -10,11 +10,19 @@ import pytest
 
 from prag_models.config import GeneratorSettings, load_settings
 from prag_models.data.tasks import LABELS
-from prag_models.generation import GENERATION, LABEL_SCORING, answer_cached, answer_mode, choose_labels
+from prag_models.generation import (
+    GENERATION,
+    LABEL_SCORING,
+    answer_cached,
+    answer_mode,
+    choose_labels,
+    label_priors,
+    label_scoring_key,
+)
 from prag_models.llm.base import GenerationError, Generator, answer_continuation
 from prag_models.llm.factory import make_generator
 from prag_models.methods.cfrag.pipeline import feedback_prompt_version
-from prag_models.prompts import build_prompt
+from prag_models.prompts import build_prompt, content_free_prompts
 
 TAG_PROMPT = "Pick one tag from [sci-fi, comedy, dark comedy, romance] for: a spaceship crew explores a far galaxy."
 TAGS = ["sci-fi", "comedy", "dark comedy", "romance"]
@@ -50,7 +58,9 @@ def test_answer_mode_follows_task_backend_and_switch() -> None:
 def test_feedback_labels_are_keyed_by_answer_mode() -> None:
     scoring = load_settings(environ={})
     generating = load_settings(environ={"PRAG__GENERATOR__LABEL_SCORING": "false"})
-    assert feedback_prompt_version("LaMP-2", scoring).endswith(".ls")
+    assert feedback_prompt_version("LaMP-2", scoring).endswith(".lsc")
+    uncalibrated = load_settings(environ={"PRAG__GENERATOR__LABEL_CALIBRATION": "false"})
+    assert feedback_prompt_version("LaMP-2", uncalibrated).endswith(".ls")
     assert feedback_prompt_version("LaMP-2", generating).endswith(".n8")
     assert feedback_prompt_version("LaMP-5", scoring) == feedback_prompt_version("LaMP-5", generating)
 
@@ -63,7 +73,7 @@ def test_choose_labels_takes_the_argmax_and_the_first_on_ties() -> None:
 
 def test_label_answers_are_cached_apart_from_generations(tmp_path: Path) -> None:
     con = duckdb.connect(str(tmp_path / "cache.duckdb"))
-    settings = GeneratorSettings(batch_size=2)
+    settings = GeneratorSettings(batch_size=2, label_calibration=False)  # calibration: see the test above
     scorer = TableScorer({"5": -0.1})
     out, ran = answer_cached("LaMP-3", scorer, ["a", "b", "a"], settings, con)
     assert out == ["5", "5", "5"] and ran == 2 and scorer.scored == ["a", "b"]
@@ -90,6 +100,38 @@ def test_answer_continuation_rejects_a_template_that_rewrites_the_prompt() -> No
     assert answer_continuation("<u>hi</u><a>", "<u>hi</u><a>4</a>\n", "4") == "4</a>"
     with pytest.raises(GenerationError, match="prefix-stable"):
         answer_continuation("<u>hi</u><a>", "<u>HI</u><a>4</a>", "4")
+
+
+class BiasedScorer(Generator):
+    """A model that prefers "1" for every input, and "4" a little more when the prompt holds a 4-rated document."""
+
+    model_id = "biased:v1"
+    can_score_choices = True
+
+    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+        return ["1"] * len(prompts)
+
+    def score_choices(self, prompts: Sequence[str], choices: Sequence[str]) -> list[list[float]]:
+        base = {"1": -1.0, "2": -5.0, "3": -5.0, "4": -4.0, "5": -5.0}
+        return [[base[c] + (2.0 if c == "4" and "'score': 4" in p else 0.0) for c in choices] for p in prompts]
+
+
+def test_calibration_removes_a_fixed_label_preference(tmp_path: Path) -> None:
+    zero_shot, with_profile = content_free_prompts("LaMP-3")
+    assert "N/A" in zero_shot and not zero_shot.startswith("The historical") and with_profile.startswith("The hist")
+    scorer = BiasedScorer()
+    priors = label_priors("LaMP-3", scorer)
+    rated = build_prompt("LaMP-3", "Great blender.", ["'review': loud but fine 'score': 4"])
+    plain = build_prompt("LaMP-3", "Great blender.", [])
+    assert choose_labels("LaMP-3", scorer, [rated, plain]) == ["1", "1"]  # the fixed preference wins uncalibrated
+    assert choose_labels("LaMP-3", scorer, [rated, plain], priors) == ["4", "1"]  # only the evidence moves it
+    con = duckdb.connect(str(tmp_path / "cache.duckdb"))
+    on, off = GeneratorSettings(backend="llama_cpp"), GeneratorSettings(backend="llama_cpp", label_calibration=False)
+    assert label_scoring_key(scorer, on) != label_scoring_key(scorer, off)
+    assert answer_cached("LaMP-3", scorer, [rated], on, con)[0] == ["4"]
+    assert answer_cached("LaMP-3", scorer, [rated], off, con)[0] == ["1"]  # its own cache entry, not the other's
+    assert answer_cached("LaMP-3", scorer, [rated], on, con) == (["4"], 0)  # cached: no model call
+    con.close()
 
 
 # ---------------------------------------------------------------- real packaged SmolLM2 through llama.cpp

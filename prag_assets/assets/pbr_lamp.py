@@ -5,8 +5,8 @@ configured LLM from the top pbr.lamp_k1 profile documents) fused with the P-Anch
 w1 f_avg + w2 r; ``pbr_anchor_only`` — PBR w/o P-PRF, q* = q + g, no LLM. Top retrieval.k by inner product.
 
 Demo budget of ``pbr``: 2 generations per dev sample (utterances + reasoning), at most pbr.lamp_max_new_tokens new
-tokens each with the shown documents cut to pbr.lamp_history_tokens: 2 x 12 dev samples x 6 tasks = 144 generations
-on the embedded demo (about 1.2 s each with the packaged SmolLM2 on 2 free cores: ~6 min), kept in generation_cache
+tokens each with the shown documents cut to pbr.lamp_history_tokens: 2 x 8 dev samples x 6 tasks = 96 generations
+on the embedded demo (about 0.6 s each with the packaged SmolLM2 on 2 cores: ~1 min), kept in generation_cache
 (a re-run generates none).
 """
 

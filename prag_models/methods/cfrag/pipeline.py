@@ -107,7 +107,7 @@ def feedback_prompt_version(task: str, settings: Settings) -> str:
     """The prompt part of the feedback-label key: prompt text version, CFRAG version, token budget or label scoring."""
     p = settings.prompt
     if answer_mode(task, settings.generator) == LABEL_SCORING:
-        answer = "ls"
+        answer = "lsc" if settings.generator.label_calibration else "ls"
     else:
         answer = f"n{feedback_max_new_tokens(task, settings)}"
     return f"{PROMPT_VERSION}.{settings.cfrag.prompt_version}.L{p.max_prompt_tokens}.g{p.query_share}.{answer}"

@@ -9,8 +9,9 @@ the embedded demo (3 profile documents each, as the `generations` asset builds t
 - LaMP-2 label scoring: the 15 tags scored with the prompt's KV cache shared.
 
 The baseline is the packaged Q4_1 GGUF as shipped with OMP_WAIT_POLICY=PASSIVE and no flash attention (prag's
-defaults until this benchmark was written); every other row runs with the defaults (libgomp's wait policy, flash
-attention on) and the named weight type (generator.llama_cpp_weights). Prints seconds per prompt, the speed-up over
+llama.cpp settings before this benchmark; today's one-decode-per-label scoring is in every row); every other row runs
+with the defaults (libgomp's wait policy, flash attention on) and the named weight type (generator.llama_cpp_weights).
+Labels are chosen without calibration (throughput only). Prints seconds per prompt, the speed-up over
 the baseline, how many LaMP-2 labels agree with the baseline's, and each process's peak RSS. bf16 needs a llama.cpp
 build with AVX512_BF16 (scripts/setup.sh builds one when the CPU has it); without it bf16 is emulated and slow.
 """

@@ -1,7 +1,7 @@
 """Choose and prepare the weight type llama.cpp runs: a GGUF as shipped, or converted once to bf16 / f16 / q8_0.
 
 The packaged SmolLM2 ships as Q4_1. On CPUs whose llama.cpp build has AVX512_BF16, the same weights converted to
-bf16 evaluate prompts about twice as fast (benchmarks/llama_cpp_weights.py); the converted file is cached.
+bf16 run about 1.8x faster (benchmarks/llama_cpp_weights.py); the converted file is cached.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ from typing import Any
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ALL_TASKS: tuple[str, ...] = ("LaMP-1", "LaMP-2", "LaMP-3", "LaMP-4", "LaMP-5", "LaMP-7")
+#: generator.llama_cpp_weights values (prag_models/llm/gguf_weights.py)
+LLAMA_CPP_WEIGHTS: tuple[str, ...] = ("auto", "as_is", "bf16", "f16", "q8_0")
 
 
 class ConfigError(ValueError):
@@ -372,10 +374,9 @@ def _validate(s: Settings) -> None:
         raise ConfigError("data.source = 'lamp' needs data.lamp_dir (the folder with the LaMP files)")
     if s.generator.backend not in {"llama_cpp", "transformers", "openai", "vllm", "fake"}:
         raise ConfigError(f"generator.backend unknown: {s.generator.backend!r}")
-    if s.generator.llama_cpp_weights not in {"auto", "as_is", "bf16", "f16", "q8_0"}:
-        raise ConfigError(
-            f"generator.llama_cpp_weights must be auto, as_is, bf16, f16 or q8_0, got {s.generator.llama_cpp_weights!r}"
-        )
+    if s.generator.llama_cpp_weights not in LLAMA_CPP_WEIGHTS:
+        weights = s.generator.llama_cpp_weights
+        raise ConfigError(f"generator.llama_cpp_weights must be one of {list(LLAMA_CPP_WEIGHTS)}, got {weights!r}")
     if s.clustering.algorithm not in {"hdbscan", "kmeans"}:
         raise ConfigError(f"clustering.algorithm must be 'hdbscan' or 'kmeans', got {s.clustering.algorithm!r}")
     if s.retrieval.k < 1 or s.clustering.similar_users < 1:

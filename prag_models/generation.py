@@ -47,7 +47,7 @@ def answer_mode(task: str, settings: GeneratorSettings) -> str:
 
 def label_priors(task: str, generator: Generator) -> tuple[list[float], list[float]]:
     """Log-likelihood of each label for the content-free zero-shot and with-profile prompts ("N/A" input)."""
-    zero_shot, with_profile = generator.score_choices(list(content_free_prompts(task)), LABELS[task])
+    zero_shot, with_profile = generator.score_choices(content_free_prompts(task), LABELS[task])
     return zero_shot, with_profile
 
 

@@ -11,13 +11,13 @@ import os
 import re
 from pathlib import Path
 
+from prag_models.config import LLAMA_CPP_WEIGHTS as WEIGHT_CHOICES
 from prag_models.llm.base import GenerationError
 
 AS_IS = "as_is"
 AUTO = "auto"
 #: Weight types a GGUF can be converted to, with llama.cpp's LLAMA_FTYPE_MOSTLY_* numbers.
 FTYPES: dict[str, int] = {"f16": 1, "q8_0": 7, "bf16": 32}
-WEIGHT_CHOICES = (AUTO, AS_IS, *FTYPES)
 
 
 def model_cache_dir() -> Path:

@@ -23,7 +23,7 @@ class LlamaCppGenerator(Generator):
                 "which does not exist"
             )
         # OMP_WAIT_POLICY=PASSIVE would make OpenMP threads sleep between the many tiny matmuls of a 135M model:
-        # about 1.8x slower on an idle machine (benchmarks/llama_cpp_weights.py), so the default policy is kept.
+        # about 1.5-1.6x slower on an idle machine (benchmarks/llama_cpp_weights.py), so the default policy is kept.
         try:
             from llama_cpp import Llama
         except ImportError as exc:

@@ -17,12 +17,14 @@ from prag_assets.assets import (
     pbr_eval,
     pbr_lamp,
     retrieval,
+    retrieval_evaluation,
     users,
 )
 from prag_assets.checks.cfrag_checks import cfrag_checks
 from prag_assets.checks.history_checks import history_checks
 from prag_assets.checks.lamp_checks import lamp_checks
 from prag_assets.checks.pbr_checks import pbr_checks
+from prag_assets.checks.retrieval_eval_checks import retrieval_eval_checks
 from prag_assets.promotion_jobs import promotion_jobs
 from prag_assets.resources import default_resources
 from prag_assets.sensors import jobs, schedules, sensors
@@ -31,13 +33,20 @@ from prag_assets.sensors import jobs, schedules, sensors
 # One call: a module re-exporting an imported asset must not load it twice.
 lamp_assets = dg.load_assets_from_modules(
     [lamp_data, embeddings, users, retrieval, cfrag_users, cfrag_training, cfrag, pbr_lamp, generation, evaluation,
-     cfrag_promotion, history, pbr_eval]
+     retrieval_evaluation, cfrag_promotion, history, pbr_eval]
 )  # fmt: skip
 
 # In-process: models load once per run and DuckDB sees one writer; the pool also guards multi-process setups.
 defs = dg.Definitions(
     assets=lamp_assets,
-    asset_checks=[*lamp_checks, *cfrag_checks, *cfrag_promotion.promotion_checks, *history_checks, *pbr_checks],
+    asset_checks=[
+        *lamp_checks,
+        *cfrag_checks,
+        *cfrag_promotion.promotion_checks,
+        *history_checks,
+        *pbr_checks,
+        *retrieval_eval_checks,
+    ],
     jobs=[*jobs, *promotion_jobs],
     sensors=sensors,
     schedules=schedules,

@@ -35,9 +35,9 @@ class DataSettings:
     split_kind: str = "time"  # time | original (LaMP folder naming: LaMP_1_time or LaMP_1)
     tasks: tuple[str, ...] = ALL_TASKS
     max_eval_samples: int = 0  # 0 = all dev samples
-    demo_users: int = 48  # users per task in the embedded demo
+    demo_users: int = 96  # users per task in the embedded demo
     demo_communities: int = 6
-    demo_dev_samples: int = 8  # dev samples per task in the embedded demo (sized for a main job of about 10 minutes)
+    demo_dev_samples: int = 48  # dev samples per task in the embedded demo: every one is retrieved and evaluated
     demo_seed: int = 7
     real_data_dir: str = ""  # folder with personabench/ and longmemeval/ (e.g. ../shared/data)
 
@@ -93,24 +93,21 @@ class RetrievalSettings:
 
     k: int = 3
     seed: int = 0
+    # Methods the LLM evaluation generates for (every retrieval method is also scored without an LLM by
+    # lamp_retrieval_evaluation, the CFRAG ablations of §2.8 included; add them here to generate for them too).
     methods: tuple[str, ...] = (
         "zero_shot",
         "random",
         "recency",
         "bm25",
         "dense",
+        "dense_global",
         "clusterrag_user_only",
         "clusterrag_collaborative",
         "clusterrag_hybrid",
         "clusterrag_two_stage",
-        # CFRAG (METHODS §2) and its ablations (§2.8); see prag_models/methods/cfrag/pipeline.py
+        "clusterrag_community",
         "cfrag",
-        "cfrag_no_user_retrieval",
-        "cfrag_mean_user_emb",
-        "cfrag_no_retriever_tuning",
-        "cfrag_no_sud",
-        "cfrag_no_reranker_tuning",
-        "cfrag_no_reranker_eu",
         # PBR query side over the user's own profile (METHODS §4); see prag_assets/assets/pbr_lamp.py
         "pbr",
         "pbr_anchor_only",
@@ -128,6 +125,10 @@ class ClusteringSettings:
     similar_users: int = 3  # top-k similar users inside the cluster
     two_stage_top_clusters: int = 2  # B
     two_stage_min_cluster_size: int = 2
+    # Community-wide mode (clusterrag_community): the documents of the user's whole cluster, or of its top-N most
+    # similar users when community_top_n > 0, ranked by cos(q, d) + community_user_weight · cos(z_u, z_author).
+    community_top_n: int = 0
+    community_user_weight: float = 0.5
     seed: int = 0
 
 

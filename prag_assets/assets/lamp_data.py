@@ -5,7 +5,13 @@ import dagster as dg
 from prag_assets.common import preview, run_tasks
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
-from prag_models.data.source import load_task_samples, sample_profiles_frame, samples_frame, user_profiles
+from prag_models.data.source import (
+    demo_truth_frames,
+    load_task_samples,
+    sample_profiles_frame,
+    samples_frame,
+    user_profiles,
+)
 from prag_models.store import read_rows, replace_rows
 
 GROUP = "lamp_data"
@@ -17,7 +23,8 @@ GROUP = "lamp_data"
     backfill_policy=single_run,
     pool=DUCKDB_POOL,
     kinds={"duckdb"},
-    description="LaMP questions and golds of the train and dev splits (demo or LaMP folder), validated on load.",
+    description="LaMP questions and golds of the train and dev splits (demo or LaMP folder), validated on load; "
+    "for the demo also its planted truth (tables relevance_labels, planted_communities).",
 )
 def lamp_samples(
     context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
@@ -31,6 +38,9 @@ def lamp_samples(
             frame = samples_frame(task, splits)
             replace_rows(con, "lamp_samples", frame, {"task": task})
             replace_rows(con, "lamp_sample_profiles", sample_profiles_frame(task, splits), {"task": task})
+            relevance, communities = demo_truth_frames(settings, task)
+            replace_rows(con, "relevance_labels", relevance, {"task": task})
+            replace_rows(con, "planted_communities", communities, {"task": task})
             counts.update({f"{task}/{split}": len(samples) for split, samples in splits.items()})
     context.log.info(f"loaded samples: {counts}")
     last = samples_frame(*next(reversed(loaded.items()))) if loaded else None

@@ -45,8 +45,17 @@ REPLAY_SOURCE = "replay:pbr_cached_expansions.json"
 #: Datasets with the PBR authors' cached P-PRF expansions (pbr.expansion_source = auto | replay replays them).
 REPLAYABLE = ("personabench",)
 RECALL_METRIC = {"personabench": "recall", "longmemeval": "recall_any"}
-LABELS = {"base": "Base", "pbr": "PBR", "pbr_wo_anchor": "PBR w/o P-Anchor", "pbr_wo_prf": "PBR w/o P-PRF",
-          "hyde": "HyDE", "query2term": "Query2Term", "mill": "MILL", "cot": "CoT", "thinkqe": "ThinkQE"}
+LABELS = {
+    "base": "Base",
+    "pbr": "PBR",
+    "pbr_wo_anchor": "PBR w/o P-Anchor",
+    "pbr_wo_prf": "PBR w/o P-PRF",
+    "hyde": "HyDE",
+    "query2term": "Query2Term",
+    "mill": "MILL",
+    "cot": "CoT",
+    "thinkqe": "ThinkQE",
+}
 _DDL = {
     "query_expansions": "dataset VARCHAR, q_id VARCHAR, user_id VARCHAR, method VARCHAR, source VARCHAR, "
     "utterances_json VARCHAR, text VARCHAR, parse_fallback VARCHAR",
@@ -64,15 +73,19 @@ def run_datasets(context: dg.AssetExecutionContext | dg.AssetCheckExecutionConte
     if unknown:
         raise ValueError(f"pbr.datasets: unknown dataset(s) {unknown}; known: {list(DATASETS)}")
     if not settings.data.real_data_dir:
-        context.log.warning("data.real_data_dir is not set: the retrieval_eval group is skipped (set it, e.g. "
-                            "PRAG__DATA__REAL_DATA_DIR=../shared/data)")
+        context.log.warning(
+            "data.real_data_dir is not set: the retrieval_eval group is skipped (set it, e.g. "
+            "PRAG__DATA__REAL_DATA_DIR=../shared/data)"
+        )
         return []
     root = real_data_root(settings)
     found = [d for d in settings.pbr.datasets if _present(root, d)]
     missing = [d for d in settings.pbr.datasets if d not in found]
     if not found:
-        raise ValueError(f"data.real_data_dir {str(root)!r}: none of the datasets {list(settings.pbr.datasets)} "
-                         "found (expected personabench/community_1/ and/or longmemeval/longmemeval_s_3.json)")
+        raise ValueError(
+            f"data.real_data_dir {str(root)!r}: none of the datasets {list(settings.pbr.datasets)} "
+            "found (expected personabench/community_1/ and/or longmemeval/longmemeval_s_3.json)"
+        )
     if missing:
         context.log.warning(f"datasets {missing} not found under {root}: skipped")
     return found
@@ -116,8 +129,10 @@ def read_corpus(con, dataset: str) -> tuple[list[RetrievalQuestion], dict[str, l
     for r in segs.itertuples():
         by_user.setdefault(r.user_id, []).append(Segment(r.user_id, r.segment_id, r.text, r.source))
     qs = read_rows(con, "personal_questions", {"dataset": dataset}, order_by="position")
-    questions = [RetrievalQuestion(dataset, r.user_id, r.q_id, r.question, json.loads(r.gold_json), r.category,
-                                   r.answer) for r in qs.itertuples()]
+    questions = [
+        RetrievalQuestion(dataset, r.user_id, r.q_id, r.question, json.loads(r.gold_json), r.category, r.answer)
+        for r in qs.itertuples()
+    ]
     return questions, by_user
 
 
@@ -125,18 +140,26 @@ def seeded_cache(con, dataset: str, settings: Settings, models: ModelsResource) 
     """An EmbeddingCache holding the dataset's segment_embeddings; other texts go through embedding_cache."""
     rows = con.execute(
         "SELECT s.text, e.model_id, e.embedding FROM personal_segments s JOIN segment_embeddings e "
-        "USING (dataset, user_id, segment_id) WHERE dataset = ?", [dataset]).fetchall()
+        "USING (dataset, user_id, segment_id) WHERE dataset = ?",
+        [dataset],
+    ).fetchall()
     stale = {m for _, m, _ in rows} - {settings.embedder.model}
     if stale or not rows:
-        raise ValueError(f"{dataset}: segment_embeddings missing or made with {sorted(stale)}, not "
-                         f"{settings.embedder.model!r}: materialize segment_embeddings first")
+        raise ValueError(
+            f"{dataset}: segment_embeddings missing or made with {sorted(stale)}, not "
+            f"{settings.embedder.model!r}: materialize segment_embeddings first"
+        )
     cache = EmbeddingCache(CachedEmbedder(con, models, settings.embedder.model, len(rows[0][2])))
     cache.vectors.update({text: np.asarray(vec, dtype=np.float32) for text, _, vec in rows})
     return cache
 
 
-@dg.asset(kinds={"duckdb"}, description="Each person's (PersonaBench) or question's (LongMemEval) segments and the "
-          "questions with gold segment ids and category, from data.real_data_dir (METHODS §4.5).", **_COMMON)
+@dg.asset(
+    kinds={"duckdb"},
+    description="Each person's (PersonaBench) or question's (LongMemEval) segments and the "
+    "questions with gold segment ids and category, from data.real_data_dir (METHODS §4.5).",
+    **_COMMON,
+)
 def personal_corpora(
     context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
 ) -> Iterator[dg.MaterializeResult]:
@@ -157,25 +180,55 @@ def personal_corpora(
             else:
                 (questions, segments), skipped = load_longmemeval(root), {}
             seg_frame = pd.DataFrame(
-                [(dataset, u, ui, i, s.segment_id, s.source, s.text, content_hash(s.text))
-                 for ui, (u, segs) in enumerate(segments.items()) for i, s in enumerate(segs)],
-                columns=["dataset", "user_id", "user_position", "position", "segment_id", "source", "text",
-                         "content_hash"])
+                [
+                    (dataset, u, ui, i, s.segment_id, s.source, s.text, content_hash(s.text))
+                    for ui, (u, segs) in enumerate(segments.items())
+                    for i, s in enumerate(segs)
+                ],
+                columns=[
+                    "dataset",
+                    "user_id",
+                    "user_position",
+                    "position",
+                    "segment_id",
+                    "source",
+                    "text",
+                    "content_hash",
+                ],
+            )
             last = pd.DataFrame(
-                [(dataset, i, q.q_id, q.user, q.question, q.category, q.answer, json.dumps(q.gold_sets))
-                 for i, q in enumerate(questions)],
-                columns=["dataset", "position", "q_id", "user_id", "question", "category", "answer", "gold_json"])
+                [
+                    (dataset, i, q.q_id, q.user, q.question, q.category, q.answer, json.dumps(q.gold_sets))
+                    for i, q in enumerate(questions)
+                ],
+                columns=["dataset", "position", "q_id", "user_id", "question", "category", "answer", "gold_json"],
+            )
             replace_rows(con, "personal_segments", seg_frame, {"dataset": dataset})
             replace_rows(con, "personal_questions", last, {"dataset": dataset})
-            stats[dataset] = {"segments": len(seg_frame), "users": len(segments), "questions": len(last),
-                              "categories": last["category"].value_counts().to_dict(), "skipped": skipped}
+            stats[dataset] = {
+                "segments": len(seg_frame),
+                "users": len(segments),
+                "questions": len(last),
+                "categories": last["category"].value_counts().to_dict(),
+                "skipped": skipped,
+            }
             context.log.info(f"{dataset}: {stats[dataset]}")
-    yield dg.MaterializeResult(metadata={"per_dataset": dg.MetadataValue.json(stats), "root": str(root),
-                                         "questions_preview": preview(last.drop(columns="gold_json"))})
+    yield dg.MaterializeResult(
+        metadata={
+            "per_dataset": dg.MetadataValue.json(stats),
+            "root": str(root),
+            "questions_preview": preview(last.drop(columns="gold_json")),
+        }
+    )
 
 
-@dg.asset(deps=[personal_corpora], kinds={"duckdb", "pytorch"}, description="Unit-norm embedding of every segment "
-          "through embedding_cache (model id + content hash), shared with the LaMP graph.", **_COMMON)
+@dg.asset(
+    deps=[personal_corpora],
+    kinds={"duckdb", "pytorch"},
+    description="Unit-norm embedding of every segment "
+    "through embedding_cache (model id + content hash), shared with the LaMP graph.",
+    **_COMMON,
+)
 def segment_embeddings(
     context: dg.AssetExecutionContext,
     prag_settings: PragSettingsResource,
@@ -191,20 +244,32 @@ def segment_embeddings(
     with duckdb.connect() as con:
         for dataset in datasets:
             segs = read_rows(con, "personal_segments", {"dataset": dataset}, order_by="user_position, position")
-            emb = CachedEmbedder(con, models, settings.embedder.model,
-                                 progress=progress_logger(context, f"embedding {dataset} segments"))
+            emb = CachedEmbedder(
+                con, models, settings.embedder.model, progress=progress_logger(context, f"embedding {dataset} segments")
+            )
             matrix = emb.embed(segs["text"].tolist())
             frame = segs[["dataset", "user_id", "segment_id", "content_hash"]].assign(
-                model_id=settings.embedder.model, embedding=list(matrix))
+                model_id=settings.embedder.model, embedding=list(matrix)
+            )
             replace_rows(con, "segment_embeddings", frame, {"dataset": dataset})
             stats[dataset] = {"segments": len(frame), "newly_embedded": emb.new, "dim": emb.dim}
-    yield dg.MaterializeResult(metadata={"per_dataset": dg.MetadataValue.json(stats),
-                                         "newly_embedded": sum(s["newly_embedded"] for s in stats.values()),
-                                         "embedder": settings.embedder.model})
+    yield dg.MaterializeResult(
+        metadata={
+            "per_dataset": dg.MetadataValue.json(stats),
+            "newly_embedded": sum(s["newly_embedded"] for s in stats.values()),
+            "embedder": settings.embedder.model,
+        }
+    )
 
 
-def _qe_rows(dataset: str, questions: list[RetrievalQuestion], gen: Generator, methods: list[str],
-             docs: dict[str, list[str]], max_new: int) -> list[tuple]:
+def _qe_rows(
+    dataset: str,
+    questions: list[RetrievalQuestion],
+    gen: Generator,
+    methods: list[str],
+    docs: dict[str, list[str]],
+    max_new: int,
+) -> list[tuple]:
     """Rows of query_expansions for the QE baselines, generated (through the cache) with gen."""
     user = {q.q_id: q.user for q in questions}
     rows = []
@@ -216,10 +281,14 @@ def _qe_rows(dataset: str, questions: list[RetrievalQuestion], gen: Generator, m
     return rows
 
 
-@dg.asset(deps=[segment_embeddings], kinds={"duckdb"}, description="P-PRF pseudo utterances + reasoning (replayed "
-          "from the PBR authors' PersonaBench file, or generated) and the QE baselines' expansions (generated only "
-          "with pbr.expansion_source = generate or pbr.generate_qe); generations go through generation_cache.",
-          **_COMMON)
+@dg.asset(
+    deps=[segment_embeddings],
+    kinds={"duckdb"},
+    description="P-PRF pseudo utterances + reasoning (replayed "
+    "from the PBR authors' PersonaBench file, or generated) and the QE baselines' expansions (generated only "
+    "with pbr.expansion_source = generate or pbr.generate_qe); generations go through generation_cache.",
+    **_COMMON,
+)
 def query_expansions(
     context: dg.AssetExecutionContext,
     prag_settings: PragSettingsResource,
@@ -238,8 +307,10 @@ def query_expansions(
     wants_prf = any(m in NEEDS_EXPANSION for m in pbr.eval_methods)
     wants_qe = [m for m in pbr.eval_methods if m in qe.QE_METHODS]
     if wants_qe and not (generate or pbr.generate_qe):
-        context.log.warning(f"QE baselines {wants_qe} skipped: they need generated expansions (no cached ones exist); "
-                            "set pbr.generate_qe = true or pbr.expansion_source = 'generate' to run them")
+        context.log.warning(
+            f"QE baselines {wants_qe} skipped: they need generated expansions (no cached ones exist); "
+            "set pbr.generate_qe = true or pbr.expansion_source = 'generate' to run them"
+        )
         wants_qe = []
     with duckdb.connect() as con:
         ensure_table(con, "query_expansions")
@@ -255,39 +326,69 @@ def query_expansions(
                 expansions = load_personabench(real_data_root(settings)).expansions
                 missing = [q.q_id for q in questions if q.q_id not in expansions]
                 if missing:
-                    raise ValueError(f"personabench: no cached expansion for questions {missing[:5]}; "
-                                     "set pbr.expansion_source = 'generate'")
+                    raise ValueError(
+                        f"personabench: no cached expansion for questions {missing[:5]}; "
+                        "set pbr.expansion_source = 'generate'"
+                    )
             elif wants_prf and not generate_here:
-                context.log.warning(f"{dataset}: no cached P-PRF expansions to replay: PBR and PBR w/o P-Anchor are "
-                                    "skipped there (set pbr.expansion_source = 'generate' to generate them)")
+                context.log.warning(
+                    f"{dataset}: no cached P-PRF expansions to replay: PBR and PBR w/o P-Anchor are "
+                    "skipped there (set pbr.expansion_source = 'generate' to generate them)"
+                )
             if (wants_prf and generate_here) or wants_qe:
-                gen = gen or CachedGenerator(models.generator(), con, settings.generator.batch_size,
-                                             progress_logger(context, "expansion generation"))
+                gen = gen or CachedGenerator(
+                    models.generator(),
+                    con,
+                    settings.generator.batch_size,
+                    progress_logger(context, "expansion generation"),
+                )
             before = gen.generated if gen else 0
             if wants_prf and generate_here:
                 budget = settings.generator.n_ctx - pbr.expansion_max_new_tokens - 300
-                expansions = build_pbr_expansions(gen, questions, segments, cache, ds, pbr.expansion_max_new_tokens,
-                                                  max(budget, 64))
+                expansions = build_pbr_expansions(
+                    gen, questions, segments, cache, ds, pbr.expansion_max_new_tokens, max(budget, 64)
+                )
             source = gen.model_id if generate_here and gen else REPLAY_SOURCE
             user = {q.q_id: q.user for q in questions}
-            rows = [(dataset, q_id, user[q_id], P_PRF, source, json.dumps(list(e.pseudo_utterances)), e.reasoning,
-                     e.parse_fallback) for q_id, e in expansions.items() if q_id in user]
+            rows = [
+                (
+                    dataset,
+                    q_id,
+                    user[q_id],
+                    P_PRF,
+                    source,
+                    json.dumps(list(e.pseudo_utterances)),
+                    e.reasoning,
+                    e.parse_fallback,
+                )
+                for q_id, e in expansions.items()
+                if q_id in user
+            ]
             if wants_qe:
                 docs = {}
                 if any(m in qe.NEEDS_DOCS for m in wants_qe):  # ThinkQE shows the top-5 segments of the question
                     docs = {q_id: texts for q_id, _, texts in prf_histories(questions, segments, cache, 5)}
                 rows += _qe_rows(dataset, questions, gen, wants_qe, docs, pbr.qe_max_new_tokens)
-            frame = pd.DataFrame(rows, columns=["dataset", "q_id", "user_id", "method", "source", "utterances_json",
-                                                "text", "parse_fallback"])
+            frame = pd.DataFrame(
+                rows,
+                columns=["dataset", "q_id", "user_id", "method", "source", "utterances_json", "text", "parse_fallback"],
+            )
             replace_rows(con, "query_expansions", frame, {"dataset": dataset})
             fallbacks = frame.groupby(["method", "parse_fallback"]).size()
-            stats[dataset] = {"rows": len(frame), "generated_now": (gen.generated if gen else 0) - before,
-                              "parse_fallbacks": {f"{m}:{f}": int(n) for (m, f), n in fallbacks.items()},
-                              "sources": sorted(frame["source"].unique().tolist())}
+            stats[dataset] = {
+                "rows": len(frame),
+                "generated_now": (gen.generated if gen else 0) - before,
+                "parse_fallbacks": {f"{m}:{f}": int(n) for (m, f), n in fallbacks.items()},
+                "sources": sorted(frame["source"].unique().tolist()),
+            }
             context.log.info(f"{dataset}: {stats[dataset]}")
-    yield dg.MaterializeResult(metadata={"per_dataset": dg.MetadataValue.json(stats), "generator": gen.model_id
-                                         if gen else "none (replay only)",
-                                         "generated_now": sum(s["generated_now"] for s in stats.values())})
+    yield dg.MaterializeResult(
+        metadata={
+            "per_dataset": dg.MetadataValue.json(stats),
+            "generator": gen.model_id if gen else "none (replay only)",
+            "generated_now": sum(s["generated_now"] for s in stats.values()),
+        }
+    )
 
 
 def _expansions_of(frame: pd.DataFrame) -> tuple[dict[str, PbrExpansion], dict[str, dict[str, str]]]:
@@ -302,8 +403,13 @@ def _expansions_of(frame: pd.DataFrame) -> tuple[dict[str, PbrExpansion], dict[s
     return prf, qe_texts
 
 
-@dg.asset(deps=[query_expansions], kinds={"duckdb"}, description="Per method and question, the top pbr.top_k "
-          "segments of the asking user's own corpus (inner product, FAISS), METHODS §4.3.", **_COMMON)
+@dg.asset(
+    deps=[query_expansions],
+    kinds={"duckdb"},
+    description="Per method and question, the top pbr.top_k "
+    "segments of the asking user's own corpus (inner product, FAISS), METHODS §4.3.",
+    **_COMMON,
+)
 def retrieval_runs(
     context: dg.AssetExecutionContext,
     prag_settings: PragSettingsResource,
@@ -323,8 +429,12 @@ def retrieval_runs(
             questions, segments = read_corpus(con, dataset)
             prf, qe_texts = _expansions_of(read_rows(con, "query_expansions", {"dataset": dataset}))
             ids = {q.q_id for q in questions}
-            methods = [m for m in ds.eval_methods if (m not in NEEDS_EXPANSION or ids <= set(prf))
-                       and (m not in qe.QE_METHODS or ids <= set(qe_texts.get(m, {})))]
+            methods = [
+                m
+                for m in ds.eval_methods
+                if (m not in NEEDS_EXPANSION or ids <= set(prf))
+                and (m not in qe.QE_METHODS or ids <= set(qe_texts.get(m, {})))
+            ]
             skipped = [m for m in ds.eval_methods if m not in methods]
             if skipped:
                 context.log.warning(f"{dataset}: methods {skipped} skipped (no expansion for every question)")
@@ -332,12 +442,21 @@ def retrieval_runs(
             rankings = retrieve_rankings(questions, segments, cache, methods, prf, ds, qe_texts)
             user = {q.q_id: q.user for q in questions}
             frame = pd.DataFrame(
-                [(dataset, m, q_id, user[q_id], rank, seg) for (m, q_id), ranked in rankings.items()
-                 for rank, seg in enumerate(ranked, 1)],
-                columns=["dataset", "method", "q_id", "user_id", "rank", "segment_id"])
+                [
+                    (dataset, m, q_id, user[q_id], rank, seg)
+                    for (m, q_id), ranked in rankings.items()
+                    for rank, seg in enumerate(ranked, 1)
+                ],
+                columns=["dataset", "method", "q_id", "user_id", "rank", "segment_id"],
+            )
             replace_rows(con, "retrieval_runs", frame, {"dataset": dataset})
-            stats[dataset] = {"methods": methods, "skipped": skipped, "questions": len(questions),
-                              "rows": len(frame), "newly_embedded": cache.embedder.new}
+            stats[dataset] = {
+                "methods": methods,
+                "skipped": skipped,
+                "questions": len(questions),
+                "rows": len(frame),
+                "newly_embedded": cache.embedder.new,
+            }
     yield dg.MaterializeResult(metadata={"per_dataset": dg.MetadataValue.json(stats)})
 
 
@@ -353,24 +472,32 @@ def retrieval_markdown(table: pd.DataFrame) -> str:
         order = {c: i for i, c in enumerate(CATEGORIES)}  # PersonaBench's table order, then the others by name
         cats = sorted(set(df["category"]) - {"Overall"}, key=lambda c: (order.get(c, len(order)), c)) + ["Overall"]
         cols = [(f"R@{k}", "Overall", recall, k) for k in ks] + [(f"N@{k}", "Overall", "ndcg", k) for k in ks]
-        cat_cols = [(f"{c} {label}@{k5}", c, metric, k5) for c in cats for label, metric in (("R", recall),
-                                                                                            ("N", "ndcg"))]
+        cat_cols = [
+            (f"{c} {label}@{k5}", c, metric, k5) for c in cats for label, metric in (("R", recall), ("N", "ndcg"))
+        ]
         n = df[(df["category"] == "Overall")]["n_questions"].max()
-        for title, columns in ((f"{dataset}: Overall ({n} questions, R = {recall})", cols),
-                               (f"{dataset}: per category", cat_cols)):
+        for title, columns in (
+            (f"{dataset}: Overall ({n} questions, R = {recall})", cols),
+            (f"{dataset}: per category", cat_cols),
+        ):
             head = "| method | " + " | ".join(c[0] for c in columns) + " |"
             lines = [f"**{title}**", "", head, "|---" * (len(columns) + 1) + "|"]
             for m in methods:
                 cells = [values.get((m, c, metric, k)) for _, c, metric, k in columns]
-                lines.append(f"| {LABELS.get(m, m)} | " + " | ".join("" if v is None else f"{v:.4f}" for v in cells)
-                             + " |")
+                lines.append(
+                    f"| {LABELS.get(m, m)} | " + " | ".join("" if v is None else f"{v:.4f}" for v in cells) + " |"
+                )
             parts.append("\n".join(lines))
     return "\n\n".join(parts) or "_no retrieval evaluation rows_"
 
 
-@dg.asset(deps=[retrieval_runs], kinds={"duckdb"}, description="R@K (PersonaBench best-combination recall, "
-          "LongMemEval recall_any) and NDCG@K for K = 1, 3, 5, 10 per dataset, method and category, plus Overall.",
-          **_COMMON)
+@dg.asset(
+    deps=[retrieval_runs],
+    kinds={"duckdb"},
+    description="R@K (PersonaBench best-combination recall, "
+    "LongMemEval recall_any) and NDCG@K for K = 1, 3, 5, 10 per dataset, method and category, plus Overall.",
+    **_COMMON,
+)
 def retrieval_evaluation(
     context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
 ) -> Iterator[dg.MaterializeResult]:
@@ -397,5 +524,10 @@ def retrieval_evaluation(
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text(markdown + "\n", encoding="utf-8")
     context.log.info("\n" + markdown)
-    yield dg.MaterializeResult(metadata={"table": dg.MetadataValue.md(markdown), "rows": len(table),
-                                         "report_path": dg.MetadataValue.path(str(report))})
+    yield dg.MaterializeResult(
+        metadata={
+            "table": dg.MetadataValue.md(markdown),
+            "rows": len(table),
+            "report_path": dg.MetadataValue.path(str(report)),
+        }
+    )

@@ -11,13 +11,21 @@ from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_models.config import Settings
 from prag_models.methods import baselines, clusterrag
+from prag_models.methods.community import CommunityRetriever
 from prag_models.methods.profiles import ProfileIndex, Retrieved
-from prag_models.store import column_to_matrix, replace_rows
+from prag_models.store import column_to_matrix, replace_rows, table_exists
+from prag_models.users.embeddings import normalize_rows
 
 GROUP = "retrieval"
 RETRIEVAL_COLUMNS = ["task", "method", "sample_id", "user_id", "rank", "doc_id", "source_user_id", "score"]
-BASELINE_METHODS = ("random", "recency", "bm25", "dense")
-CLUSTERRAG_METHODS = ("clusterrag_user_only", "clusterrag_collaborative", "clusterrag_hybrid", "clusterrag_two_stage")
+BASELINE_METHODS = ("random", "recency", "bm25", "dense", "dense_global", "oracle_community")
+CLUSTERRAG_METHODS = (
+    "clusterrag_user_only",
+    "clusterrag_collaborative",
+    "clusterrag_hybrid",
+    "clusterrag_two_stage",
+    "clusterrag_community",
+)
 
 
 def load_task_inputs(
@@ -69,11 +77,25 @@ def _summary(frame: pd.DataFrame) -> dict:
     }
 
 
-def run_baselines(settings: Settings, task: str, index: ProfileIndex, samples: pd.DataFrame) -> list[tuple]:
-    """Random, recency, BM25 and dense retrieval over each sample's own profile."""
+def run_baselines(
+    settings: Settings, task: str, index: ProfileIndex, samples: pd.DataFrame, planted: dict[str, int] | None = None
+) -> list[tuple]:
+    """Random, recency, BM25 and dense retrieval over each sample's own profile; dense over all users' documents
+    (not personalized); and, where the planted communities are known (demo), dense over the true community."""
     k = settings.retrieval.k
     rng = np.random.default_rng(settings.retrieval.seed)
     rows: list[tuple] = []
+    queries = column_to_matrix(samples["embedding"].tolist(), index.vectors.shape[1])
+    for s, found in zip(samples.itertuples(), baselines.retrieve_dense_global(index, queries, k), strict=True):
+        rows += _rows(task, "dense_global", s.sample_id, s.user_id, found)
+    members: dict[int, list[str]] = {}
+    for user, community in (planted or {}).items():
+        members.setdefault(community, []).append(user)
+    for s in samples.itertuples():
+        if planted and s.user_id in planted:
+            q = np.asarray(s.embedding, dtype=np.float32)
+            found = baselines.retrieve_oracle_community(index, members[planted[s.user_id]], q, k)
+            rows += _rows(task, "oracle_community", s.sample_id, s.user_id, found)
     for s in samples.itertuples():
         q = np.asarray(s.embedding, dtype=np.float32)
         rows += _rows(task, "random", s.sample_id, s.user_id, baselines.retrieve_random(index, s.user_id, k, rng))
@@ -84,11 +106,20 @@ def run_baselines(settings: Settings, task: str, index: ProfileIndex, samples: p
 
 
 def run_clusterrag(
-    settings: Settings, task: str, index: ProfileIndex, samples: pd.DataFrame, neighbours: dict[str, list[str]]
+    settings: Settings,
+    task: str,
+    index: ProfileIndex,
+    samples: pd.DataFrame,
+    neighbours: dict[str, list[str]],
+    community: CommunityRetriever | None = None,
 ) -> tuple[list[tuple], dict]:
-    """The three ClusterRAG profile modes and the two-stage retrieval over the hybrid pool."""
+    """The three ClusterRAG profile modes, the two-stage retrieval over the hybrid pool and the community-wide mode."""
     k, c = settings.retrieval.k, settings.clustering
     rows: list[tuple] = []
+    if community is not None:
+        for s in samples.itertuples():
+            found = community.retrieve(s.user_id, np.asarray(s.embedding, dtype=np.float32), k)
+            rows += _rows(task, "clusterrag_community", s.sample_id, s.user_id, found)
     pools: dict[str, clusterrag.DocumentClusters] = {}
     scored, pool_sizes = [], []
     for s in samples.itertuples():
@@ -111,6 +142,32 @@ def run_clusterrag(
     return rows, cost
 
 
+def planted_communities(con, task: str) -> dict[str, int] | None:
+    """The demo's planted community of each user (table planted_communities), None where the truth is unknown."""
+    if not table_exists(con, "planted_communities"):
+        return None
+    rows = con.execute("SELECT user_id, community FROM planted_communities WHERE task = ?", [task]).fetchall()
+    return {u: int(c) for u, c in rows} or None
+
+
+def community_retriever(con, task: str, index: ProfileIndex, settings: Settings) -> CommunityRetriever:
+    """The community-wide retriever of a task over its user clusters and unit user embeddings z_u."""
+    users = con.execute(
+        "SELECT e.user_id, e.embedding, c.cluster FROM user_embeddings e JOIN user_clusters c USING (task, user_id) "
+        "WHERE task = ? ORDER BY e.user_id",
+        [task],
+    ).df()
+    vectors = normalize_rows(column_to_matrix(users["embedding"].tolist(), index.vectors.shape[1]))
+    c = settings.clustering
+    return CommunityRetriever(
+        index,
+        dict(zip(users["user_id"], users["cluster"].astype(int), strict=True)),
+        dict(zip(users["user_id"], vectors, strict=True)),
+        c.community_user_weight,
+        c.community_top_n,
+    )
+
+
 _COMMON = dict(
     group_name=GROUP, partitions_def=task_partitions, backfill_policy=single_run, pool=DUCKDB_POOL, kinds={"duckdb"}
 )
@@ -118,8 +175,9 @@ _COMMON = dict(
 
 @dg.asset(
     deps=[document_embeddings, query_embeddings],
-    description="Top-k of the user's own profile by random, recency, BM25 (bm25s) and "
-    "dense (cosine) retrieval, for every dev sample.",
+    description="Top-k of the user's own profile by random, recency, BM25 (bm25s) and dense (cosine) retrieval; "
+    "dense_global over every user's documents (not personalized); oracle_community (demo only: dense over the "
+    "user's true community, the ceiling); for every dev sample.",
     **_COMMON,
 )
 def baseline_retrievals(
@@ -131,16 +189,17 @@ def baseline_retrievals(
     with duckdb.connect() as con:
         for task in run_tasks(context, settings):
             index, samples, _ = load_task_inputs(con, task, with_neighbours=False)
-            stats[task] = _summary(
-                _write(con, task, run_baselines(settings, task, index, samples), "baseline_retrievals")
-            )
+            planted = planted_communities(con, task)
+            rows = run_baselines(settings, task, index, samples, planted)
+            stats[task] = _summary(_write(con, task, rows, "baseline_retrievals"))
     return dg.MaterializeResult(metadata={"per_task": dg.MetadataValue.json(stats)})
 
 
 @dg.asset(
     deps=[similar_users],
-    description="ClusterRAG: user-only / collaborative / hybrid profiles ranked by "
-    "cosine, and two-stage retrieval (document clusters, top-B centroids, then top-k) over the hybrid pool.",
+    description="ClusterRAG: user-only / collaborative / hybrid profiles ranked by cosine, two-stage retrieval "
+    "(document clusters, top-B centroids, then top-k) over the hybrid pool, and the community-wide mode (the "
+    "user's whole cluster by cos(q,d) + w·cos(z_u, z_author), one FAISS index per cluster).",
     **_COMMON,
 )
 def clusterrag_retrievals(
@@ -152,6 +211,8 @@ def clusterrag_retrievals(
     with duckdb.connect() as con:
         for task in run_tasks(context, settings):
             index, samples, neighbours = load_task_inputs(con, task)
-            rows, cost = run_clusterrag(settings, task, index, samples, neighbours)
+            rows, cost = run_clusterrag(
+                settings, task, index, samples, neighbours, community_retriever(con, task, index, settings)
+            )
             stats[task] = {**_summary(_write(con, task, rows, "clusterrag_retrievals")), **cost}
     return dg.MaterializeResult(metadata={"per_task": dg.MetadataValue.json(stats)})

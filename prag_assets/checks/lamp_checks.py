@@ -12,7 +12,7 @@ from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_models.config import Settings
 from prag_models.data.tasks import LABELS, TASK_KIND
 from prag_models.metrics import metric_bounds
-from prag_models.store import column_to_matrix, read_rows
+from prag_models.store import column_to_matrix, read_rows, table_exists
 from prag_models.validation import (
     Expect,
     between,
@@ -148,6 +148,13 @@ def _retrieval_suite(task: str, settings: Settings) -> list[Expect]:
     ]
 
 
+def _groups(con, table: str, column: str, task: str) -> dict[str, int]:
+    """user → group id (planted community or cluster) of a task; empty when the table does not exist."""
+    if not table_exists(con, table):
+        return {}
+    return dict(con.execute(f"SELECT user_id, {column} FROM {table} WHERE task = ?", [task]).fetchall())
+
+
 def _retrieval_extra(table: str) -> Extra:
     def extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
         problems = []
@@ -167,16 +174,25 @@ def _retrieval_extra(table: str) -> Extra:
         for u, n in allowed:
             neighbours.setdefault(u, set()).add(n)
         own_only = {"random", "recency", "bm25", "dense", "clusterrag_user_only"}
+        groups = {
+            "oracle_community": _groups(con, "planted_communities", "community", task),
+            "clusterrag_community": _groups(con, "user_clusters", "cluster", task),
+        }
         bad = []
         for r in df.itertuples():
             nb = neighbours.get(r.user_id, set())
-            ok = (
-                r.source_user_id == r.user_id
-                if r.method in own_only
-                else r.source_user_id in nb
-                if r.method == "clusterrag_collaborative"
-                else r.source_user_id == r.user_id or r.source_user_id in nb
-            )
+            if r.method == "dense_global" or (
+                r.method == "clusterrag_community" and settings.clustering.community_top_n
+            ):
+                ok = True  # not personalized / top-N most similar users of all
+            elif r.method in groups:
+                ok = groups[r.method].get(r.source_user_id, -1) == groups[r.method].get(r.user_id, -2)
+            elif r.method in own_only:
+                ok = r.source_user_id == r.user_id
+            elif r.method == "clusterrag_collaborative":
+                ok = r.source_user_id in nb
+            else:
+                ok = r.source_user_id == r.user_id or r.source_user_id in nb
             if not ok:
                 bad.append(f"{r.method}/{r.sample_id}: doc {r.doc_id} of user {r.source_user_id}")
         if bad:
@@ -282,7 +298,8 @@ lamp_checks = [
         retrieval.baseline_retrievals,
         "baseline_retrievals",
         "retrieved_docs_allowed",
-        "Retrieved documents exist and come only from the user's own profile.",
+        "Retrieved documents exist and come only from the user's own profile (dense_global: anyone; "
+        "oracle_community: the user's planted community).",
         _retrieval_suite,
         _retrieval_extra("baseline_retrievals"),
     ),
@@ -290,7 +307,8 @@ lamp_checks = [
         retrieval.clusterrag_retrievals,
         "clusterrag_retrievals",
         "retrieved_docs_allowed",
-        "Retrieved documents exist and come only from the user or its similar users, as the mode allows.",
+        "Retrieved documents exist and come only from the user or its similar users, as the mode allows "
+        "(community mode: the user's cluster).",
         _retrieval_suite,
         _retrieval_extra("clusterrag_retrievals"),
     ),

@@ -1,13 +1,14 @@
-"""Embedded demo: deterministic LaMP-format files with planted collaborative structure (details: docs/demo_data.md).
+"""Embedded demo: deterministic LaMP-format files where collaboration matters (details: docs/demo_data.md).
 
 ``write_demo`` writes ``root/LaMP_X_time/{train,dev}/{split}_{questions,outputs}.json`` and ``demo_manifest.json``
-(the planted truth) with ``numpy.random.default_rng`` only. Planted, for 2–8 communities of users ``u0000``…:
-each community owns 4 of 32 topics (10 distinctive words each), a wording style and headline/title/tweet patterns,
-and per topic t a LaMP-2 tag τ(c,t), a LaMP-3 rating ρ(c,t) (4 distinct per community) and two key words its
-generation patterns reuse. A user covers 2 of its community's topics with 6–14 dated docs (labels τ/ρ, 10 % noise).
-Each user has one sample (dev, then train) about a community topic that, in ⌊n/2⌋ of a split's n samples, is absent
-from the user's own profile; golds follow τ/ρ except in exactly round(10 % · n) samples. LaMP-1 golds are a
-community mate's paper title on the topic, the distractor another community's, at [1]/[2] uniformly at random.
+(the planted truth, including which documents are relevant to each sample) with ``numpy.random.default_rng`` only.
+Planted, for 2–8 communities of users ``u0000``…: 2·C topics on a ring, each community interested in 4 of them and
+every topic shared by two communities; the community, not the topic, decides the label (a LaMP-2 tag, a LaMP-3
+rating, the key words of a headline/title/tweet), so another community's documents on the same topic carry a
+conflicting label. Half of the users have thin profiles (2–4 documents on one topic). Queries describe an item in
+neutral words (who asks is not in the text); in ⌊n/2⌋ of a split's n samples the topic is absent from the user's own
+profile. A document is relevant to a sample when its author belongs to the asker's community, it is about the
+sample's topic and its label is not a noise flip.
 """
 
 from __future__ import annotations
@@ -19,97 +20,28 @@ from typing import Any
 
 import numpy as np
 
+from prag_models.data.demo_vocab import (
+    FILLER,
+    HEADLINES,
+    NEUTRAL_OPENERS,
+    NEUTRAL_TITLES,
+    NEUTRAL_TWEETS,
+    STYLES,
+    TITLES,
+    TOPICS,
+    TWEETS,
+)
 from prag_models.data.tasks import INPUT_TEMPLATES, LABELS, LAMP2_TAGS, TASKS, task_from_name
 
-_TOPIC_WORDS = {
-    "astronomy": "telescope nebula galaxy comet orbit eclipse constellation asteroid quasar stargazing",
-    "baking": "sourdough croissant oven yeast pastry dough brioche icing crumb flour",
-    "cycling": "bicycle peloton derailleur saddle gravel sprint chainring helmet climb velodrome",
-    "jazz": "saxophone trumpet improvisation swing bebop quartet trombone syncopation bassline nightclub",
-    "gardening": "compost tomato seedling mulch trellis greenhouse pruning perennial orchard soil",
-    "chess": "gambit checkmate bishop rook endgame opening pawn grandmaster castling stalemate",
-    "sailing": "yacht regatta mast keel harbor anchor spinnaker tide rigging starboard",
-    "volcanoes": "lava magma eruption crater caldera ash basalt pumice geyser tectonic",
-    "robotics": "actuator servo gripper lidar microcontroller firmware chassis sensor kinematics autonomy",
-    "birds": "warbler heron finch migration plumage nest owl sparrow binoculars birdsong",
-    "coffee": "espresso barista roast arabica latte grinder crema cappuccino bean brew",
-    "mountaineering": "summit glacier crampon ridge altitude belay carabiner avalanche basecamp sherpa",
-    "photography": "aperture shutter lens tripod exposure portrait darkroom zoom bokeh viewfinder",
-    "medieval": "castle knight monastery crusade feudal manuscript siege cathedral jousting armor",
-    "surfing": "wave surfboard barrel wetsuit reef swell paddle longboard shoreline wipeout",
-    "cryptography": "cipher encryption hash keypair plaintext ciphertext blockchain nonce protocol decryption",
-    "oceanography": "coral plankton current salinity trench kelp dolphin seabed upwelling whale",
-    "knitting": "yarn wool stitch needle sweater scarf crochet purl skein cardigan",
-    "basketball": "dunk rebound hoop playoff dribble layup backboard guard jumpshot timeout",
-    "pottery": "clay kiln slip wheel ceramic porcelain vase stoneware earthenware potter",
-    "linguistics": "syntax phoneme grammar dialect morphology vowel semantics lexicon etymology pronunciation",
-    "beekeeping": "hive honey beeswax queen pollen apiary swarm nectar drone honeycomb",
-    "wine": "vineyard merlot tannin vintage sommelier cork chardonnay cellar grape decanter",
-    "trains": "locomotive railway carriage timetable platform steam conductor tracks signalbox freight",
-    "chemistry": "molecule catalyst reagent titration polymer isotope beaker solvent enzyme oxidation",
-    "theater": "stage playwright rehearsal curtain actor monologue audience backstage costume script",
-    "dinosaurs": "fossil raptor jurassic skeleton paleontologist triceratops excavation sediment amber extinction",
-    "skiing": "slope powder chairlift slalom snowboard piste goggles moguls resort downhill",
-    "poetry": "sonnet stanza rhyme verse haiku metaphor ballad meter elegy couplet",
-    "architecture": "facade skyscraper blueprint column atrium concrete balcony archway cantilever courtyard",
-    "fishing": "trout reel bait lure angler riverbank salmon fly tackle catch",
-    "genetics": "genome chromosome mutation allele sequencing protein heredity gene phenotype crispr",
-}
-TOPICS: dict[str, tuple[str, ...]] = {name: tuple(words.split()) for name, words in _TOPIC_WORDS.items()}
+GENERATOR = "prag demo v2"
 TOPICS_PER_COMMUNITY = 4
-MAX_COMMUNITIES = len(TOPICS) // TOPICS_PER_COMMUNITY
-
-
-def _bar(text: str) -> tuple[str, ...]:
-    """Split a " | "-separated list of phrases."""
-    return tuple(part.strip() for part in text.split("|"))
-
-
-# Per-community wording style "opener / closer" and patterns (index = community); in the patterns {a} {b} are the
-# (community, topic) key words and {c} another word of the topic.
-STYLES = tuple(
-    tuple(pair.split(" / "))
-    for pair in _bar(
-        "to be fair / all things considered quite remarkable | no kidding / super fun and totally worth it | "
-        "in short / a solid take and worth noting | believe me / pure magic hands down | "
-        "frankly / a bit odd but by and large fine | okay so / low key amazing for real | "
-        "indeed / rather splendid on balance | heads up / big news so stay tuned"
-    )
-)
-HEADLINES = _bar(
-    "Why {a} and {b} matter for {c} | {a} meets {b}: a {c} story | The {a} report: {b}, {c} and more | "
-    "How {a} changed {b} and {c} forever | {a}, {b} and the future of {c} | Inside the {a} and {b} {c} scene | "
-    "Ten {a} lessons from {b} and {c} | Breaking: {a} and {b} hit {c} record"
-)
-TITLES = _bar(
-    "Towards robust {a} {b} for {c} analysis | On the {a} of {b} and {c} | "
-    "Learning {a} {b} representations with {c} | A unified {a} framework for {b} {c} | "
-    "Scalable {a} {b} under {c} constraints | Revisiting {a} in {b} {c} systems | "
-    "{a}-aware {b} modelling via {c} | A {a} benchmark: {b} meets {c}"
-)
-TWEETS = _bar(
-    "to be fair the {a} and {b} were quite remarkable today, {c} all things considered | "
-    "no kidding {a} plus {b} is super fun, {c} totally worth it | "
-    "in short: {a}, {b} and {c} today, a solid take and worth noting | "
-    "believe me {a} and {b} are pure magic, {c} hands down | "
-    "frankly the {a} {b} thing is a bit odd, {c} by and large | "
-    "okay so {a} and {b} low key amazing, {c} for real | "
-    "indeed the {a} with {b} was rather splendid, {c} on balance | "
-    "heads up: {a} and {b} are big news, {c} so stay tuned"
-)
-NEUTRAL_TWEETS = _bar(
-    "spent the afternoon with {a}, {b} and {c} | cannot stop thinking about {a}, {b} and {c} | "
-    "today was all {a} and {b} with some {c} | my weekend in three words: {a}, {b}, {c}"
-)
-FILLER = _bar(
-    "on a quiet weekend with | after a long week of | the story follows | people keep talking about | "
-    "a short piece on | somewhere between | the first chapter covers | we spent hours on | nothing beats | "
-    "the old town is known for | a new look at | the local club loves | an honest account of | "
-    "the whole family enjoyed | a careful study of | the best part was"
-)
+MAX_COMMUNITIES = len(STYLES)
 LABEL_NOISE = 0.1
+THIN_SHARE = 0.5  # share of users with a thin profile
+THIN_DOCS, FULL_DOCS = (2, 4), (8, 14)
 RATINGS = LABELS["LaMP-3"]
-MIN_DOCS, MAX_DOCS = 6, 14
+#: LaMP-3 rating pairs of two communities sharing a topic: at least 2 stars apart ("5 in one, 2 in another").
+_RATING_PAIRS = ((1, 3), (1, 4), (1, 5), (2, 4), (2, 5), (3, 5))
 
 
 @dataclass
@@ -117,8 +49,9 @@ class _World:
     """The planted truth shared by all tasks."""
 
     community: list[int]
-    topics: list[list[str]]
-    covered: list[tuple[str, str]]
+    topics: list[list[str]]  # per community, its 4 topics
+    covered: list[list[str]]  # per user, the topics its profile covers
+    thin: list[bool]
     tag: dict[tuple[int, str], str]
     rating: dict[tuple[int, str], int]
     keys: dict[tuple[int, str], tuple[str, str]]
@@ -135,28 +68,35 @@ def _one(rng: np.random.Generator, seq: tuple[Any, ...] | list[Any]) -> Any:
     return seq[int(rng.integers(len(seq)))]
 
 
+def _labels(rng: np.random.Generator, topics: list[list[str]], communities: int) -> tuple[dict, dict, dict]:
+    """Per (community, topic): a tag, a rating and two key words, distinct between communities sharing a topic."""
+    tag, rating, keys = {}, {}, {}
+    pool = sorted({t for ts in topics for t in ts}, key=lambda t: list(TOPICS).index(t))
+    for t in pool:
+        sharing = [c for c in range(communities) if t in topics[c]]
+        tags = _pick(rng, LAMP2_TAGS, len(sharing))
+        pair = list(_one(rng, _RATING_PAIRS))
+        ratings = [pair[int(i)] for i in rng.permutation(2)] + [int(x) + 1 for x in rng.choice(5, len(sharing))]
+        words = _pick(rng, TOPICS[t], 2 * len(sharing))
+        for n, c in enumerate(sharing):
+            tag[(c, t)], rating[(c, t)] = tags[n], int(ratings[n])
+            keys[(c, t)] = (words[2 * n], words[2 * n + 1])
+    return tag, rating, keys
+
+
 def _build_world(users: int, communities: int, dev_samples: int, train_samples: int | None, seed: int) -> _World:
-    """Communities, topics, label preferences, topic coverage and the dev/train users."""
+    """Communities, shared topics, label preferences, profile coverage and the dev/train users."""
     rng = np.random.default_rng(seed)
     names = list(TOPICS)
-    order = rng.permutation(len(names))
-    topics = [[names[int(i)] for i in order[c * 4 : c * 4 + 4]] for c in range(communities)]
+    ring = [names[int(i)] for i in rng.permutation(len(names))[: 2 * communities]]
+    topics = [[ring[(2 * c + j) % len(ring)] for j in range(TOPICS_PER_COMMUNITY)] for c in range(communities)]
     community = [int(c) for c in rng.permutation(np.arange(users) % communities)]
-    tag, rating, keys = {}, {}, {}
-    for c in range(communities):
-        tags = _pick(rng, LAMP2_TAGS, TOPICS_PER_COMMUNITY)
-        ratings = rng.choice(5, size=TOPICS_PER_COMMUNITY, replace=False) + 1
-        for t, tg, r in zip(topics[c], tags, ratings, strict=True):
-            tag[(c, t)], rating[(c, t)] = tg, int(r)
-            a, b = _pick(rng, TOPICS[t], 2)
-            keys[(c, t)] = (a, b)
-    pairs = [(i, j) for i in range(4) for j in range(i + 1, 4)]
-    covered: list[tuple[str, str]] = [("", "")] * users
-    for c in range(communities):
-        deal = [pairs[int(i)] for i in rng.permutation(len(pairs))]
-        for n, u in enumerate(u for u in range(users) if community[u] == c):
-            i, j = deal[n % len(deal)]
-            covered[u] = (topics[c][i], topics[c][j])
+    tag, rating, keys = _labels(rng, topics, communities)
+    thin = [bool(x) for x in rng.random(users) < THIN_SHARE]
+    covered = []
+    for u in range(users):
+        own = topics[community[u]]
+        covered.append(_pick(rng, own, 1 if thin[u] else int(rng.integers(2, 4))))
     shuffled = [int(u) for u in rng.permutation(users)]
     dev, rest = sorted(shuffled[:dev_samples]), sorted(shuffled[dev_samples:])
     if train_samples is None:
@@ -164,13 +104,15 @@ def _build_world(users: int, communities: int, dev_samples: int, train_samples: 
     else:
         pool = rest or sorted(shuffled)
         train = [pool[i % len(pool)] for i in range(train_samples)] if pool else []
-    return _World(community, topics, covered, tag, rating, keys, {"train": train, "dev": dev})
+    return _World(community, topics, covered, thin, tag, rating, keys, {"train": train, "dev": dev})
 
 
-def _passage(rng: np.random.Generator, c: int, t: str, clauses: int = 4) -> str:
-    """A 30–40 word text about topic t in community c's style."""
+def _passage(rng: np.random.Generator, c: int | None, t: str, clauses: int = 4) -> str:
+    """A 30–40 word text about topic t, in community c's style (None: neutral item description)."""
     words = _pick(rng, TOPICS[t], 2 * clauses)
     parts = [f"{_one(rng, FILLER)} {words[2 * i]} and {words[2 * i + 1]}" for i in range(clauses)]
+    if c is None:
+        return f"{_one(rng, NEUTRAL_OPENERS)}: " + ", ".join(parts) + "."
     opener, closer = STYLES[c]
     return f"{opener}, " + ", ".join(parts) + f"; {closer}."
 
@@ -187,96 +129,107 @@ def _other(rng: np.random.Generator, value: str, choices: tuple[str, ...]) -> st
     return str(_one(rng, [x for x in choices if x != value]))
 
 
-def _noisy(rng: np.random.Generator, value: str, choices: tuple[str, ...]) -> str:
-    """value, or with probability LABEL_NOISE another of the choices."""
-    return _other(rng, value, choices) if rng.random() < LABEL_NOISE else value
+def _noisy(rng: np.random.Generator, value: str, choices: tuple[str, ...]) -> tuple[str, bool]:
+    """(value, False), or with probability LABEL_NOISE (another of the choices, True)."""
+    return (_other(rng, value, choices), True) if rng.random() < LABEL_NOISE else (value, False)
 
 
-def _doc_fields(task: str, rng: np.random.Generator, world: _World, c: int, t: str) -> dict[str, str]:
-    """The task fields of one profile document about topic t written by a member of community c."""
+def _doc_fields(task: str, rng: np.random.Generator, world: _World, c: int, t: str) -> tuple[dict[str, str], bool]:
+    """The task fields of one profile document about topic t by a member of community c, and whether noise hit."""
     if task == "LaMP-1":
-        a, b, x = _pick(rng, TOPICS[t], 3)
-        return {"title": TITLES[c].format(a=a, b=b, c=x), "abstract": _passage(rng, c, t)}
+        return {"title": _pattern(rng, world, TITLES, c, t), "abstract": _passage(rng, c, t)}, False
     if task == "LaMP-2":
-        return {"description": _passage(rng, c, t), "tag": _noisy(rng, world.tag[(c, t)], LAMP2_TAGS)}
+        tag, flipped = _noisy(rng, world.tag[(c, t)], LAMP2_TAGS)
+        return {"description": _passage(rng, c, t), "tag": tag}, flipped
     if task == "LaMP-3":
-        return {"text": _passage(rng, c, t), "score": _noisy(rng, str(world.rating[(c, t)]), RATINGS)}
+        score, flipped = _noisy(rng, str(world.rating[(c, t)]), RATINGS)
+        return {"text": _passage(rng, c, t), "score": score}, flipped
     if task == "LaMP-4":
-        return {"title": _pattern(rng, world, HEADLINES, c, t), "text": _passage(rng, c, t)}
+        return {"title": _pattern(rng, world, HEADLINES, c, t), "text": _passage(rng, c, t)}, False
     if task == "LaMP-5":
-        return {"title": _pattern(rng, world, TITLES, c, t), "abstract": _passage(rng, c, t)}
-    return {"text": _pattern(rng, world, TWEETS, c, t)}
+        return {"title": _pattern(rng, world, TITLES, c, t), "abstract": _passage(rng, c, t)}, False
+    return {"text": _pattern(rng, world, TWEETS, c, t)}, False
 
 
-def _profiles(task: str, rng: np.random.Generator, world: _World, users: list[int]) -> tuple[dict, dict]:
-    """Per user its dated profile docs; plus the planted topic of every doc."""
+@dataclass
+class _Profiles:
+    """Per user its dated profile docs; per doc its planted topic, author community and noise flag."""
+
+    docs: dict[int, list[dict[str, str]]]
+    topic: dict[str, str]
+    community: dict[str, int]
+    noisy: set[str]
+
+
+def _profiles(task: str, rng: np.random.Generator, world: _World, users: list[int]) -> _Profiles:
+    """Write every user's profile: thin users 2–4 docs on one topic, others 8–14 over 2–3 topics (≥ 2 each)."""
     base = int(task[5:]) * 100_000
-    profiles: dict[int, list[dict[str, str]]] = {}
-    doc_topic: dict[str, str] = {}
+    out = _Profiles({}, {}, {}, set())
     day0 = np.datetime64("2012-01-01")
     for u in users:
-        c, (t1, t2) = world.community[u], world.covered[u]
-        n = int(rng.integers(MIN_DOCS, MAX_DOCS + 1))
-        topics = [t1, t1, t2, t2] + [str(x) for x in rng.choice([t1, t2], size=n - 4)]
+        c, own = world.community[u], world.covered[u]
+        low, high = THIN_DOCS if world.thin[u] else FULL_DOCS
+        n = int(rng.integers(low, high + 1))
+        fixed = [t for t in own for _ in range(2)][:n]
+        topics = fixed + [str(x) for x in rng.choice(own, size=n - len(fixed))]
         topics = [topics[int(i)] for i in rng.permutation(n)]
         day = day0 + np.timedelta64(int(rng.integers(0, 3000)), "D")
         docs = []
         for t in topics:
             day = day + np.timedelta64(int(rng.integers(1, 60)), "D")
-            doc_id = str(base + len(doc_topic) + 1)
-            doc_topic[doc_id] = t
-            docs.append({"id": doc_id, "date": str(day), **_doc_fields(task, rng, world, c, t)})
-        profiles[u] = docs
-    return profiles, doc_topic
+            doc_id = str(base + len(out.topic) + 1)
+            fields, flipped = _doc_fields(task, rng, world, c, t)
+            out.topic[doc_id], out.community[doc_id] = t, c
+            if flipped:
+                out.noisy.add(doc_id)
+            docs.append({"id": doc_id, "date": str(day), **fields})
+        out.docs[u] = docs
+    return out
 
 
-def _lamp1_refs(
-    rng: np.random.Generator, world: _World, profiles: dict, doc_topic: dict, u: int, c: int, t: str
-) -> tuple[str, str]:
-    """(gold, distractor) reference titles for a LaMP-1 question of user u about topic t."""
-    mates = [v for v in profiles if v != u and world.community[v] == c]
-    gold_docs = [d for v in mates for d in profiles[v] if doc_topic[d["id"]] == t]
-    gold = _one(rng, gold_docs)["title"] if gold_docs else _doc_fields("LaMP-1", rng, world, c, t)["title"]
-    other = _one(rng, [x for x in range(len(world.topics)) if x != c])
-    t2 = _one(rng, world.topics[other])
-    far_docs = [d for v in profiles if world.community[v] == other for d in profiles[v] if doc_topic[d["id"]] == t2]
-    if far_docs:
-        return gold, _one(rng, far_docs)["title"]
-    a, b, x = _pick(rng, TOPICS[t2], 3)
-    return gold, TITLES[other].format(a=a, b=b, c=x)
+def _lamp1_refs(rng: np.random.Generator, world: _World, prof: _Profiles, u: int, c: int, t: str) -> tuple[str, str]:
+    """(gold, distractor) reference titles: a community mate's paper on t, and another community's paper on t."""
+    mates = [d for v, docs in prof.docs.items() if v != u for d in docs if prof.community[d["id"]] == c]
+    gold_docs = [d for d in mates if prof.topic[d["id"]] == t]
+    gold = _one(rng, gold_docs)["title"] if gold_docs else _pattern(rng, world, TITLES, c, t)
+    rivals = [x for x in range(len(world.topics)) if x != c and t in world.topics[x]]
+    other = _one(rng, rivals or [x for x in range(len(world.topics)) if x != c])
+    topic = t if rivals else _one(rng, world.topics[other])
+    far = [d for docs in prof.docs.values() for d in docs if prof.community[d["id"]] == other]
+    far = [d for d in far if prof.topic[d["id"]] == topic]
+    return gold, (_one(rng, far)["title"] if far else _pattern(rng, world, TITLES, other, topic))
 
 
-def _sample(
-    task: str, rng: np.random.Generator, world: _World, ctx: tuple[dict, dict], u: int, t: str, noisy: bool
-) -> tuple[str, str]:
-    """(input, gold) of one sample of user u about topic t."""
+def _sample(task: str, rng: np.random.Generator, world: _World, prof: _Profiles, u: int, t: str, noisy: bool):
+    """(input, gold) of one sample of user u about topic t; the input never names the user's community."""
     c = world.community[u]
     if task == "LaMP-1":
         a, b, x = _pick(rng, TOPICS[t], 3)
-        gold_ref, distractor = _lamp1_refs(rng, world, ctx[0], ctx[1], u, c, t)
+        gold_ref, distractor = _lamp1_refs(rng, world, prof, u, c, t)
         first = bool(rng.random() < 0.5)
         refs = (gold_ref, distractor) if first else (distractor, gold_ref)
-        title = TITLES[c].format(a=a, b=b, c=x)
+        title = _one(rng, NEUTRAL_TITLES).format(a=a, b=b, c=x)
         return INPUT_TEMPLATES[task].format(t=title, a=refs[0], b=refs[1]), "[1]" if first else "[2]"
     if task in ("LaMP-2", "LaMP-3"):
         gold, choices = (world.tag[(c, t)], LAMP2_TAGS) if task == "LaMP-2" else (str(world.rating[(c, t)]), RATINGS)
-        return INPUT_TEMPLATES[task].format(x=_passage(rng, c, t)), _other(rng, gold, choices) if noisy else gold
-    if task == "LaMP-4":
-        return INPUT_TEMPLATES[task].format(x=_passage(rng, c, t)), _pattern(rng, world, HEADLINES, c, t)
-    if task == "LaMP-5":
-        return INPUT_TEMPLATES[task].format(x=_passage(rng, c, t)), _pattern(rng, world, TITLES, c, t)
-    gold = _pattern(rng, world, TWEETS, c, t)
-    a, b = world.keys[(c, t)]
-    neutral = _one(rng, NEUTRAL_TWEETS).format(a=a, b=b, c=_one(rng, TOPICS[t]))
-    return INPUT_TEMPLATES[task].format(x=neutral), gold
+        return INPUT_TEMPLATES[task].format(x=_passage(rng, None, t)), _other(rng, gold, choices) if noisy else gold
+    if task in ("LaMP-4", "LaMP-5"):
+        gold = _pattern(rng, world, HEADLINES if task == "LaMP-4" else TITLES, c, t)
+        return INPUT_TEMPLATES[task].format(x=_passage(rng, None, t)), gold
+    neutral = _one(rng, NEUTRAL_TWEETS).format(a=_one(rng, TOPICS[t]), b=_one(rng, TOPICS[t]), c=_one(rng, TOPICS[t]))
+    return INPUT_TEMPLATES[task].format(x=neutral), _pattern(rng, world, TWEETS, c, t)
 
 
 def _task_data(task: str, world: _World, seed: int) -> tuple[dict[str, tuple[list, dict]], dict[str, Any]]:
-    """Questions/outputs per split and the manifest entry of one task."""
+    """Questions/outputs per split and the manifest entry of one task (relevant documents included)."""
     number = int(task[5:])
     rng = np.random.default_rng([seed, number])
     present = sorted({u for us in world.split_users.values() for u in us})
-    profiles, doc_topic = _profiles(task, rng, world, present)
+    prof = _profiles(task, rng, world, present)
+    by_pair: dict[tuple[int, str], list[str]] = {}
+    for doc_id, t in prof.topic.items():
+        if doc_id not in prof.noisy:
+            by_pair.setdefault((prof.community[doc_id], t), []).append(doc_id)
     files: dict[str, tuple[list, dict]] = {}
     info: dict[str, dict[str, Any]] = {}
     next_id = number * 1000 + 1
@@ -291,21 +244,24 @@ def _task_data(task: str, world: _World, seed: int) -> tuple[dict[str, tuple[lis
             own = [t for t in world.topics[c] if t in world.covered[u]]
             others = [t for t in world.topics[c] if t not in world.covered[u]]
             t = str(_one(rng, others if missing[i] else own))
-            text, gold = _sample(task, rng, world, (profiles, doc_topic), u, t, i in noisy)
+            text, gold = _sample(task, rng, world, prof, u, t, i in noisy)
             sid, user_id = str(next_id), f"u{u:04d}"
             next_id += 1
-            questions.append({"id": sid, "input": text, "profile": profiles[u], "user_id": user_id})
+            questions.append({"id": sid, "input": text, "profile": prof.docs[u], "user_id": user_id})
             golds.append({"id": sid, "output": gold})
             info[sid] = {"split": split, "user_id": user_id, "community": c, "topic": t}
             info[sid] |= {"own_topic_in_profile": not bool(missing[i]), "noisy_label": i in noisy}
+            info[sid]["relevant_docs"] = by_pair.get((c, t), [])
         files[split] = (questions, {"task": f"LaMP_{number}", "golds": golds})
     entry = {
         "users": len(present),
-        "docs": len(doc_topic),
+        "docs": len(prof.topic),
         "samples": {split: len(world.split_users[split]) for split in ("train", "dev")},
         "community_of_user": {f"u{u:04d}": world.community[u] for u in present},
+        "thin_profile": {f"u{u:04d}": world.thin[u] for u in present},
         "sample_info": info,
-        "doc_topic": doc_topic,
+        "doc_topic": prof.topic,
+        "noisy_docs": sorted(prof.noisy),
     }
     return files, entry
 
@@ -318,9 +274,9 @@ def _dump(path: Path, obj: Any) -> None:
 
 def write_demo(
     root: Path,
-    users: int = 48,
+    users: int = 96,
     communities: int = 6,
-    dev_samples: int = 24,
+    dev_samples: int = 48,
     train_samples: int | None = None,
     seed: int = 7,
     tasks: tuple[str, ...] | list[str] = TASKS,
@@ -339,10 +295,11 @@ def write_demo(
     root = Path(root)
     params = {"users": users, "communities": communities, "dev_samples": dev_samples, "seed": seed}
     params |= {"train_samples": train_samples, "tasks": chosen}
+    all_topics = sorted({t for ts in world.topics for t in ts})
     manifest: dict[str, Any] = {
-        "generator": "prag demo v1",
+        "generator": GENERATOR,
         "params": params,
-        "topic_words": {t: list(TOPICS[t]) for c in range(communities) for t in world.topics[c]},
+        "topic_words": {t: list(TOPICS[t]) for t in all_topics},
         "communities": {
             str(c): {
                 "topics": world.topics[c],

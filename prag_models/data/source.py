@@ -15,10 +15,11 @@ from prag_models.text.embedder import content_hash
 
 def demo_root(settings: Settings) -> Path:
     """Folder of the generated demo for the current demo parameters (written on first use, deterministic)."""
-    from prag_models.data.demo import write_demo
+    from prag_models.data.demo import GENERATOR, write_demo
 
     d = settings.data
     params = {"users": d.demo_users, "communities": d.demo_communities, "dev": d.demo_dev_samples, "seed": d.demo_seed}
+    params["generator"] = GENERATOR  # a new generative model never reuses files written by an older one
     key = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
     root = settings.home_path / "demo_data" / key
     if not (root / "demo_manifest.json").exists():
@@ -104,3 +105,25 @@ def user_profiles(sample_profiles: pd.DataFrame) -> pd.DataFrame:
     frame["position"] = frame.groupby("user_id").cumcount()
     frame["content_hash"] = [content_hash(t) for t in frame["text"]]
     return frame
+
+
+def demo_truth_frames(settings: Settings, task: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The demo's planted truth of a task: relevant documents per sample, and each user's community.
+
+    Both frames are empty when the source is not the demo (LaMP files carry no relevance labels).
+    """
+    relevance = pd.DataFrame(columns=["task", "sample_id", "doc_id"])
+    communities = pd.DataFrame(columns=["task", "user_id", "community"])
+    if settings.data.source != "demo":
+        return relevance, communities
+    manifest = json.loads((demo_root(settings) / "demo_manifest.json").read_text(encoding="utf-8"))
+    entry = manifest["tasks"].get(task, {})
+    relevance = pd.DataFrame(
+        [(task, sid, d) for sid, info in entry.get("sample_info", {}).items() for d in info.get("relevant_docs", [])],
+        columns=["task", "sample_id", "doc_id"],
+    )
+    communities = pd.DataFrame(
+        [(task, u, int(c)) for u, c in entry.get("community_of_user", {}).items()],
+        columns=["task", "user_id", "community"],
+    )
+    return relevance, communities

@@ -41,3 +41,18 @@ def retrieve_bm25(index: ProfileIndex, user_id: str, query: str, k: int) -> list
         return index.as_retrieved(rows[:n], [0.0] * n)
     found, scores = retriever.retrieve(query_tokens, k=n, show_progress=False)
     return index.as_retrieved(rows[found[0]], scores[0])
+
+
+def retrieve_dense_global(index: ProfileIndex, query_vectors: np.ndarray, k: int) -> list[list[Retrieved]]:
+    """Not personalized: the k documents of ALL users closest to each query (exact inner product, FAISS)."""
+    from prag_models.methods.vector_index import search
+
+    scores, rows = search(index.vectors, query_vectors, k)
+    return [index.as_retrieved(r[r >= 0], s[r >= 0]) for s, r in zip(scores, rows, strict=True)]
+
+
+def retrieve_oracle_community(
+    index: ProfileIndex, members: list[str], query_vector: np.ndarray, k: int
+) -> list[Retrieved]:
+    """Ceiling where the truth is known (demo): dense retrieval over the documents of the user's TRUE community."""
+    return top_by_cosine(index, index.rows_of(members), query_vector, k)

@@ -39,6 +39,9 @@ class DataSettings:
     demo_communities: int = 6
     demo_dev_samples: int = 48  # dev samples per task in the embedded demo: every one is retrieved and evaluated
     demo_seed: int = 7
+    # Dev samples per task the LLM evaluation (generations, PBR's P-PRF) uses: the first N by sample id (0 = all).
+    # Every dev sample is still retrieved and scored by the LLM-free retrieval evaluation.
+    llm_eval_samples: int = 12
     real_data_dir: str = ""  # folder with personabench/ and longmemeval/ (e.g. ../shared/data)
 
 
@@ -148,7 +151,15 @@ class PbrSettings:
     # Retrieval evaluation on real data (asset group retrieval_eval, data.real_data_dir)
     datasets: tuple[str, ...] = ("personabench", "longmemeval")
     eval_methods: tuple[str, ...] = (
-        "base", "pbr", "pbr_wo_anchor", "pbr_wo_prf", "hyde", "query2term", "mill", "cot", "thinkqe"
+        "base",
+        "pbr",
+        "pbr_wo_anchor",
+        "pbr_wo_prf",
+        "hyde",
+        "query2term",
+        "mill",
+        "cot",
+        "thinkqe",
     )
     generate_qe: bool = False  # generate the QE baselines' expansions even with expansion_source = replay
     expansion_max_new_tokens: int = 512  # per P-PRF reply (pseudo utterances, pseudo reasoning)

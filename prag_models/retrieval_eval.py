@@ -27,6 +27,8 @@ from prag_models.intervals import estimate, paired_difference
 RELEVANCE_METRICS: tuple[str, ...] = ("recall", "ndcg", "mrr")
 LABEL_FIELDS: dict[str, str] = {"LaMP-2": "tag", "LaMP-3": "score"}
 BASELINES: tuple[str, ...] = ("random", "dense_global")
+#: Methods that need LLM calls per sample and so run on the LLM-evaluation samples only (data.llm_eval_samples).
+LLM_SUBSET_METHODS: tuple[str, ...] = ("pbr",)
 SUMMARY_COLUMNS = ["task", "method", "metric", "value", "ci_low", "ci_high", "n_samples", "is_primary"]
 COMPARISON_COLUMNS = [
     "task", "method", "baseline", "metric", "difference", "ci_low", "ci_high", "n_samples", "better", "worse",

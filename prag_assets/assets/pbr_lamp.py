@@ -24,6 +24,7 @@ from prag_assets.common import progress_logger, run_tasks
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_models.config import PbrSettings
+from prag_models.data.source import llm_eval_sample_ids
 from prag_models.llm.base import Generator
 from prag_models.llm.cache import generate_cached
 from prag_models.methods.pbr import (
@@ -171,7 +172,8 @@ def pbr_lamp_rows(
     pool=DUCKDB_POOL,
     kinds={"duckdb"},
     description="PBR query side over the user's own profile: pbr (P-PRF via the configured LLM + P-Anchor fusion) "
-    "and pbr_anchor_only (q + g, no LLM); top-k by inner product, for every dev sample.",
+    "and pbr_anchor_only (q + g, no LLM); top-k by inner product; pbr on the LLM-evaluation samples "
+    "(data.llm_eval_samples), pbr_anchor_only on every dev sample.",
 )
 def pbr_lamp_retrievals(
     context: dg.AssetExecutionContext,
@@ -197,12 +199,18 @@ def pbr_lamp_retrievals(
         for task in run_tasks(context, settings):
             index, samples, _ = load_task_inputs(con, task, with_neighbours=False)
             before = gen.generated if gen else 0
-            expansions = lamp_expansions(index, samples, pbr, gen) if gen else {}
-            rows = pbr_lamp_rows(task, index, samples, methods, pbr, settings.retrieval.k, expansions, emb.embed)
+            # P-PRF costs 2 generations per sample: only the LLM-evaluation samples; anchor-only runs on all
+            subset = samples[samples["sample_id"].isin(llm_eval_sample_ids(samples["sample_id"], settings))]
+            expansions = lamp_expansions(index, subset, pbr, gen) if gen else {}
+            k = settings.retrieval.k
+            rows = pbr_lamp_rows(task, index, subset, [m for m in methods if m == "pbr"], pbr, k, expansions, emb.embed)
+            rest = [m for m in methods if m != "pbr"]
+            rows += pbr_lamp_rows(task, index, samples, rest, pbr, k, {}, emb.embed) if rest else []
             frame = pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)
             replace_rows(con, TABLE, frame, {"task": task})
             stats[task] = {
                 "samples": len(samples),
+                "pbr_samples": len(subset),
                 "rows": len(frame),
                 "methods": methods,
                 "p_prf_prompts": 2 * len(expansions),

@@ -19,8 +19,9 @@ RETRIEVAL_TABLES = ("baseline_retrievals", "clusterrag_retrievals", "cfrag_retri
 
 
 def load_runs(con, task: str) -> tuple[pd.DataFrame, dict[str, list[str]]]:
-    """Every retrieval row of a task, and per method the samples its table covers (a table runs all its methods
-    on the same samples, so a sample a method returned nothing for still counts, as a miss)."""
+    """Every retrieval row of a task, and per method the samples it ran on: those its table covers (a table runs all
+    its methods on the same samples, so a sample a method returned nothing for still counts, as a miss), except the
+    methods that run on the LLM-evaluation samples only."""
     frames, method_samples = [], {}
     for table in RETRIEVAL_TABLES:
         if not table_exists(con, table):
@@ -28,6 +29,8 @@ def load_runs(con, task: str) -> tuple[pd.DataFrame, dict[str, list[str]]]:
         frame = read_rows(con, table, {"task": task})
         samples = sorted(frame["sample_id"].astype(str).unique())
         method_samples |= {m: samples for m in frame["method"].unique()}
+        for method in set(rev.LLM_SUBSET_METHODS) & set(frame["method"]):  # run on the LLM-evaluation samples only
+            method_samples[method] = sorted(frame.loc[frame["method"] == method, "sample_id"].astype(str).unique())
         frames.append(frame)
     runs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["method", "sample_id"])
     runs["sample_id"] = runs["sample_id"].astype(str)

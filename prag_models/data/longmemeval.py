@@ -46,8 +46,9 @@ def _check_record(rec: Any, i: int, path: Path) -> None:
         raise ValueError(f"{path}: question {rec['question_id']!r}: duplicate haystack session ids")
     for sid, sess in zip(ids, sessions, strict=True):
         if not isinstance(sess, list) or not all(isinstance(t, dict) and "role" in t for t in sess):
-            raise ValueError(f"{path}: question {rec['question_id']!r}, session {sid!r}: expected a list of turns "
-                             "with a 'role'")
+            raise ValueError(
+                f"{path}: question {rec['question_id']!r}, session {sid!r}: expected a list of turns with a 'role'"
+            )
 
 
 def load_longmemeval(path: str | Path) -> tuple[list[RetrievalQuestion], dict[str, list[Segment]]]:
@@ -81,10 +82,16 @@ def load_longmemeval(path: str | Path) -> tuple[list[RetrievalQuestion], dict[st
             for sid, date, sess in zip(ids, dates, sessions, strict=True)
         ]
         answer = rec.get("answer", "")
-        questions.append(RetrievalQuestion(
-            dataset="longmemeval", user=q_id, q_id=q_id, question=str(rec["question"]),
-            gold_sets=[[sid] for sid in gold], category=str(rec.get("question_type", "unknown")),
-            answer=answer if isinstance(answer, str) else json.dumps(answer),
-            extra={"question_date": rec.get("question_date"), "answer_session_ids": rec.get("answer_session_ids")},
-        ))
+        questions.append(
+            RetrievalQuestion(
+                dataset="longmemeval",
+                user=q_id,
+                q_id=q_id,
+                question=str(rec["question"]),
+                gold_sets=[[sid] for sid in gold],
+                category=str(rec.get("question_type", "unknown")),
+                answer=answer if isinstance(answer, str) else json.dumps(answer),
+                extra={"question_date": rec.get("question_date"), "answer_session_ids": rec.get("answer_session_ids")},
+            )
+        )
     return questions, segments

@@ -90,8 +90,10 @@ def community_dir(path: str | Path, community: str = "community_1") -> Path:
     for candidate in (base, base / community, base / "personabench" / community):
         if (candidate / "eval_info").is_dir():
             return candidate
-    raise ValueError(f"{base}: no PersonaBench community folder (eval_info/) found here, in {community}/ "
-                     f"or in personabench/{community}/")
+    raise ValueError(
+        f"{base}: no PersonaBench community folder (eval_info/) found here, in {community}/ "
+        f"or in personabench/{community}/"
+    )
 
 
 def _person_records(path: Path) -> dict[str, list[Any]]:
@@ -222,11 +224,18 @@ def load_personabench(
             if q_id not in gold:
                 raise ValueError(f"{gold_path}: no gold segment ids for q_id {q_id!r} (person {name!r})")
             answer = rec.get("answer", "")
-            questions.append(RetrievalQuestion(
-                dataset="personabench", user=name, q_id=q_id, question=str(rec["question"]), gold_sets=gold[q_id],
-                category=category, answer=answer if isinstance(answer, str) else json.dumps(answer),
-                extra={"type": rec["type"], "difficulty": rec.get("difficulty")},
-            ))
+            questions.append(
+                RetrievalQuestion(
+                    dataset="personabench",
+                    user=name,
+                    q_id=q_id,
+                    question=str(rec["question"]),
+                    gold_sets=gold[q_id],
+                    category=category,
+                    answer=answer if isinstance(answer, str) else json.dumps(answer),
+                    extra={"type": rec["type"], "difficulty": rec.get("difficulty")},
+                )
+            )
     expansions: dict[str, PbrExpansion] = {}
     exp_path = cdir / "eval_info" / EXPANSIONS_FILE
     if with_expansions and exp_path.exists():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -127,3 +128,10 @@ def demo_truth_frames(settings: Settings, task: str) -> tuple[pd.DataFrame, pd.D
         columns=["task", "user_id", "community"],
     )
     return relevance, communities
+
+
+def llm_eval_sample_ids(sample_ids: Iterable[str], settings: Settings) -> list[str]:
+    """The dev samples the LLM evaluation uses: the first data.llm_eval_samples by sample id (0 = all)."""
+    ids = sorted(str(s) for s in sample_ids)
+    n = settings.data.llm_eval_samples
+    return ids[:n] if n > 0 else ids

@@ -229,9 +229,7 @@ def row_normalize(adjacency: csr_matrix) -> csr_matrix:
     return (diags(inv) @ adjacency).tocsr()
 
 
-def stationary_distribution(
-    transition: Any, iters: int = 50, tol: float = 1e-6, damping: float = 0.0
-) -> np.ndarray:
+def stationary_distribution(transition: Any, iters: int = 50, tol: float = 1e-6, damping: float = 0.0) -> np.ndarray:
     """Stationary distribution pi of a row-stochastic P by power iteration from the uniform vector (METHODS §4.2).
 
     damping = 0 (default, the authors' code): pi <- P^T pi. Otherwise classical PageRank: pi <- d P^T pi + (1 - d)/n.
@@ -259,9 +257,7 @@ def stationary_distribution(
 def anchor_vector(doc_emb: np.ndarray, settings: PbrSettings) -> tuple[np.ndarray, np.ndarray]:
     """The P-Anchor g = sum_i pi_i c_i of a user's corpus, and pi (METHODS §4.2)."""
     graph = build_anchor_graph(doc_emb, settings.theta, settings.k2)
-    pi = stationary_distribution(
-        row_normalize(graph), settings.pagerank_iters, settings.pagerank_tol, settings.damping
-    )
+    pi = stationary_distribution(row_normalize(graph), settings.pagerank_iters, settings.pagerank_tol, settings.damping)
     return (pi @ np.asarray(doc_emb, dtype=np.float64)).astype(np.float32), pi
 
 

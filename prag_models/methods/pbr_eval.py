@@ -146,8 +146,17 @@ def per_question_scores(
     for q in questions:
         for m in methods:
             for (metric, k), value in score_ranking(rankings[(m, q.q_id)], q.gold_sets, ks).items():
-                rows.append({"dataset": q.dataset, "method": m, "category": q.category, "q_id": q.q_id,
-                             "metric": metric, "k": k, "value": value})
+                rows.append(
+                    {
+                        "dataset": q.dataset,
+                        "method": m,
+                        "category": q.category,
+                        "q_id": q.q_id,
+                        "metric": metric,
+                        "k": k,
+                        "value": value,
+                    }
+                )
     return pd.DataFrame(rows, columns=["dataset", "method", "category", "q_id", "metric", "k", "value"])
 
 

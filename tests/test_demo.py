@@ -57,16 +57,17 @@ def test_loads_back_with_manifest_counts(demo: tuple) -> None:
     for task in TASKS:
         entry = manifest["tasks"][task]
         splits = loaded[task]
-        assert {s: len(v) for s, v in splits.items()} == entry["samples"] == {"train": 24, "dev": 24}
+        assert {s: len(v) for s, v in splits.items()} == entry["samples"] == {"train": 48, "dev": 48}
         samples = splits["train"] + splits["dev"]
         users = {s.user_id for s in samples}
-        assert users == set(entry["community_of_user"]) and len(users) == entry["users"] == 48
+        assert users == set(entry["community_of_user"]) and len(users) == entry["users"] == 96
         assert len({s.sample_id for s in samples}) == len(samples)
         docs = {d.doc_id for s in samples for d in s.profile}
         assert len(docs) == entry["docs"] == sum(len(s.profile) for s in samples)
         assert all(s.gold is not None and s.query and s.user_id.startswith("u") for s in samples)
         for s in samples:
-            assert 6 <= len(s.profile) <= 14
+            thin = entry["thin_profile"][s.user_id]
+            assert (2 <= len(s.profile) <= 4) if thin else (8 <= len(s.profile) <= 14)
             dates = [parse_date(d.date) for d in s.profile]
             assert all(d is not None for d in dates) and dates == sorted(dates)
 
@@ -75,7 +76,7 @@ def test_every_user_has_a_balanced_community(demo: tuple) -> None:
     _, manifest, loaded = demo
     for task in TASKS:
         of_user = manifest["tasks"][task]["community_of_user"]
-        assert set(Counter(of_user.values()).values()) == {8}
+        assert set(Counter(of_user.values()).values()) == {16}
         assert all(s.user_id in of_user for split in loaded[task].values() for s in split)
 
 
@@ -99,11 +100,74 @@ def test_classification_gold_follows_community_preference(demo: tuple) -> None:
         assert sum(hits) / len(hits) >= 0.8
 
 
-def test_each_community_uses_several_ratings(demo: tuple) -> None:
+def test_topics_are_shared_and_the_community_decides_the_label(demo: tuple) -> None:
+    """Every topic belongs to two communities, which give it different tags, ratings and key words."""
     _, manifest, _ = demo
-    for community in manifest["communities"].values():
-        assert len(set(community["lamp3_rating"].values())) >= 3
-        assert len(set(community["lamp2_tag"].values())) == 4
+    communities = manifest["communities"]
+    owners: dict[str, list[str]] = {}
+    for c, info in communities.items():
+        for t in info["topics"]:
+            owners.setdefault(t, []).append(c)
+    assert set(map(len, owners.values())) == {2}
+    for t, (a, b) in owners.items():
+        ca, cb = communities[a], communities[b]
+        assert ca["lamp2_tag"][t] != cb["lamp2_tag"][t]
+        assert abs(ca["lamp3_rating"][t] - cb["lamp3_rating"][t]) >= 2
+        assert set(ca["key_words"][t]).isdisjoint(cb["key_words"][t])
+
+
+def test_half_of_the_users_have_thin_profiles(demo: tuple) -> None:
+    _, manifest, _ = demo
+    for entry in manifest["tasks"].values():
+        share = sum(entry["thin_profile"].values()) / len(entry["thin_profile"])
+        assert 0.35 <= share <= 0.65
+
+
+def test_relevant_docs_are_same_community_same_topic_and_not_noisy(demo: tuple) -> None:
+    _, manifest, loaded = demo
+    for task in TASKS:
+        entry = manifest["tasks"][task]
+        author = {d.doc_id: s.user_id for split in loaded[task].values() for s in split for d in s.profile}
+        noisy = set(entry["noisy_docs"])
+        for sid, info in entry["sample_info"].items():
+            relevant = set(info["relevant_docs"])
+            expected = {
+                d
+                for d, t in entry["doc_topic"].items()
+                if t == info["topic"] and entry["community_of_user"][author[d]] == info["community"] and d not in noisy
+            }
+            assert relevant == expected and relevant, sid
+
+
+def test_queries_do_not_carry_the_community_style(demo: tuple) -> None:
+    """The item a query describes is written neutrally: no community opener or closer appears in it."""
+    from prag_models.data.demo_vocab import STYLES
+
+    _, _, loaded = demo
+    for task in ("LaMP-2", "LaMP-3", "LaMP-4", "LaMP-5"):
+        for s in loaded[task]["dev"]:
+            assert not any(opener in s.input or closer in s.input for opener, closer in STYLES), s.sample_id
+
+
+def test_other_communities_on_the_topic_carry_a_conflicting_label(demo: tuple) -> None:
+    """For every LaMP-2 query, docs of another community on the same topic exist and mostly carry another tag."""
+    _, manifest, loaded = demo
+    entry = manifest["tasks"]["LaMP-2"]
+    docs = {d.doc_id: (s.user_id, d) for split in loaded["LaMP-2"].values() for s in split for d in s.profile}
+    conflicting = 0
+    for s in loaded["LaMP-2"]["dev"]:
+        info = entry["sample_info"][s.sample_id]
+        rivals = [
+            d
+            for doc_id, (u, d) in docs.items()
+            if entry["doc_topic"][doc_id] == info["topic"] and entry["community_of_user"][u] != info["community"]
+        ]
+        assert rivals, s.sample_id
+        tags = Counter(d.fields["tag"] for d in rivals)
+        conflicting += (
+            tags.most_common(1)[0][0] != manifest["communities"][str(info["community"])]["lamp2_tag"][info["topic"]]
+        )
+    assert conflicting == len(loaded["LaMP-2"]["dev"])
 
 
 def test_about_half_of_queries_have_no_own_doc_on_the_topic(demo: tuple) -> None:
@@ -154,8 +218,11 @@ def test_lamp1_gold_reference_is_a_community_mates_paper(demo: tuple) -> None:
         assert gold in {d.fields["title"] for d in on_topic}
         assert gold not in {d.fields["title"] for d in s.profile}
         others = [u for u, c in entry["community_of_user"].items() if c != info["community"]]
-        assert distractor in {d.fields["title"] for u in others for d in profile_of[u]}
-    assert positions["[1]"] >= 12 and positions["[2]"] >= 12
+        rival_titles = {
+            d.fields["title"] for u in others for d in profile_of[u] if entry["doc_topic"][d.doc_id] == info["topic"]
+        }
+        assert distractor in rival_titles  # another community's paper on the SAME topic
+    assert positions["[1]"] >= 24 and positions["[2]"] >= 24
 
 
 def test_generation_golds_reuse_community_topic_key_words(demo: tuple) -> None:
@@ -183,7 +250,7 @@ def test_small_world_and_explicit_train_size(tmp_path: Path) -> None:
         {"communities": 0},
         {"communities": 9},
         {"users": 3, "communities": 4},
-        {"dev_samples": 49},
+        {"dev_samples": 97},
         {"train_samples": -1},
     ],
 )

@@ -11,6 +11,7 @@ from prag_assets.checks.lamp_checks import table_check
 from prag_assets.partitions import DUCKDB_POOL
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_models.config import Settings
+from prag_models.data.source import llm_eval_sample_ids
 from prag_models.store import column_to_matrix, read_rows
 from prag_models.validation import Expect, between, in_set, matrix_problems, min_rows, not_null, unique, validate_frame
 
@@ -187,9 +188,21 @@ def _lamp_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[st
     ).fetchone()[0]
     if missing:
         problems.append(f"{missing} retrieved documents are not in the asking user's profile")
-    n_dev = con.execute("SELECT count(*) FROM lamp_samples WHERE task = ? AND split = 'dev'", [task]).fetchone()[0]
-    short = {m: g["sample_id"].nunique() for m, g in df.groupby("method") if g["sample_id"].nunique() != n_dev}
-    return problems + ([f"methods without documents for every one of {n_dev} dev samples: {short}"] if short else [])
+    dev = [
+        s
+        for (s,) in con.execute(
+            "SELECT sample_id FROM lamp_samples WHERE task = ? AND split = 'dev'", [task]
+        ).fetchall()
+    ]
+    expected = {"pbr": len(llm_eval_sample_ids(dev, settings))}  # P-PRF runs on the LLM-evaluation samples only
+    short = {
+        m: g["sample_id"].nunique()
+        for m, g in df.groupby("method")
+        if g["sample_id"].nunique() != expected.get(m, len(dev))
+    }
+    return problems + (
+        [f"methods without documents for each of their samples (dev: {len(dev)}): {short}"] if short else []
+    )
 
 
 pbr_checks = [
@@ -227,7 +240,8 @@ pbr_checks = [
         pbr_lamp.pbr_lamp_retrievals,
         pbr_lamp.TABLE,
         "docs_from_own_profile",
-        "Retrieved documents exist and come only from the asking user's own profile; every dev sample served.",
+        "Retrieved documents exist and come only from the asking user's own profile; every dev sample served "
+        "(pbr: every LLM-evaluation sample).",
         _lamp_suite,
         _lamp_extra,
     ),

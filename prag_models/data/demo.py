@@ -137,7 +137,8 @@ def _noisy(rng: np.random.Generator, value: str, choices: tuple[str, ...]) -> tu
 def _doc_fields(task: str, rng: np.random.Generator, world: _World, c: int, t: str) -> tuple[dict[str, str], bool]:
     """The task fields of one profile document about topic t by a member of community c, and whether noise hit."""
     if task == "LaMP-1":
-        return {"title": _pattern(rng, world, TITLES, c, t), "abstract": _passage(rng, c, t)}, False
+        a, b, x = _pick(rng, TOPICS[t], 3)
+        return {"title": TITLES[c].format(a=a, b=b, c=x), "abstract": _passage(rng, c, t)}, False
     if task == "LaMP-2":
         tag, flipped = _noisy(rng, world.tag[(c, t)], LAMP2_TAGS)
         return {"description": _passage(rng, c, t), "tag": tag}, flipped
@@ -191,13 +192,13 @@ def _lamp1_refs(rng: np.random.Generator, world: _World, prof: _Profiles, u: int
     """(gold, distractor) reference titles: a community mate's paper on t, and another community's paper on t."""
     mates = [d for v, docs in prof.docs.items() if v != u for d in docs if prof.community[d["id"]] == c]
     gold_docs = [d for d in mates if prof.topic[d["id"]] == t]
-    gold = _one(rng, gold_docs)["title"] if gold_docs else _pattern(rng, world, TITLES, c, t)
+    gold = _one(rng, gold_docs)["title"] if gold_docs else TITLES[c].format(a=t, b=t, c=t)
     rivals = [x for x in range(len(world.topics)) if x != c and t in world.topics[x]]
     other = _one(rng, rivals or [x for x in range(len(world.topics)) if x != c])
     topic = t if rivals else _one(rng, world.topics[other])
     far = [d for docs in prof.docs.values() for d in docs if prof.community[d["id"]] == other]
     far = [d for d in far if prof.topic[d["id"]] == topic]
-    return gold, (_one(rng, far)["title"] if far else _pattern(rng, world, TITLES, other, topic))
+    return gold, (_one(rng, far)["title"] if far else TITLES[other].format(a=topic, b=topic, c=topic))
 
 
 def _sample(task: str, rng: np.random.Generator, world: _World, prof: _Profiles, u: int, t: str, noisy: bool):

@@ -1,0 +1,112 @@
+"""LLM-free retrieval evaluation, community-wide retrieval and the seed claims, on hand-computed inputs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from prag_models import retrieval_eval as rev
+from prag_models.claims import HOLDS, NOT_SHOWN, REVERSED, Claim, check_claims
+from prag_models.methods.baselines import retrieve_dense_global
+from prag_models.methods.community import CommunityRetriever
+from prag_models.methods.profiles import ProfileIndex
+
+
+def _runs(rows: list[tuple[str, str, int, str]]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["method", "sample_id", "rank", "doc_id"])
+
+
+def test_relevance_metrics_hand_computed() -> None:
+    runs = _runs([("m", "s1", 1, "a"), ("m", "s1", 2, "x"), ("m", "s1", 3, "b"), ("m", "s2", 1, "y")])
+    scores = rev.per_sample_scores(runs, {"m": ["s1", "s2", "s3"]}, 3, relevant={"s1": {"a", "b"}, "s2": {"z"}})
+    got = {(r.sample_id, r.metric): r.value for r in scores.itertuples()}
+    assert got[("s1", "recall@3")] == 1.0  # 2 hits of min(3, 2) relevant
+    assert got[("s1", "mrr@3")] == 1.0
+    ideal = 1 + 1 / math.log2(3)
+    assert got[("s1", "ndcg@3")] == pytest.approx((1 + 1 / math.log2(4)) / ideal)
+    assert got[("s2", "recall@3")] == got[("s2", "ndcg@3")] == got[("s2", "mrr@3")] == 0.0
+    assert got[("s3", "recall@3")] == 0.0  # asked but returned nothing: a miss, not dropped
+
+
+def test_label_hit_counts_missing_documents_as_misses() -> None:
+    runs = _runs([("m", "s1", 1, "a"), ("m", "s1", 2, "b")])
+    scores = rev.per_sample_scores(runs, {"m": ["s1"]}, 3, None, {"a": "comedy", "b": "dark"}, {"s1": "comedy"})
+    assert scores["metric"].tolist() == ["label_hit@3"] and scores["value"].tolist() == [pytest.approx(1 / 3)]
+
+
+def test_summary_and_paired_comparison() -> None:
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(40):
+        rows += [("good", f"s{i}", "ndcg@3", float(rng.random() < 0.9)), ("random", f"s{i}", "ndcg@3", 0.0)]
+        rows += [("same", f"s{i}", "ndcg@3", 0.0)]
+    scores = pd.DataFrame(rows, columns=["method", "sample_id", "metric", "value"])
+    summary = rev.summarize("LaMP-2", scores, "ndcg@3")
+    good = summary[summary["method"] == "good"].iloc[0]
+    assert good.n_samples == 40 and good.ci_low <= good.value <= good.ci_high and good.is_primary
+    comp = rev.compare("LaMP-2", scores).set_index(["method", "baseline"])
+    assert comp.loc[("good", "random"), "better"] and not comp.loc[("good", "random"), "worse"]
+    same = comp.loc[("same", "random")]
+    assert same.difference == same.ci_low == same.ci_high == 0.0 and not same.better and not same.worse
+    assert "±" in rev.summary_markdown(summary, comp.reset_index())
+
+
+def _index() -> ProfileIndex:
+    """Two clusters of users; each user's docs point along its axis, plus one doc along the query axis."""
+    vecs, users, ids = [], [], []
+    axes = {"a1": 0, "a2": 0, "b1": 1, "b2": 1}
+    for u, axis in axes.items():
+        for j in range(2):
+            v = np.zeros(4, dtype=np.float32)
+            v[axis], v[2] = 1.0, 0.5 + 0.1 * j
+            vecs.append(v / np.linalg.norm(v))
+            users.append(u)
+            ids.append(f"{u}-{j}")
+    return ProfileIndex(ids, users, ids, np.stack(vecs))
+
+
+def test_community_retrieval_stays_in_the_cluster_and_prefers_close_users() -> None:
+    index = _index()
+    clusters = {"a1": 0, "a2": 0, "b1": 1, "b2": 1}
+    z = {u: np.eye(4, dtype=np.float32)[0 if u.startswith("a") else 1] for u in clusters}
+    retriever = CommunityRetriever(index, clusters, z, user_weight=0.5)
+    found = retriever.retrieve("a1", np.array([0, 0, 1, 0], dtype=np.float32), 3)
+    assert {r.source_user_id for r in found} <= {"a1", "a2"} and len(found) == 3
+    assert retriever.members("b2") == ["b1", "b2"]
+    top_n = CommunityRetriever(index, clusters, z, user_weight=0.5, top_n=1)
+    assert top_n.members("b2")[0] == "b2"
+
+
+def test_dense_global_searches_every_user() -> None:
+    index = _index()
+    found = retrieve_dense_global(index, np.array([[0, 1, 0, 0]], dtype=np.float32), 2)[0]
+    assert {r.source_user_id for r in found} <= {"b1", "b2"} and len(found) == 2
+
+
+def _claim_scores(diffs: dict[str, list[float]]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [(m, f"s{i}", v) for m, values in diffs.items() for i, v in enumerate(values)],
+        columns=["method", "sample_id", "value"],
+    )
+
+
+def test_claim_verdicts() -> None:
+    scores = _claim_scores({"a": [1.0] * 30, "b": [0.0] * 30, "c": [0.0, 1.0] * 15})
+    claims = (
+        Claim("t", "a", ">", "b"),
+        Claim("t", "b", ">", "a"),
+        Claim("t", "c", ">", "c"),
+        Claim("t", "b", ">=", "c"),
+    )
+    table = check_claims(scores, "m", claims=claims)
+    got = dict(zip(table["claim"], table["verdict"], strict=True))
+    assert got == {"a > b": HOLDS, "b > a": REVERSED, "c > c": NOT_SHOWN, "b >= c": REVERSED}
+
+
+def test_claims_orient_lower_is_better_metrics() -> None:
+    scores = _claim_scores({"a": [0.0] * 20, "b": [2.0] * 20})  # a has the smaller error
+    table = check_claims(scores, "mae", higher_is_better=False, claims=(Claim("t", "a", ">", "b"),))
+    assert table["verdict"].tolist() == [HOLDS] and table["difference"].tolist() == [2.0]

@@ -1,0 +1,68 @@
+"""The LLM-free retrieval evaluation in the graph, on a demo where collaboration matters (fake generator)."""
+
+from __future__ import annotations
+
+import dagster as dg
+import duckdb
+import pytest
+from conftest import materialize_graph, write_config
+
+TASK = "LaMP-2"
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory: pytest.TempPathFactory):
+    """Materialize everything lamp_retrieval_evaluation needs for one task; return an open read-only connection."""
+    tmp = tmp_path_factory.mktemp("reval")
+    home = tmp / "home"
+    data = {"demo_users": 48, "demo_communities": 4, "demo_dev_samples": 24, "tasks": [TASK], "llm_eval_samples": 6}
+    config = write_config(tmp / "prag.toml", home, generator_backend="fake", data=data)
+    selection = dg.AssetSelection.assets("lamp_retrieval_evaluation").upstream()
+    result = materialize_graph(config, [TASK], selection=selection)
+    assert result.success
+    con = duckdb.connect(str(home / "prag.duckdb"), read_only=True)
+    yield con, result
+    con.close()
+
+
+def test_every_method_is_scored_with_n_and_an_interval(evaluated) -> None:
+    con, _ = evaluated
+    table = con.execute("SELECT * FROM lamp_retrieval_evaluation WHERE task = ?", [TASK]).df()
+    methods = set(table["method"])
+    assert {"random", "dense", "dense_global", "oracle_community", "clusterrag_community", "cfrag", "pbr"} <= methods
+    assert {"recall@2", "ndcg@2", "mrr@2", "label_hit@2"} <= set(table["metric"])
+    assert ((table["ci_low"] <= table["value"]) & (table["value"] <= table["ci_high"])).all()
+    n = table.groupby("method")["n_samples"].max()
+    assert n["dense"] == 24 and n["pbr"] == 6  # P-PRF needs the LLM: only the LLM-evaluation samples
+    assert table.loc[table["is_primary"], "metric"].unique().tolist() == ["ndcg@2"]
+
+
+def test_planted_truth_orders_the_ceiling_and_the_baselines(evaluated) -> None:
+    """The oracle (true community) is the ceiling; searching everyone is not personalization's upper bound."""
+    con, _ = evaluated
+    ndcg = dict(
+        con.execute(
+            "SELECT method, value FROM lamp_retrieval_evaluation WHERE task = ? AND metric = 'ndcg@2'", [TASK]
+        ).fetchall()
+    )
+    assert ndcg["oracle_community"] == max(ndcg.values())
+    comp = con.execute(
+        "SELECT method, baseline, better FROM lamp_retrieval_comparisons WHERE task = ? AND metric = 'ndcg@2'", [TASK]
+    ).df()
+    better = {(m, b) for m, b, ok in comp.itertuples(index=False) if ok}
+    assert ("oracle_community", "dense_global") in better and ("dense", "random") in better
+
+
+def test_the_checks_passed(evaluated) -> None:
+    _, result = evaluated
+    checks = {
+        f"{e.event_specific_data.asset_check_key.asset_key.to_user_string()}:{e.event_specific_data.check_name}": (
+            e.event_specific_data.passed
+        )
+        for e in result.all_events
+        if e.event_type_value == "ASSET_CHECK_EVALUATION"
+    }
+    assert checks["lamp_retrieval_evaluation:retrieval_metrics_valid"]
+    assert (
+        checks["baseline_retrievals:retrieved_docs_allowed"] and checks["clusterrag_retrievals:retrieved_docs_allowed"]
+    )

@@ -59,12 +59,13 @@ def _requests(result) -> list[dg.RunRequest]:
 
 
 def _docs_like(config, task: str, source_user: str, user: str, prefix: str, n: int = 3) -> list[dict]:
-    """n history records for user copied from another user's documents (fresh ids)."""
+    """n history records for user copied from another user's documents (fresh ids; cycled if it has fewer)."""
     with connect(load_settings(config).duckdb_path, read_only=True) as con:
         rows = con.execute("SELECT date, fields_json FROM profile_documents WHERE task = ? AND user_id = ? "
-                           "ORDER BY position LIMIT ?", [task, source_user, n]).fetchall()
-    return [{"user_id": user, "id": f"{prefix}{i}", "date": date, **json.loads(fields)}
-            for i, (date, fields) in enumerate(rows)]
+                           "ORDER BY position", [task, source_user]).fetchall()
+    assert rows, f"{source_user} has no documents"
+    return [{"user_id": user, "id": f"{prefix}{i}", "date": rows[i % len(rows)][0],
+             **json.loads(rows[i % len(rows)][1])} for i in range(n)]
 
 
 def _ingest(config, task: str, records: list[dict], name: str) -> None:

@@ -35,9 +35,9 @@ class DataSettings:
     split_kind: str = "time"  # time | original (LaMP folder naming: LaMP_1_time or LaMP_1)
     tasks: tuple[str, ...] = ALL_TASKS
     max_eval_samples: int = 0  # 0 = all dev samples
-    demo_users: int = 96  # users per task in the embedded demo
+    demo_users: int = 144  # users per task in the embedded demo
     demo_communities: int = 6
-    demo_dev_samples: int = 48  # dev samples per task in the embedded demo: every one is retrieved and evaluated
+    demo_dev_samples: int = 96  # dev samples per task in the embedded demo: every one is retrieved and evaluated
     demo_seed: int = 7
     # Dev samples per task the LLM evaluation (generations, PBR's P-PRF) uses: the first N by sample id (0 = all).
     # Every dev sample is still retrieved and scored by the LLM-free retrieval evaluation.

@@ -57,10 +57,10 @@ def test_loads_back_with_manifest_counts(demo: tuple) -> None:
     for task in TASKS:
         entry = manifest["tasks"][task]
         splits = loaded[task]
-        assert {s: len(v) for s, v in splits.items()} == entry["samples"] == {"train": 48, "dev": 48}
+        assert {s: len(v) for s, v in splits.items()} == entry["samples"] == {"train": 48, "dev": 96}
         samples = splits["train"] + splits["dev"]
         users = {s.user_id for s in samples}
-        assert users == set(entry["community_of_user"]) and len(users) == entry["users"] == 96
+        assert users == set(entry["community_of_user"]) and len(users) == entry["users"] == 144
         assert len({s.sample_id for s in samples}) == len(samples)
         docs = {d.doc_id for s in samples for d in s.profile}
         assert len(docs) == entry["docs"] == sum(len(s.profile) for s in samples)
@@ -76,7 +76,7 @@ def test_every_user_has_a_balanced_community(demo: tuple) -> None:
     _, manifest, loaded = demo
     for task in TASKS:
         of_user = manifest["tasks"][task]["community_of_user"]
-        assert set(Counter(of_user.values()).values()) == {16}
+        assert set(Counter(of_user.values()).values()) == {24}
         assert all(s.user_id in of_user for split in loaded[task].values() for s in split)
 
 
@@ -222,7 +222,7 @@ def test_lamp1_gold_reference_is_a_community_mates_paper(demo: tuple) -> None:
             d.fields["title"] for u in others for d in profile_of[u] if entry["doc_topic"][d.doc_id] == info["topic"]
         }
         assert distractor in rival_titles  # another community's paper on the SAME topic
-    assert positions["[1]"] >= 24 and positions["[2]"] >= 24
+    assert positions["[1]"] >= 48 and positions["[2]"] >= 48
 
 
 def test_generation_golds_reuse_community_topic_key_words(demo: tuple) -> None:
@@ -250,7 +250,7 @@ def test_small_world_and_explicit_train_size(tmp_path: Path) -> None:
         {"communities": 0},
         {"communities": 9},
         {"users": 3, "communities": 4},
-        {"dev_samples": 97},
+        {"dev_samples": 145},
         {"train_samples": -1},
     ],
 )

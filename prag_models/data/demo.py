@@ -275,9 +275,9 @@ def _dump(path: Path, obj: Any) -> None:
 
 def write_demo(
     root: Path,
-    users: int = 96,
+    users: int = 144,
     communities: int = 6,
-    dev_samples: int = 48,
+    dev_samples: int = 96,
     train_samples: int | None = None,
     seed: int = 7,
     tasks: tuple[str, ...] | list[str] = TASKS,

@@ -36,6 +36,7 @@ def _materialize(args: argparse.Namespace) -> int:
     ]
     print("[prag] " + " ".join(cmd[2:]), flush=True)
     code = subprocess.call(cmd, env=dagster_env(settings))
+    _publish(settings, code)
     if not everything:
         return code
     if not settings.data.real_data_dir:
@@ -48,7 +49,20 @@ def _materialize(args: argparse.Namespace) -> int:
     cmd = [*cmd[:8], f"group:{RETRIEVAL_EVAL_GROUP}"]
     print("[prag] " + " ".join(cmd[2:]), flush=True)
     evaluation = subprocess.call(cmd, env=dagster_env(settings))
+    _publish(settings, evaluation)
     return code or evaluation
+
+
+def _publish(settings: Settings, code: int) -> None:
+    """After a successful run, publish a consistent read-only snapshot of the DuckDB file for readers."""
+    from prag_models.store import DuckDBBusyError, publish_snapshot
+
+    if code != 0 or not settings.duckdb_path.exists():
+        return
+    try:
+        print(f"[prag] readers' snapshot: {publish_snapshot(settings.duckdb_path)}", flush=True)
+    except DuckDBBusyError as exc:  # another run took the file meanwhile: the previous snapshot stays valid
+        print(f"[prag] snapshot not refreshed: {exc}", flush=True)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -81,7 +95,7 @@ def _ingest(args: argparse.Namespace) -> int:
 
     from prag_models.data.history import inbox_dir, ingest_files
     from prag_models.data.tasks import LampDataError, task_from_name
-    from prag_models.store import connect
+    from prag_models.store import DuckDBBusyError, connect
 
     settings = load_settings()
     try:
@@ -91,7 +105,7 @@ def _ingest(args: argparse.Namespace) -> int:
     except LampDataError as exc:
         print(f"prag ingest: {exc}\nnothing was written", file=sys.stderr)
         return 2
-    except duckdb.IOException as exc:
+    except (duckdb.IOException, DuckDBBusyError) as exc:
         print(f"prag ingest: the DuckDB file is in use by another process ({exc}); retry later, or copy the files "
               f"into the drop folder {inbox_dir(settings.home_path, args.task)}", file=sys.stderr)  # fmt: skip
         return 3
@@ -115,7 +129,7 @@ def _promotion(args: argparse.Namespace) -> int:
 
     from prag_models.data.tasks import LampDataError, task_from_name
     from prag_models.promotion import REFUSED, append_decision, mlflow_target, promote, rollback
-    from prag_models.store import connect
+    from prag_models.store import DuckDBBusyError, connect
 
     settings = load_settings()
     actor = os.environ.get("USER") or "unknown"
@@ -130,7 +144,7 @@ def _promotion(args: argparse.Namespace) -> int:
     except (LampDataError, LookupError) as exc:
         print(f"prag {args.command}: {exc}", file=sys.stderr)
         return 2
-    except duckdb.IOException as exc:
+    except (duckdb.IOException, DuckDBBusyError) as exc:
         job = f"{args.command}_cfrag_models"
         print(f"prag {args.command}: the DuckDB file is in use by another process ({exc}); nothing was changed: "
               f"retry later, or launch job {job} from the Dagster UI", file=sys.stderr)  # fmt: skip
@@ -222,7 +236,7 @@ def _answer(args: argparse.Namespace) -> int:
 
     from prag_models.data.tasks import LampDataError, task_from_name
     from prag_models.serving import format_answer
-    from prag_models.store import connect
+    from prag_models.store import DuckDBBusyError, connect
 
     settings = load_settings()
     try:
@@ -232,7 +246,7 @@ def _answer(args: argparse.Namespace) -> int:
     except (LampDataError, LookupError, ValueError, FileNotFoundError, MlflowException) as exc:
         print(f"prag answer: {exc}", file=sys.stderr)
         return 2
-    except duckdb.IOException as exc:
+    except (duckdb.IOException, DuckDBBusyError) as exc:
         print(f"prag answer: the DuckDB file is in use by another process ({exc}); retry when the run ends",
               file=sys.stderr)  # fmt: skip
         return 3

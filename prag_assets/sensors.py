@@ -17,6 +17,7 @@ from prag_assets.assets import history, users
 from prag_assets.partitions import task_partitions
 from prag_assets.resources import PragSettingsResource
 from prag_models.config import ALL_TASKS, Settings
+from prag_models.store import DuckDBBusyError
 
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
@@ -111,7 +112,7 @@ def scan_changes(settings: Settings, cursor: HistoryCursor) -> Changes:
     waiting: dict[str, str] = {}
     seq = dict(cursor.seq)
     if settings.duckdb_path.exists():
-        with connect(settings.duckdb_path, read_only=True) as con:
+        with connect(settings.duckdb_path, read_only=True, timeout_s=2.0) as con:  # a tick never waits long
             if has_table(con, HISTORY_TABLE):
                 sql = f"SELECT task, max(seq) FROM {HISTORY_TABLE} GROUP BY task"
                 latest = {t: int(n) for t, n in con.execute(sql).fetchall()}
@@ -155,7 +156,7 @@ def profile_history_sensor(
     cursor = HistoryCursor.parse(context.cursor)
     try:
         changes = scan_changes(prag_settings.get(), cursor)
-    except duckdb.IOException as exc:  # another process holds the DuckDB file for writing
+    except (duckdb.IOException, DuckDBBusyError) as exc:  # another process holds the DuckDB file for writing
         return dg.SkipReason(f"DuckDB file busy, checking again later: {exc}")
     if not changes.tasks:
         reason = "no new history rows or drop-folder files"

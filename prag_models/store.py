@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,15 +23,63 @@ def _ident(name: str) -> str:
     return name
 
 
+#: How long an open waits for another process's lock on the DuckDB file before it fails (seconds).
+LOCK_TIMEOUT_S = float(os.environ.get("PRAG_DUCKDB_LOCK_TIMEOUT_S", "120"))
+_HOLDER_PID = re.compile(r"PID (\d+)")
+
+
+class DuckDBBusyError(RuntimeError):
+    """The DuckDB file stayed locked by another process for longer than the lock timeout."""
+
+
+def lock_holder(message: str) -> str:
+    """Who holds the DuckDB lock, from DuckDB's error text: pid, its command line and prag run id if known."""
+    m = _HOLDER_PID.search(message)
+    if not m:
+        return "an unknown process"
+    pid = m.group(1)
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        run = next((e.split(b"=", 1)[1].decode() for e in env if e.startswith(b"DAGSTER_RUN_ID=")), "")
+    except OSError:
+        return f"pid {pid} (no longer running, or not visible)"
+    return f"pid {pid} ({cmd[:160]})" + (f", Dagster run {run}" if run else "")
+
+
+def _open(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
+    """Open the file, retrying with exponential backoff (0.05 s … 2 s) while another process holds its lock."""
+    deadline, delay = time.monotonic() + timeout_s, 0.05
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower():
+                raise
+            if time.monotonic() + delay > deadline:
+                raise DuckDBBusyError(
+                    f"{path} is locked by {lock_holder(str(exc))} for more than {timeout_s:.0f} s "
+                    f"({'read' if read_only else 'write'} access); retry when it is done "
+                    "(PRAG_DUCKDB_LOCK_TIMEOUT_S sets the wait)"
+                ) from exc
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
 @contextmanager
-def connect(path: str | Path, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-    """Open the DuckDB file (creating its folder) and close it afterwards."""
+def connect(
+    path: str | Path, read_only: bool = False, timeout_s: float | None = None
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Open the DuckDB file (creating its folder), waiting up to the lock timeout for another process, and close it.
+
+    Fails with DuckDBBusyError naming the lock holder when the wait runs out.
+    """
     p = Path(path)
     if not read_only:
         p.parent.mkdir(parents=True, exist_ok=True)
     elif not p.exists():
         raise FileNotFoundError(f"DuckDB file {p} does not exist yet: materialize the upstream assets first")
-    con = duckdb.connect(str(p), read_only=read_only)
+    con = _open(p, read_only, LOCK_TIMEOUT_S if timeout_s is None else timeout_s)
     try:
         yield con
     finally:
@@ -97,3 +147,42 @@ def column_to_matrix(values: Sequence[object], dim: int | None = None) -> np.nda
     if len(values) == 0:
         return np.zeros((0, dim or 0), dtype=np.float32)
     return np.stack([np.asarray(v, dtype=np.float32) for v in values])
+
+
+def snapshot_path(path: str | Path) -> Path:
+    """Where the published read-only copy of a DuckDB file lives (``prag.snapshot.duckdb`` beside it)."""
+    p = Path(path)
+    return p.with_name(p.stem + ".snapshot" + p.suffix)
+
+
+def publish_snapshot(path: str | Path) -> Path:
+    """Copy the DuckDB file to its snapshot consistently (COPY FROM DATABASE into a temp file, then an atomic rename),
+    so that readers have a complete version to read while a later run holds the live file."""
+    p, target = Path(path), snapshot_path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    with connect(p) as con:
+        con.execute(f"ATTACH '{tmp}' AS prag_snapshot")
+        try:
+            (name,) = con.execute("SELECT current_database()").fetchone()
+            con.execute(f"COPY FROM DATABASE \"{name}\" TO prag_snapshot")
+        finally:
+            con.execute("DETACH prag_snapshot")
+    os.replace(tmp, target)
+    return target
+
+
+@contextmanager
+def read_connection(path: str | Path, wait_s: float = 2.0) -> Iterator[tuple[duckdb.DuckDBPyConnection, str]]:
+    """A read-only connection for readers (reports, serving): the live file when it is free within ``wait_s``, else
+    the last published snapshot; yields (connection, "live" | "snapshot <path>"). Readers never wait on a run."""
+    try:
+        with connect(path, read_only=True, timeout_s=wait_s) as con:
+            yield con, "live"
+            return
+    except DuckDBBusyError:
+        snap = snapshot_path(path)
+        if not snap.exists():
+            raise
+    with connect(snap, read_only=True, timeout_s=wait_s) as con:
+        yield con, f"snapshot {snap}"

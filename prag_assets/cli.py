@@ -4,7 +4,11 @@ import argparse
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
+from prag_assets.doctor import exclusive
 from prag_models.config import ALL_TASKS, PROJECT_ROOT, Settings, load_settings
 
 #: Asset group of the real-data retrieval evaluation (prag_assets/assets/pbr_eval.py), run in its own run.
@@ -21,6 +25,40 @@ def _materialize(args: argparse.Namespace) -> int:
     # The default selection runs the task-partitioned LaMP graph here and the unpartitioned real-data retrieval
     # evaluation (group retrieval_eval) in a second run below, only when data.real_data_dir is configured.
     everything = args.select == "*"
+    with exclusive(_lock_path(settings), "prag materialize"):
+        _recover(settings)
+        return _run_materialize(settings, tasks, args.select, everything)
+
+
+def _lock_path(settings: Settings) -> Path:
+    """The file lock that makes prag's Dagster commands one writer at a time (prag_assets/doctor.py)."""
+    return settings.home_path / "dagster" / "prag.lock"
+
+
+def _instance(settings: Settings):
+    """The Dagster instance of the prag home (its storage is created on first use: call under the lock)."""
+    from dagster import DagsterInstance
+
+    os.environ.update(dagster_env(settings))
+    return DagsterInstance.get()
+
+
+def _recover(settings: Settings) -> None:
+    """Before a run: mark runs whose worker died as failed and free their pool slots (Dagster's APIs)."""
+    from prag_assets.doctor import release, release_orphans, stale_runs
+
+    instance = _instance(settings)
+    stale = stale_runs(instance)
+    for s in stale:
+        print(f"[prag] run {s.run_id} was {s.status} but {s.reason}: marked failed, its pool slots freed", flush=True)
+    release(instance, stale)
+    freed = release_orphans(instance)
+    if freed:
+        print(f"[prag] freed the pool slots still held by {freed} finished run(s)", flush=True)
+
+
+def _run_materialize(settings: Settings, tasks: list[str], select: str, everything: bool) -> int:
+    """The dagster subprocess(es) of `prag materialize`, then the readers' snapshot."""
     cmd = [
         sys.executable,
         "-m",
@@ -30,7 +68,7 @@ def _materialize(args: argparse.Namespace) -> int:
         "-m",
         "prag_assets.definitions",
         "--select",
-        f"not group:{RETRIEVAL_EVAL_GROUP}" if everything else args.select,
+        f"not group:{RETRIEVAL_EVAL_GROUP}" if everything else select,
         "--partition-range",
         f"{tasks[0]}...{tasks[-1]}",
     ]
@@ -120,7 +158,9 @@ def _ingest(args: argparse.Namespace) -> int:
     cmd = [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "prag_assets.definitions",
            "--select", "group:history", "--partition", task]  # fmt: skip
     print("[prag] " + " ".join(cmd[2:]), flush=True)
-    return subprocess.call(cmd, env=dagster_env(settings))
+    with exclusive(_lock_path(settings), "prag ingest --apply"):
+        _recover(settings)
+        return subprocess.call(cmd, env=dagster_env(settings))
 
 
 def _promotion(args: argparse.Namespace) -> int:
@@ -254,6 +294,44 @@ def _answer(args: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    """`prag doctor`: stale runs, held pool slots, who holds the locks; --fix releases what is safe to release."""
+    from prag_assets.doctor import held_slots, lock_state, orphan_slots, release, release_orphans, stale_runs
+    from prag_models.store import DuckDBBusyError, connect
+
+    settings = load_settings()
+    lock = _lock_path(settings)
+    print(f"prag lock   : {lock_state(lock)} ({lock})")
+    if settings.duckdb_path.exists():
+        try:
+            with connect(settings.duckdb_path, read_only=True, timeout_s=0.5):
+                print(f"DuckDB file : free ({settings.duckdb_path})")
+        except DuckDBBusyError as exc:
+            print(f"DuckDB file : {exc}")
+    with exclusive(lock, "prag doctor") if args.fix else _nothing():
+        instance = _instance(settings)
+        stale, slots, orphans = stale_runs(instance), held_slots(instance), orphan_slots(instance)
+        print(f"stale runs  : {len(stale)}")
+        for s in stale:
+            print(f"  {s.run_id} {s.status}: {s.reason}")
+        print(f"held slots  : {len(slots)} ({len(orphans)} of runs no longer active)")
+        for pool, run_id, step in slots:
+            print(f"  {pool}: run {run_id} step {step}")
+        if args.fix:
+            release(instance, stale)
+            freed = release_orphans(instance)
+            print(f"fixed       : {len(stale)} stale run(s) marked failed, slots of {freed} finished run(s) freed")
+        elif stale or orphans:
+            print("run `prag doctor --fix` to mark the stale runs failed and free their slots")
+    return 0
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    """A context that does nothing (doctor without --fix takes no lock)."""
+    yield
+
+
 def dagster_env(settings: Settings) -> dict[str, str]:
     """The environment of a dagster subprocess: the project's dagster.yaml, run storage under the prag home.
 
@@ -276,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     m = sub.add_parser("materialize", help="materialize the asset graph for the configured tasks")
     m.add_argument("--select", default="*", help="Dagster asset selection (default: everything)")
     m.set_defaults(func=_materialize)
+    d = sub.add_parser("doctor", help="show stale runs, held pool slots and lock holders; --fix releases them")
+    d.add_argument("--fix", action="store_true", help="mark runs whose process is gone failed and free their slots")
+    d.set_defaults(func=_doctor)
     i = sub.add_parser("ingest", help="append new profile documents (JSON list, see prag_models/data/history.py)")
     i.add_argument("files", nargs="+", help="JSON files: [{user_id, id, date?, <task fields>}, ...]")
     i.add_argument("--task", required=True, help="LaMP task of the documents, e.g. LaMP-2")

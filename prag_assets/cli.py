@@ -104,22 +104,50 @@ def _publish(settings: Settings, code: int) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    """Print the evaluation table and where the outputs are."""
-    from prag_models.report import evaluation_markdown
-    from prag_models.store import connect, table_exists
+    """Print the evaluation tables (value ± half-width, n), the paired comparisons, the seed claims, the paths."""
+    import pandas as pd
+
+    from prag_models import retrieval_eval as rev
+    from prag_models.claims import claims_from_store, claims_markdown
+    from prag_models.report import comparisons_markdown, evaluation_markdown
+    from prag_models.store import DuckDBBusyError, read_connection, table_exists
 
     settings = load_settings()
-    with connect(settings.duckdb_path, read_only=True) as con:
-        retrieval_eval = table_exists(con, "retrieval_evaluation")
-        if not table_exists(con, "lamp_evaluation"):
-            print("no evaluation yet: run `prag materialize` first", file=sys.stderr)
-            return 1
-        table = con.execute("SELECT * FROM lamp_evaluation ORDER BY task, method, metric").df()
-    table = table[table["task"].isin(settings.data.tasks)]
-    print(evaluation_markdown(table))
+    tasks = list(settings.data.tasks)
+    try:
+        with read_connection(settings.duckdb_path) as (con, source):
+            have = {t: table_exists(con, t) for t in
+                    ("lamp_evaluation", "lamp_evaluation_comparisons", "lamp_retrieval_evaluation",
+                     "lamp_retrieval_comparisons", "retrieval_evaluation")}  # fmt: skip
+            if not have["lamp_evaluation"] and not have["lamp_retrieval_evaluation"]:
+                print("no evaluation yet: run `prag materialize` first", file=sys.stderr)
+                return 1
+            read = {t: con.execute(f"SELECT * FROM {t}").df() for t, ok in have.items() if ok}
+            read.pop("retrieval_evaluation", None)
+            claims = claims_from_store(con)
+    except (FileNotFoundError, DuckDBBusyError) as exc:
+        print(f"prag report: {exc}", file=sys.stderr)
+        return 3
+    if source != "live":
+        print(f"(a run holds the DuckDB file: reading the last published {source})\n")
+    frames = {t: f[f["task"].isin(tasks)] for t, f in read.items()}
+    if "lamp_retrieval_evaluation" in frames:
+        print("## Retrieval evaluation, no LLM (every dev sample; 95 % bootstrap intervals)\n")
+        empty = pd.DataFrame(columns=rev.COMPARISON_COLUMNS)
+        comparisons = frames.get("lamp_retrieval_comparisons", empty)
+        print(rev.summary_markdown(frames["lamp_retrieval_evaluation"], comparisons))
+    if "lamp_evaluation" in frames:
+        print("\n## LLM evaluation (data.llm_eval_samples per task; value ± half-width of the 95 % interval)\n")
+        print(evaluation_markdown(frames["lamp_evaluation"]))
+        if "lamp_evaluation_comparisons" in frames and len(frames["lamp_evaluation_comparisons"]):
+            print("\nPaired differences of the primary metric (positive = better than the baseline):\n")
+            print(comparisons_markdown(frames["lamp_evaluation_comparisons"]))
+    if len(claims):
+        print("\n## The seeds' claims (benchmarks/seed_orderings.py)\n")
+        print(claims_markdown(claims[claims["task"].isin(tasks)]))
     retrieval_md = settings.home_path / "reports" / "retrieval_evaluation.md"
-    if retrieval_eval and retrieval_md.exists():
-        print("\n## Retrieval evaluation on real data (PBR, METHODS §4.5; table retrieval_evaluation)\n")
+    if have["retrieval_evaluation"] and retrieval_md.exists():
+        print("\n## Retrieval evaluation on real data (PBR, docs/methods.md §4.5; table retrieval_evaluation)\n")
         print(retrieval_md.read_text(encoding="utf-8").rstrip())
     print(f"\nDuckDB file : {settings.duckdb_path}")
     print(f"Chart       : {settings.home_path / 'reports' / 'lamp_evaluation.png'}")

@@ -1,34 +1,72 @@
-"""Evaluation tables as markdown and a bar chart image."""
+"""Evaluation tables as markdown (value ± half-width, n) and a bar chart with 95 % error bars sized for the UI."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
 
 from prag_models.metrics import HIGHER_IS_BETTER
 
+CHART_WIDTH_IN, CHART_DPI = 9.0, 100  # 900 px wide: fits the Dagster UI's metadata panel
+
+
+def _cell(row: pd.Series) -> str:
+    """``value ± half-width`` (the value alone for rows without an interval)."""
+    if pd.isna(row["value"]):
+        return ""
+    if "ci_low" not in row or pd.isna(row.get("ci_low")):
+        return f"{row['value']:.3f}"
+    return f"{row['value']:.3f} ± {(row['ci_high'] - row['ci_low']) / 2:.3f}"
+
 
 def evaluation_markdown(table: pd.DataFrame) -> str:
-    """One markdown table: rows = method, columns = task/metric (best value of each column in bold)."""
+    """Rows = method, columns = task/metric as value ± half-width with n in the header (per cell where it differs);
+    the best value of each column in bold."""
     if table.empty:
         return "_no evaluation rows_"
-    wide = table.pivot_table(index="method", columns=["task", "metric"], values="value", aggfunc="first")
-    wide = wide.sort_index(axis=1)
-    shown = wide.map(lambda v: "" if pd.isna(v) else f"{v:.4f}")
-    for col in wide.columns:
-        values = wide[col].dropna()
-        if values.empty:
-            continue
-        best = values.max() if HIGHER_IS_BETTER.get(col[1], True) else values.min()
-        for method in values.index[values == best]:
-            shown.at[method, col] = f"**{best:.4f}**"
-    shown.columns = [f"{task} {metric}" for task, metric in shown.columns]
-    return shown.reset_index().to_markdown(index=False)
+    t = table.assign(cell=table.apply(_cell, axis=1))
+    if "n_samples" not in t:
+        t["n_samples"] = math.nan
+    headers, columns = {}, []
+    for (task, metric), part in t.groupby(["task", "metric"], sort=True):
+        ns = part["n_samples"].dropna().astype(int).unique()
+        same = len(ns) == 1
+        header = f"{task} {metric}" + (f" (n={ns[0]})" if same else "")
+        cells = part.set_index("method")["cell"].copy()
+        if not same:
+            cells = cells + part.set_index("method")["n_samples"].map(lambda n: f" (n={int(n)})")
+        best = part["value"].max() if HIGHER_IS_BETTER.get(metric, True) else part["value"].min()
+        for method in part.loc[part["value"] == best, "method"]:
+            cells[method] = f"**{cells[method]}**"
+        headers[header] = cells
+        columns.append(header)
+    wide = pd.DataFrame(headers)[columns].fillna("")
+    wide.index.name = "method"
+    return wide.reset_index().to_markdown(index=False)
+
+
+def comparisons_markdown(comparisons: pd.DataFrame) -> str:
+    """Per task, each method's paired difference of the primary metric against each baseline: ▲ better, ▼ worse,
+    = interval includes 0 (positive = better than the baseline, also for MAE)."""
+    if comparisons.empty:
+        return "_no comparisons_"
+    c = comparisons.assign(
+        cell=[
+            ("▲" if b else "▼" if w else "=") + f" {d:+.3f} ± {(hi - lo) / 2:.3f} (n={n})"
+            for b, w, d, lo, hi, n in comparisons[
+                ["better", "worse", "difference", "ci_low", "ci_high", "n_samples"]
+            ].values
+        ],
+        column=comparisons["task"] + " " + comparisons["metric"] + " vs " + comparisons["baseline"],
+    )
+    wide = c.pivot_table(index="method", columns="column", values="cell", aggfunc="first").fillna("")
+    return wide.reset_index().to_markdown(index=False)
 
 
 def evaluation_chart(table: pd.DataFrame, path: Path) -> Path:
-    """Bar chart of each task's primary metric per method, saved as PNG."""
+    """Each task's primary metric per method as horizontal bars with 95 % error bars, a grid of panels 900 px wide."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -36,16 +74,27 @@ def evaluation_chart(table: pd.DataFrame, path: Path) -> Path:
 
     primary = table[table["is_primary"]] if "is_primary" in table else table
     tasks = sorted(primary["task"].unique())
-    fig, axes = plt.subplots(1, max(1, len(tasks)), figsize=(3.2 * max(1, len(tasks)), 3.6), squeeze=False)
-    for ax, task in zip(axes[0], tasks, strict=False):
-        part = primary[primary["task"] == task].sort_values("method")
-        ax.barh(part["method"], part["value"], color="#4c72b0")
-        ax.set_title(f"{task} {part['metric'].iloc[0]}", fontsize=9)
-        ax.tick_params(labelsize=7)
-        if ax is not axes[0][0]:
+    cols = min(3, max(1, len(tasks)))
+    rows = max(1, math.ceil(len(tasks) / cols))
+    n_methods = max(1, primary["method"].nunique())
+    height = rows * max(2.2, 0.16 * n_methods + 0.8)
+    fig, axes = plt.subplots(rows, cols, figsize=(CHART_WIDTH_IN, height), squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        if i >= len(tasks):
+            ax.axis("off")
+            continue
+        part = primary[primary["task"] == tasks[i]].sort_values("method", ascending=False)
+        err = None
+        if "ci_low" in part:
+            err = [(part["value"] - part["ci_low"]).clip(lower=0), (part["ci_high"] - part["value"]).clip(lower=0)]
+        ax.barh(part["method"], part["value"], xerr=err, color="#4c72b0", ecolor="#333333", capsize=2)
+        n = part["n_samples"].max() if "n_samples" in part else None
+        ax.set_title(f"{tasks[i]} {part['metric'].iloc[0]}" + (f" (n≤{int(n)})" if n else ""), fontsize=8)
+        ax.tick_params(labelsize=6)
+        if i % cols:
             ax.set_yticklabels([])
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=CHART_DPI)
     plt.close(fig)
     return path

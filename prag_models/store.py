@@ -186,3 +186,33 @@ def read_connection(path: str | Path, wait_s: float = 2.0) -> Iterator[tuple[duc
             raise
     with connect(snap, read_only=True, timeout_s=wait_s) as con:
         yield con, f"snapshot {snap}"
+
+
+def replace_many(
+    con: duckdb.DuckDBPyConnection, writes: Sequence[tuple[str, pd.DataFrame, dict[str, object] | None]]
+) -> None:
+    """Several partition-replacing writes (table, rows, where) in ONE transaction: all of them land, or none."""
+    names = []
+    try:
+        con.execute("BEGIN TRANSACTION")
+        for i, (table, df, where) in enumerate(writes):
+            _ident(table)
+            name = f"_prag_incoming_{i}"
+            con.register(name, df)
+            names.append(name)
+            if not table_exists(con, table):
+                con.execute(f"CREATE TABLE {table} AS SELECT * FROM {name} LIMIT 0")
+            if where:
+                clause = " AND ".join(f"{_ident(k)} = ?" for k in where)
+                con.execute(f"DELETE FROM {table} WHERE {clause}", list(where.values()))
+            else:
+                con.execute(f"DELETE FROM {table}")
+            cols = ", ".join(f'"{_ident(c)}"' for c in df.columns)
+            con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {name}")
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    finally:
+        for name in names:
+            con.unregister(name)

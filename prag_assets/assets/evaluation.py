@@ -9,20 +9,11 @@ from prag_assets.assets.generation import generations
 from prag_assets.common import run_tasks
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
-from prag_models.metrics import lamp_metrics, primary_metric
-from prag_models.report import evaluation_chart, evaluation_markdown
-from prag_models.store import read_rows, replace_rows, table_exists
+from prag_models.llm_evaluation import EVALUATION_COLUMNS, compare_with_baselines, evaluate_generations
+from prag_models.report import comparisons_markdown, evaluation_chart, evaluation_markdown
+from prag_models.store import read_rows, replace_many, table_exists
 
 GROUP = "evaluation"
-
-
-def evaluate_task(task: str, gens: pd.DataFrame) -> pd.DataFrame:
-    """Official LaMP metrics of every method's predictions for one task."""
-    rows = []
-    for method, group in gens.groupby("method"):
-        for metric, value in lamp_metrics(task, group["prediction"].tolist(), group["gold"].tolist()).items():
-            rows.append((task, method, metric, float(value), len(group), metric == primary_metric(task)))
-    return pd.DataFrame(rows, columns=["task", "method", "metric", "value", "n_samples", "is_primary"])
 
 
 @dg.asset(
@@ -32,21 +23,62 @@ def evaluate_task(task: str, gens: pd.DataFrame) -> pd.DataFrame:
     backfill_policy=single_run,
     pool=DUCKDB_POOL,
     kinds={"duckdb"},
-    description="One row per (task, method, metric) with LaMP's official metric semantics.",
+    description="One row per (task, method, metric) with LaMP's official metric semantics, n and a 95 % bootstrap "
+    "interval; table lamp_evaluation_comparisons holds each method's paired difference against random and "
+    "dense_global (same transaction).",
 )
 def lamp_evaluation(
     context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
 ) -> dg.MaterializeResult:
     """Score the generations of each task."""
     settings = prag_settings.get()
-    frames = []
+    frames, comparisons = [], []
     with duckdb.connect() as con:
         for task in run_tasks(context, settings):
-            frame = evaluate_task(task, read_rows(con, "generations", {"task": task}))
-            replace_rows(con, "lamp_evaluation", frame, {"task": task})
+            gens = read_rows(con, "generations", {"task": task})
+            frame, comparison = evaluate_generations(task, gens), compare_with_baselines(task, gens)
+            where = {"task": task}
+            replace_many(con, [("lamp_evaluation", frame, where), ("lamp_evaluation_comparisons", comparison, where)])
             frames.append(frame)
-    table = pd.concat(frames) if frames else pd.DataFrame()
-    return dg.MaterializeResult(metadata={"table": dg.MetadataValue.md(evaluation_markdown(table))})
+            comparisons.append(comparison)
+    table = pd.concat(frames) if frames else pd.DataFrame(columns=EVALUATION_COLUMNS)
+    comparison = pd.concat(comparisons) if comparisons else pd.DataFrame()
+    return dg.MaterializeResult(
+        metadata={
+            "table": evaluation_table_metadata(table),
+            "markdown": dg.MetadataValue.md(evaluation_markdown(table)),
+            "comparisons": dg.MetadataValue.md(comparisons_markdown(comparison)),
+            "dagster/row_count": len(table),
+        }
+    )
+
+
+def evaluation_table_metadata(table: pd.DataFrame) -> dg.MetadataValue:
+    """The evaluation rows as a Dagster table (shown as a table in the UI, with its column schema)."""
+    columns = [
+        dg.TableColumn("task", "string"),
+        dg.TableColumn("method", "string"),
+        dg.TableColumn("metric", "string"),
+        dg.TableColumn("value", "float"),
+        dg.TableColumn("ci_low", "float", description="95 % bootstrap interval, low"),
+        dg.TableColumn("ci_high", "float", description="95 % bootstrap interval, high"),
+        dg.TableColumn("n_samples", "int"),
+    ]
+    records = [
+        dg.TableRecord(
+            {
+                "task": r.task,
+                "method": r.method,
+                "metric": r.metric,
+                "value": round(float(r.value), 4),
+                "ci_low": round(float(r.ci_low), 4),
+                "ci_high": round(float(r.ci_high), 4),
+                "n_samples": int(r.n_samples),
+            }  # fmt: skip
+        )
+        for r in table.itertuples()
+    ]
+    return dg.MetadataValue.table(records=records, schema=dg.TableSchema(columns=columns))
 
 
 @dg.asset(
@@ -66,15 +98,25 @@ def lamp_evaluation_report(
         if not table_exists(con, "lamp_evaluation"):
             raise LookupError("table lamp_evaluation is empty: materialize lamp_evaluation first")
         table = con.execute("SELECT * FROM lamp_evaluation ORDER BY task, method, metric").df()
+        comparisons = (
+            con.execute("SELECT * FROM lamp_evaluation_comparisons ORDER BY task, method, baseline").df()
+            if table_exists(con, "lamp_evaluation_comparisons")
+            else pd.DataFrame()
+        )
     table = table[table["task"].isin(settings.data.tasks)]
     markdown = evaluation_markdown(table)
+    if len(comparisons):
+        comparisons = comparisons[comparisons["task"].isin(settings.data.tasks)]
+        markdown += "\n\nPaired differences of the primary metric (positive = better than the baseline):\n\n"
+        markdown += comparisons_markdown(comparisons)
     chart = evaluation_chart(table, settings.home_path / "reports" / "lamp_evaluation.png")
     (chart.parent / "lamp_evaluation.md").write_text(markdown + "\n", encoding="utf-8")
     image = base64.b64encode(chart.read_bytes()).decode()
-    context.log.info("\n" + markdown)
+    context.log.info(f"evaluation table written to {chart.parent / 'lamp_evaluation.md'}")
     return dg.MaterializeResult(
         metadata={
-            "table": dg.MetadataValue.md(markdown),
+            "table": evaluation_table_metadata(table),
+            "markdown": dg.MetadataValue.md(markdown),
             "chart": dg.MetadataValue.md(f"![evaluation](data:image/png;base64,{image})"),
             "chart_path": dg.MetadataValue.path(str(chart)),
             "tasks": len(table["task"].unique()),

@@ -13,6 +13,7 @@ from prag_assets.assets.retrieval import baseline_retrievals, clusterrag_retriev
 from prag_assets.common import progress_logger, run_tasks
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
+from prag_models.data.source import llm_eval_sample_ids
 from prag_models.generation import ZERO_SHOT, answer_cached, answer_mode, build_jobs, run_jobs
 from prag_models.prompts import prompt_document
 from prag_models.store import replace_rows, table_exists
@@ -48,7 +49,8 @@ def retrieved_texts(con, task: str, methods: tuple[str, ...]) -> dict[str, dict[
     backfill_policy=single_run,
     pool=DUCKDB_POOL,
     kinds={"duckdb"},
-    description="One answer per (method, dev sample) with the LaMP prompt and token budget: the most likely label "
+    description="One answer per (method, LLM-evaluation sample: the first data.llm_eval_samples dev samples) with "
+    "the LaMP prompt and token budget: the most likely label "
     "for LaMP-1/2/3 (label scoring), a greedy generation for LaMP-4/5/7; identical prompts for the same model run "
     "once (generation_cache).",
 )
@@ -70,6 +72,7 @@ def generations(
                 "ORDER BY sample_id",
                 [task],
             ).df()
+            samples = samples[samples["sample_id"].isin(llm_eval_sample_ids(samples["sample_id"], settings))]
             jobs = build_jobs(
                 task,
                 dict(zip(samples["sample_id"], samples["input"], strict=True)),
@@ -130,6 +133,7 @@ def generations(
                 "answer_mode": mode,
                 "model_calls_now": counter["ran"],
                 "methods": int(frame["method"].nunique()),
+                "samples": len(samples),
             }
             context.log.info(f"{task}: {stats[task]}")
     return dg.MaterializeResult(metadata={"per_task": dg.MetadataValue.json(stats), "generator": generator.model_id})

@@ -10,6 +10,7 @@ from prag_assets.common import run_tasks
 from prag_assets.partitions import DUCKDB_POOL, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_models.config import Settings
+from prag_models.data.source import llm_eval_sample_ids
 from prag_models.data.tasks import LABELS, TASK_KIND
 from prag_models.metrics import metric_bounds
 from prag_models.store import column_to_matrix, read_rows, table_exists
@@ -211,9 +212,15 @@ def _generation_suite(task: str, settings: Settings) -> list[Expect]:
 
 
 def _generation_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
-    n_dev = con.execute("SELECT count(*) FROM lamp_samples WHERE task = ? AND split = 'dev'", [task]).fetchone()[0]
-    short = {m: len(g) for m, g in df.groupby("method") if len(g) != n_dev}
-    return [f"methods without a generation for every dev sample: {short}"] if short else []
+    dev = [
+        s
+        for (s,) in con.execute(
+            "SELECT sample_id FROM lamp_samples WHERE task = ? AND split = 'dev'", [task]
+        ).fetchall()
+    ]
+    n = len(llm_eval_sample_ids(dev, settings))
+    short = {m: len(g) for m, g in df.groupby("method") if len(g) != n}
+    return [f"methods without a generation for each of the {n} LLM-evaluation samples: {short}"] if short else []
 
 
 def _evaluation_suite(task: str, settings: Settings) -> list[Expect]:
@@ -231,6 +238,8 @@ def _evaluation_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> l
         low, high = metric_bounds(r.metric)
         if not low <= r.value <= high:
             problems.append(f"{r.method} {r.metric} = {r.value} outside [{low}, {high}]")
+        if not r.ci_low - 1e-9 <= r.value <= r.ci_high + 1e-9:
+            problems.append(f"{r.method} {r.metric} = {r.value} outside its interval [{r.ci_low}, {r.ci_high}]")
     return problems
 
 
@@ -324,7 +333,7 @@ lamp_checks = [
         evaluation.lamp_evaluation,
         "lamp_evaluation",
         "metrics_in_bounds",
-        "Every metric within its bounds, computed over at least one sample.",
+        "Every metric within its bounds and inside its 95 % interval, computed over at least one sample.",
         _evaluation_suite,
         _evaluation_extra,
     ),

@@ -1,0 +1,54 @@
+"""LLM evaluation rows with n and intervals, paired comparisons, the report's markdown and chart size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from prag_models.llm_evaluation import compare_with_baselines, evaluate_generations
+from prag_models.report import comparisons_markdown, evaluation_chart, evaluation_markdown
+
+
+def _gens(task: str, by_method: dict[str, list[str]], golds: list[str]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [(m, f"s{i:02d}", p, golds[i]) for m, preds in by_method.items() for i, p in enumerate(preds)],
+        columns=["method", "sample_id", "prediction", "gold"],
+    )
+
+
+def test_classification_rows_carry_n_and_an_interval() -> None:
+    golds = ["comedy", "dark comedy"] * 10
+    gens = _gens("LaMP-2", {"good": golds, "random": ["comedy"] * 20}, golds)
+    table = evaluate_generations("LaMP-2", gens).set_index(["method", "metric"])
+    good, rnd = table.loc[("good", "accuracy")], table.loc[("random", "accuracy")]
+    assert good.value == 1.0 and good.ci_low == good.ci_high == 1.0 and good.n_samples == 20
+    assert rnd.value == 0.5 and rnd.ci_low < 0.5 < rnd.ci_high
+    f1 = table.loc[("random", "f1_macro")]
+    assert f1.ci_low <= f1.value <= f1.ci_high and table.loc[("good", "accuracy"), "is_primary"]
+
+
+def test_rating_comparison_is_oriented_so_that_positive_is_better() -> None:
+    golds = ["3"] * 12
+    gens = _gens("LaMP-3", {"close": ["3"] * 12, "random": ["5"] * 12, "dense_global": ["4"] * 12}, golds)
+    comp = compare_with_baselines("LaMP-3", gens).set_index(["method", "baseline"])
+    row = comp.loc[("close", "random")]
+    assert row.metric == "mae" and row.difference == 2.0 and row.better and not row.worse
+    assert comp.loc[("random", "dense_global")].worse
+    rmse = evaluate_generations("LaMP-3", gens).set_index(["method", "metric"]).loc[("random", "rmse")]
+    assert rmse.value == pytest.approx(2.0)
+
+
+def test_report_markdown_and_chart_fit(tmp_path: Path) -> None:
+    golds = ["comedy", "dark comedy", "romance", "comedy"] * 5
+    gens = _gens("LaMP-2", {"a": golds, "random": ["romance"] * 20, "dense": golds[:18] + ["comedy"] * 2}, golds)
+    table = evaluate_generations("LaMP-2", gens)
+    markdown = evaluation_markdown(table)
+    assert "±" in markdown and "(n=20)" in markdown and "**1.000 ± 0.000**" in markdown
+    assert "▲" in comparisons_markdown(compare_with_baselines("LaMP-2", gens))
+    import matplotlib.image
+
+    three_tasks = pd.concat([table.assign(task=t) for t in ("LaMP-1", "LaMP-2", "LaMP-3", "LaMP-4")])
+    height, width = matplotlib.image.imread(evaluation_chart(three_tasks, tmp_path / "c.png")).shape[:2]
+    assert width <= 1000 and height <= 1000

@@ -36,11 +36,14 @@ class MlflowResource(dg.ConfigurableResource):
         loss_curve: Sequence[float],
         data_version: str,
         tags: Mapping[str, str] | None = None,
+        epoch_metrics: Mapping[str, Sequence[float]] | None = None,
     ) -> RegisteredVersion:
         """Log a saved model folder with its training record and register it as a new version of ``name``."""
         from prag_models.registry import log_and_register
 
-        return log_and_register(self.target(), model_dir, name, params, loss_curve, data_version, tags)
+        return log_and_register(
+            self.target(), model_dir, name, params, loss_curve, data_version, tags, epoch_metrics=epoch_metrics
+        )
 
     def load(self, name: str, version: int | None = None, alias: str = "") -> tuple[nn.Module, RegisteredVersion]:
         """A registered version (by number or alias), downloaded and loaded from safetensors."""

@@ -208,20 +208,33 @@ class CfragSettings:
     include_self: bool = True
     # §2.4 retriever
     docs_per_user: int = 2  # k candidates per retrieved user -> m*k candidates (paper 5, see above)
+    # At inference the LLM-feedback budget does not apply: the retriever may pass a wider pool to the reranker
+    # (k per user at inference; 0 = docs_per_user).
+    inference_docs_per_user: int = 5
     alpha: float = 0.1
     retriever_projection: str = "linear"  # linear (code) | mlp (paper)
     # §2.5-2.6 LLM feedback and training
     # TRAIN samples per task that get feedback labels and train the retriever/reranker (0 = all). Demo budget:
-    # 8 samples x 6 candidates = 48 generations per task; the paper labels every training sample.
-    max_feedback_samples: int = 8
+    # 16 samples x 6 candidates = 96 scored prompts per task (12 train + 4 validation at validation_share 0.25, so
+    # 3 steps per epoch at batch 4); the paper labels every training sample.
+    max_feedback_samples: int = 16
+    # The teacher signal of a (sample, candidate) label: "gold_loglik" = the generator's log-probability of the gold
+    # output given the prompt with that one document (one scored continuation; labels differ even when the task
+    # metric ties), or "metric" = the task metric of the generated output (the paper's signal).
+    feedback_signal: str = "gold_loglik"
     # Cap on new tokens per feedback generation (paper 64); the task's own generation budget (generator.
     # max_new_tokens / label_max_new_tokens) applies when smaller, so labels score what the evaluation generates.
     feedback_max_new_tokens: int = 64
     retriever_temperature: float = 1.0
     reranker_temperature: float = 0.1
-    train_lr: float = 6e-5
-    train_epochs: int = 1
-    train_batch_size: int = 8  # samples per optimizer step for retriever/reranker training
+    # Training (paper: lr 6e-5, 1 epoch over every training sample). With a few labelled samples one epoch is one
+    # step, so prag trains for up to train_epochs epochs at a higher rate and keeps the epoch with the lowest KL on a
+    # held-out validation_share of the labelled samples (early stopping after early_stopping_patience epochs).
+    train_lr: float = 1e-3
+    train_epochs: int = 30
+    train_batch_size: int = 4  # samples per optimizer step for retriever/reranker training
+    validation_share: float = 0.25
+    early_stopping_patience: int = 5
     # §2.7 reranker
     reranker_model: str = "sentence-transformers/all-MiniLM-L6-v2"  # HF id or path; bge-reranker-base on a deployment
     # Demo budget: 128 tokens per (query, doc) pair keeps reranker training and scoring to seconds per task on CPU
@@ -231,6 +244,9 @@ class CfragSettings:
     # bge-reranker-base). 2 of MiniLM's 6 layers make reranker training and scoring about 3x cheaper on CPU.
     reranker_layers: int = 2
     reranker_use_user_embedding: bool = True  # False = ablation "w/o e_u in reranker" (§2.8)
+    # Residual reranker: score = cos(E(q), E(d)) of the frozen embedder + the learned MLP correction, whose last layer
+    # starts at zero, so the untrained reranker ranks exactly like dense retrieval and training moves from there.
+    reranker_residual: bool = True
     final_k: int = 0  # docs in the prompt after reranking; 0 = retrieval.k, as for every other method (paper 5)
     seed: int = 0
     prompt_version: str = "v1"
@@ -393,5 +409,9 @@ def _validate(s: Settings) -> None:
         raise ConfigError(f"clustering.algorithm must be 'hdbscan' or 'kmeans', got {s.clustering.algorithm!r}")
     if s.retrieval.k < 1 or s.clustering.similar_users < 1:
         raise ConfigError("retrieval.k and clustering.similar_users must be at least 1")
+    if s.cfrag.feedback_signal not in ("gold_loglik", "metric"):
+        raise ConfigError(f"cfrag.feedback_signal must be 'gold_loglik' or 'metric', got {s.cfrag.feedback_signal!r}")
+    if not 0.0 <= s.cfrag.validation_share < 1.0:
+        raise ConfigError("cfrag.validation_share must lie in [0, 1)")
     if not 0.0 < s.prompt.query_share < 1.0:
         raise ConfigError("prompt.query_share (gamma) must lie in (0, 1)")

@@ -214,6 +214,23 @@ def _aliases(client: MlflowClient, name: str, task: str) -> dict[str, int]:
     return {alias: int(v) for alias, v in model.aliases.items()}
 
 
+#: Version tag written at training time: "false" when the kept model is not better than its initialisation.
+IMPROVED_TAG = "training.improved"
+
+
+def _not_improved(client: MlflowClient, names: Mapping[str, str], versions: Mapping[str, int | None]) -> str:
+    """Which versions of a bundle were trained without beating their initialisation on validation ("" = none)."""
+    bad = []
+    for kind, name in names.items():
+        if versions.get(kind) is None:
+            continue
+        tags = client.get_model_version(name, str(versions[kind])).tags
+        if tags.get(IMPROVED_TAG) == "false":
+            bad.append(f"{name} v{versions[kind]} (val KL {tags.get('training.val_kl_best')} vs initial "
+                       f"{tags.get('training.val_kl_init')})")  # fmt: skip
+    return ", ".join(bad)
+
+
 def _bundle_value(
     client: MlflowClient, names: Mapping[str, str], versions: Mapping[str, int | None], metric: str
 ) -> tuple[float | None, str]:
@@ -269,11 +286,15 @@ def promote(target: MlflowTarget, task: str, actor: str, reason: str, override: 
         if CHALLENGER not in aliases:
             raise LookupError(f"{name} has no '{CHALLENGER}' version: train the CFRAG models of {task} first")
         challenger[kind], champion[kind] = aliases[CHALLENGER], aliases.get(CHAMPION)
+    not_learned = _not_improved(client, names, challenger)
     chal_value, chal_data = _bundle_value(client, names, challenger, metric)
     champ_value, champ_data = _bundle_value(client, names, champion, metric)
     if challenger == champion:
         verdict = Verdict(False, f"{task}: nothing to promote, the challenger versions are already champion "
                                  f"({bundle_key(challenger)})")  # fmt: skip
+    elif not_learned and not override:
+        why = "training did not beat its untrained initialisation on the validation feedback labels"
+        verdict = Verdict(False, f"{task}: refused: {not_learned} ({why}); override to promote anyway")
     else:
         verdict = decide_promotion(task, chal_value, champ_value, higher, override, metric)
     message = verdict.message

@@ -141,8 +141,11 @@ def log_and_register(
     data_version: str,
     tags: Mapping[str, str] | None = None,
     run_name: str = "",
+    epoch_metrics: Mapping[str, Sequence[float]] | None = None,
 ) -> RegisteredVersion:
-    """Log a saved model folder with its training record in a new run and register it as a new version of ``name``."""
+    """Log a saved model folder with its training record in a new run and register it as a new version of ``name``.
+
+    ``epoch_metrics`` (e.g. train_loss, val_kl, val_ndcg) are logged with step = epoch (0 = before training)."""
     from mlflow.entities import Metric, Param, RunTag
 
     folder = Path(model_dir)
@@ -159,6 +162,8 @@ def log_and_register(
         if curve:
             metrics += [Metric("final_loss", curve[-1], now, 0), Metric("initial_loss", curve[0], now, 0)]
         metrics.append(Metric("steps", float(len(curve)), now, 0))
+        for key, values in (epoch_metrics or {}).items():
+            metrics += [Metric(key, float(v), now, epoch) for epoch, v in enumerate(values) if v == v]  # skip NaN
         param_list = [Param(str(k), str(v)[:6000]) for k, v in sorted(params.items())]
         for start in range(0, len(param_list), 100):  # MLflow's per-batch limits: 100 params, 1000 metrics
             client.log_batch(run_id, params=param_list[start : start + 100])

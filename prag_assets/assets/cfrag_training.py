@@ -19,12 +19,13 @@ from prag_assets.assets.cfrag_users import (
     record_model,
 )
 from prag_assets.assets.lamp_data import lamp_samples
+from prag_assets.assets.users import user_embeddings
 from prag_assets.common import run_tasks
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_models.config import Settings
-from prag_models.generation import answer_cached, lamp_prompt
+from prag_models.generation import lamp_prompt
 from prag_models.methods.cfrag import pipeline
 from prag_models.methods.profiles import ProfileIndex, Retrieved
 from prag_models.prompts import prompt_document
@@ -147,9 +148,9 @@ def feedback_labels(
                     lamp_prompt(task, s.input, [inputs.prompt_docs[c.row]], generator, settings.prompt)
                     for s, c in chunk
                 ]
-                outputs, new = answer_cached(task, generator, prompts, settings.generator, con, None, max_new)
+                golds = [s.gold for s, _ in chunk]
+                scores, outputs, new = pipeline.feedback_scores(task, generator, prompts, golds, settings, con, max_new)
                 generated += new
-                scores = pipeline.score_outputs(task, outputs, [s.gold for s, _ in chunk])
                 rows = [
                     (task, s.sample_id, c.doc_id, c.source_user_id, generator.model_id, version, out, score)
                     for (s, c), out, score in zip(chunk, outputs, scores, strict=True)
@@ -174,6 +175,7 @@ def feedback_labels(
                 "mean_score": round(float(labels["score"].mean()), 4) if len(labels) else None,
                 "degenerate_share": round(degenerate / n_samples, 3) if n_samples else None,
                 "prompt_version": version,
+                "signal": settings.cfrag.feedback_signal,
             }
             context.log.info(f"{task} feedback: {stats[task]}")
     return dg.MaterializeResult(metadata={"per_task": dg.MetadataValue.json(stats), "generator": generator.model_id})
@@ -198,12 +200,28 @@ def load_training_set(
     return inputs, ts, used.reset_index(drop=True), f"{encoder['registered_name']}/{encoder['version']}"
 
 
+def _projection_targets(con, task: str) -> tuple:
+    """(e_u, z_u) of every user: the CFRAG user embeddings and the unit mean document embeddings (W's start)."""
+    from prag_models.users.embeddings import normalize_rows
+
+    rows = con.execute(
+        "SELECT c.embedding AS e, u.embedding AS z FROM cfrag_user_embeddings c JOIN user_embeddings u "
+        "USING (task, user_id) WHERE task = ? ORDER BY user_id",
+        [task],
+    ).fetchall()
+    e = column_to_matrix([r[0] for r in rows])
+    return e, normalize_rows(column_to_matrix([r[1] for r in rows]))
+
+
 _TRAIN_PARAMS = (
     "alpha",
     "retriever_projection",
     "train_lr",
     "train_epochs",
     "train_batch_size",
+    "validation_share",
+    "early_stopping_patience",
+    "feedback_signal",
     "seed",
     "top_m_users",
     "docs_per_user",
@@ -212,7 +230,7 @@ _TRAIN_PARAMS = (
 
 
 @dg.asset(
-    deps=[feedback_labels, cfrag_user_embeddings],
+    deps=[feedback_labels, cfrag_user_embeddings, user_embeddings],
     kinds={"duckdb", "pytorch", "mlflow"},
     description="Personalized retriever S = (1-α)cos(q,d) + α cos(W e_u, d) (§2.4) distilled from the feedback "
     "labels with KL at T = 1 (§2.6); registered in MLflow.",
@@ -237,7 +255,16 @@ def cfrag_retriever(
             _, ts, used, encoder = load_training_set(con, task, settings, generator_id)
             started = time.perf_counter()
             with pipeline.single_thread():
-                model, curve = train_retriever(ts.queries, ts.docs, ts.mask, ts.user_emb, ts.teacher, c)
+                fitted = train_retriever(
+                    ts.queries,
+                    ts.docs,
+                    ts.mask,
+                    ts.user_emb,
+                    ts.teacher,
+                    c,
+                    init_targets=_projection_targets(con, task),
+                )
+            model, curve = fitted.model, fitted.curve
             params = {k: getattr(c, k) for k in _TRAIN_PARAMS} | {
                 "temperature": c.retriever_temperature,
                 "task": task,
@@ -256,6 +283,7 @@ def cfrag_retriever(
                 params,
                 data_version(used, encoder, generator_id),
                 time.perf_counter() - started,
+                fitted,
             )
             curves[task] = curve
             context.log.info(f"{task} retriever: {stats[task]}")
@@ -297,7 +325,8 @@ def cfrag_reranker(
                 c = dataclasses.replace(settings.cfrag, reranker_use_user_embedding=use_eu)
                 started = time.perf_counter()
                 user_dim = int(ts.user_emb.shape[1])
-                model, curve = train_reranker(samples, c, model=pipeline.new_reranker(c, user_dim))
+                fitted = train_reranker(samples, c, model=pipeline.new_reranker(c, user_dim))
+                model, curve = fitted.model, fitted.curve
                 params = {k: getattr(c, k) for k in _TRAIN_PARAMS if k not in ("alpha", "retriever_projection")}
                 params |= {
                     "temperature": c.reranker_temperature,
@@ -312,8 +341,9 @@ def cfrag_reranker(
                 }
                 version = data_version(used, encoder, generator_id, c.reranker_model)
                 stats[f"{task}/{kind}"] = record_model(
-                    con, mlflow, settings, task, kind, model, curve, params, version, time.perf_counter() - started
-                )
+                    con, mlflow, settings, task, kind, model, curve, params, version, time.perf_counter() - started,
+                    fitted,
+                )  # fmt: skip
                 curves[f"{task}/{kind}"] = curve
                 context.log.info(f"{task} {kind}: {stats[f'{task}/{kind}']}")
     return dg.MaterializeResult(

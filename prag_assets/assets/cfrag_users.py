@@ -103,15 +103,28 @@ def record_model(
     params: dict[str, Any],
     version_of_data: str,
     seconds: float,
+    fitted: Any = None,
 ) -> dict[str, Any]:
-    """Save a trained model, log + register it in MLflow, write its ``cfrag_models`` row; returns a metadata entry."""
+    """Save a trained model, log + register it in MLflow (with the per-epoch validation record of ``fitted``, a
+    FitResult, when given), write its ``cfrag_models`` row; returns a metadata entry."""
     from prag_models.methods.cfrag.serialization import save_model
 
     folder = save_model(model, model_dir(settings, task, kind))
     probe = probe_scores(kind, model, load_probe(con, task))
     start, end = loss_trend(curve)
     name = registered_name(kind, task)
-    entry = mlflow.log_and_register(folder, name, params, curve, version_of_data, tags={"task": task, "kind": kind})
+    tags = {"task": task, "kind": kind}
+    epochs = None
+    summary: dict[str, Any] = {}
+    if fitted is not None:
+        summary = fitted.summary()
+        tags |= {f"training.{k}": str(v).lower() if isinstance(v, bool) else str(v) for k, v in summary.items()}
+        epochs = {
+            "train_loss": [h.train_loss for h in fitted.history],
+            "val_kl": [h.val_kl for h in fitted.history],
+            "val_ndcg": [h.val_ndcg for h in fitted.history],
+        }
+    entry = mlflow.log_and_register(folder, name, params, curve, version_of_data, tags=tags, epoch_metrics=epochs)
     row = pd.DataFrame(
         [
             {
@@ -144,6 +157,7 @@ def record_model(
         "loss_start_mean": round(start, 5),
         "loss_end_mean": round(end, 5),
         "train_seconds": round(seconds, 2),
+        **summary,
     }
 
 

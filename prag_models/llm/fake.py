@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -77,8 +78,25 @@ class FakeGenerator(Generator):
         self.calls = 0
         self.generated = 0
 
+    can_score_choices = True
+
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
         """fake_answer for each prompt; counts calls and prompts for tests."""
         self.calls += 1
         self.generated += len(prompts)
         return [fake_answer(p, max_new_tokens) for p in prompts]
+
+    def score_choices(self, prompts: Sequence[str], choices: Sequence[str]) -> list[list[float]]:
+        """A deterministic stand-in for a log-likelihood: each word of the choice is likelier the more often the
+        prompt contains it (add-one smoothed unigram model of the prompt); a choice scores the sum over its words."""
+        self.calls += 1
+        self.generated += len(prompts)
+        rows = []
+        for prompt in prompts:
+            words = re.findall(r"\w+", prompt.lower())
+            counts = Counter(words)
+            total = len(words) + 1000
+            rows.append(
+                [sum(math.log((counts[w] + 1) / total) for w in re.findall(r"\w+", c.lower())) for c in choices]
+            )
+        return rows

@@ -7,6 +7,7 @@ run a model, so the Dagster definitions can import this module cheaply.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -104,18 +105,35 @@ def feedback_max_new_tokens(task: str, settings: Settings) -> int:
 
 
 def feedback_prompt_version(task: str, settings: Settings) -> str:
-    """The prompt part of the feedback-label key: prompt text version, CFRAG version, token budget or label scoring."""
+    """The prompt part of the feedback-label key: prompt text version, CFRAG version, token budget or label scoring,
+    and the teacher signal (gold log-likelihood labels never mix with metric labels)."""
     p = settings.prompt
-    if answer_mode(task, settings.generator) == LABEL_SCORING:
+    if settings.cfrag.feedback_signal == "gold_loglik":
+        answer = "gll"
+    elif answer_mode(task, settings.generator) == LABEL_SCORING:
         answer = "lsc" if settings.generator.label_calibration else "ls"
     else:
         answer = f"n{feedback_max_new_tokens(task, settings)}"
     return f"{PROMPT_VERSION}.{settings.cfrag.prompt_version}.L{p.max_prompt_tokens}.g{p.query_share}.{answer}"
 
 
-def score_range(task: str) -> tuple[float, float]:
-    """Range of a feedback score: accuracy / ROUGE-1 in [0, 1], negated absolute rating error in [-4, 0]."""
+def score_range(task: str, signal: str = "metric") -> tuple[float, float]:
+    """Range of a feedback score: accuracy / ROUGE-1 in [0, 1], negated absolute rating error in [-4, 0]; a gold
+    log-likelihood in (-inf, 0]."""
+    if signal == "gold_loglik":
+        return (-math.inf, 0.0)
     return (-4.0, 0.0) if TASK_KIND[task] == "rating" else (0.0, 1.0)
+
+
+def gold_loglik_scores(generator: Any, prompts: Sequence[str], golds: Sequence[str]) -> list[float]:
+    """The generator's log-probability of each gold output as the whole answer to its prompt (sum over tokens: the
+    gold is the same for every candidate of a sample, so its length does not change how candidates compare)."""
+    if not getattr(generator, "can_score_choices", False):
+        raise ValueError(
+            f"{generator.model_id} cannot score a given answer (no log-probabilities): "
+            "set cfrag.feedback_signal = 'metric'"
+        )
+    return [float(generator.score_choices([p], [g])[0][0]) for p, g in zip(prompts, golds, strict=True)]
 
 
 def score_outputs(task: str, outputs: Sequence[str], golds: Sequence[str]) -> list[float]:
@@ -203,6 +221,7 @@ def rerank_samples(ts: TrainingSet, query_texts: Mapping[str, str], doc_texts: S
             candidates=[doc_texts[r] for r in rows],
             teacher_scores=[float(t) for t in ts.teacher[i, : len(rows)]],
             user_embedding=ts.user_emb[i],
+            base_scores=[float(b) for b in ts.docs[i, : len(rows)] @ ts.queries[i]],
         )
         for i, (sid, rows) in enumerate(zip(ts.sample_ids, ts.rows, strict=True))
     ]
@@ -281,7 +300,8 @@ def probe_scores(kind: str, model: object, probe: Probe) -> np.ndarray:
     queries = [q for q in probe.query_texts for _ in range(c)]
     docs_t = [d for _ in probe.query_texts for d in probe.doc_texts]
     users = np.repeat(probe.user_emb, c, axis=0)
-    return rerank_scores(model, queries, docs_t, users)  # type: ignore[arg-type]
+    base = (probe.queries @ probe.doc_vectors.T).ravel()
+    return rerank_scores(model, queries, docs_t, users, base)  # type: ignore[arg-type]
 
 
 def top_final(candidates: Sequence[Retrieved], scores: np.ndarray, k: int) -> list[Retrieved]:
@@ -291,3 +311,33 @@ def top_final(candidates: Sequence[Retrieved], scores: np.ndarray, k: int) -> li
         Retrieved(candidates[i].row, candidates[i].doc_id, candidates[i].source_user_id, float(scores[i]))
         for i in order
     ]
+
+
+def feedback_scores(
+    task: str,
+    generator: Any,
+    prompts: Sequence[str],
+    golds: Sequence[str],
+    settings: Settings,
+    con: Any,
+    max_new_tokens: int,
+) -> tuple[list[float], list[str], int]:
+    """(score, output, model calls) of each feedback prompt, through the DuckDB caches (§2.5).
+
+    ``gold_loglik``: the gold's log-probability (output = the gold); ``metric``: the task metric of the answer.
+    """
+    from prag_models.generation import answer_cached
+    from prag_models.llm.cache import cached_outputs
+
+    if settings.cfrag.feedback_signal == "gold_loglik":
+        keyed = [f"{p}\n\u0000gold: {g}" for p, g in zip(prompts, golds, strict=True)]
+        split = {k: (p, g) for k, p, g in zip(keyed, prompts, golds, strict=True)}
+
+        def compute(batch: list[str]) -> list[str]:
+            pairs = [split[k] for k in batch]
+            return [repr(v) for v in gold_loglik_scores(generator, [p for p, _ in pairs], [g for _, g in pairs])]
+
+        raw, ran = cached_outputs(con, f"{generator.model_id}#gold_loglik", 0, keyed, compute, 8)
+        return [float(v) for v in raw], list(golds), ran
+    outputs, ran = answer_cached(task, generator, list(prompts), settings.generator, con, None, max_new_tokens)
+    return score_outputs(task, outputs, golds), outputs, ran

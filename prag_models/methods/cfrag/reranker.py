@@ -7,10 +7,16 @@ packaged all-MiniLM-L6-v2 weights with fresh heads (bge-reranker-base on a real 
 
 Ablation "w/o e_u in reranker" (§2.8, ``use_user_embedding=False``): the MLP keeps its 2d input and receives
 [CLS ⊕ 0], so W₂ is unused and the score does not depend on e_u; parameter shapes stay the same.
+
+Residual design (``residual=True``, prag's default): score = base + MLP(...), where base = cos(E(q), E(d)) of the
+frozen embedder (the vectors the graph already stores) and the MLP's last layer starts at zero. The untrained reranker
+therefore ranks exactly like dense retrieval, and training can only move it from there; the cut, bi-encoder-
+initialised cross-encoder then has to learn a correction, not a ranking from scratch.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,6 +27,7 @@ import torch
 from torch import nn
 
 from prag_models.config import CfragSettings
+from prag_models.methods.cfrag.fit import FitResult, fit, ndcg
 from prag_models.methods.cfrag.retriever import kl_loss
 
 ProgressFn = Callable[[int, int], None]
@@ -37,6 +44,7 @@ class PersonalizedReranker(nn.Module):
         max_length: int = 256,
         pretrained: bool = True,
         source_model: str = "",
+        residual: bool = False,
     ) -> None:
         super().__init__()
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -58,6 +66,10 @@ class PersonalizedReranker(nn.Module):
         self.head = nn.Sequential(
             nn.Linear(2 * hidden, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1)
         )
+        self.residual = bool(residual)
+        if self.residual:  # the correction starts at exactly zero
+            nn.init.zeros_(self.head[-1].weight)
+            nn.init.zeros_(self.head[-1].bias)
         self.eval()
 
     def config(self) -> dict[str, Any]:
@@ -67,10 +79,20 @@ class PersonalizedReranker(nn.Module):
             "use_user_embedding": self.use_user_embedding,
             "max_length": self.max_length,
             "source_model": self.source_model,
+            "residual": self.residual,
         }
 
-    def score(self, queries: Sequence[str], docs: Sequence[str], user_emb: np.ndarray | torch.Tensor) -> torch.Tensor:
-        """Scores (n,) for n (query, doc) pairs and the querying user's e_u rows (n, du); differentiable."""
+    def score(
+        self,
+        queries: Sequence[str],
+        docs: Sequence[str],
+        user_emb: np.ndarray | torch.Tensor,
+        base: np.ndarray | torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Scores (n,) for n (query, doc) pairs, the querying user's e_u rows (n, du) and, for a residual reranker,
+        the frozen embedder's cos(q, d) of each pair (n,); differentiable."""
+        if self.residual and base is None:
+            raise ValueError("a residual reranker needs base = cos(E(q), E(d)) for every pair")
         enc = self.tokenizer(
             list(queries), list(docs), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
         )
@@ -80,11 +102,20 @@ class PersonalizedReranker(nn.Module):
             user_part = self.user_proj(u.float().reshape(len(cls), self.user_dim))
         else:
             user_part = torch.zeros_like(cls)
-        return self.head(torch.cat([cls, user_part], dim=-1)).squeeze(-1)
+        out = self.head(torch.cat([cls, user_part], dim=-1)).squeeze(-1)
+        if self.residual:
+            out = out + torch.as_tensor(np.asarray(base, dtype=np.float32)).reshape(len(out))
+        return out
 
-    def forward(self, queries: Sequence[str], docs: Sequence[str], user_emb: np.ndarray | torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        queries: Sequence[str],
+        docs: Sequence[str],
+        user_emb: np.ndarray | torch.Tensor,
+        base: np.ndarray | torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Same as :meth:`score`."""
-        return self.score(queries, docs, user_emb)
+        return self.score(queries, docs, user_emb, base)
 
 
 @dataclass
@@ -95,6 +126,7 @@ class RerankSample:
     candidates: list[str]
     teacher_scores: list[float]
     user_embedding: np.ndarray
+    base_scores: list[float] | None = None  # cos(E(q), E(d)) per candidate (residual reranker)
 
 
 def build_reranker(settings: CfragSettings, user_dim: int) -> PersonalizedReranker:
@@ -112,6 +144,7 @@ def build_reranker(settings: CfragSettings, user_dim: int) -> PersonalizedRerank
             use_user_embedding=settings.reranker_use_user_embedding,
             max_length=settings.reranker_max_length,
             source_model=settings.reranker_model,
+            residual=settings.reranker_residual,
         )
 
 
@@ -120,25 +153,31 @@ def rerank_scores(
     queries: Sequence[str],
     docs: Sequence[str],
     user_emb: np.ndarray,
+    base: np.ndarray | None = None,
     batch_size: int = 32,
 ) -> np.ndarray:
-    """Scores (n,) float32 without gradients, in chunks of ``batch_size`` pairs."""
+    """Scores (n,) float32 without gradients, in chunks of ``batch_size`` pairs (base: cos(q, d) per pair)."""
     out = np.zeros(len(queries), dtype=np.float32)
     u = np.asarray(user_emb, dtype=np.float32).reshape(len(queries), -1)
+    b = None if base is None else np.asarray(base, dtype=np.float32).reshape(len(queries))
     with torch.no_grad():
         for start in range(0, len(queries), batch_size):
             end = start + batch_size
-            out[start:end] = model.score(queries[start:end], docs[start:end], u[start:end]).numpy()
+            part = None if b is None else b[start:end]
+            out[start:end] = model.score(queries[start:end], docs[start:end], u[start:end], part).numpy()
     return out
 
 
-def _batch_loss(model: PersonalizedReranker, batch: Sequence[RerankSample], temperature: float) -> torch.Tensor:
-    """KL loss of one batch: all (sample, candidate) pairs in one forward pass, scores padded to (B, C_max)."""
+def _batch_scores(model: PersonalizedReranker, batch: Sequence[RerankSample]) -> tuple[torch.Tensor, ...]:
+    """(student, teacher, mask), each (B, C_max): all (sample, candidate) pairs of a batch in one forward pass."""
     counts = [len(s.candidates) for s in batch]
     queries = [s.query for s in batch for _ in s.candidates]
     docs = [d for s in batch for d in s.candidates]
     users = np.stack([s.user_embedding for s in batch for _ in s.candidates]).astype(np.float32)
-    flat = model.score(queries, docs, users)
+    base = None
+    if model.residual:
+        base = np.asarray([b for s in batch for b in (s.base_scores or [0.0] * len(s.candidates))], dtype=np.float32)
+    flat = model.score(queries, docs, users, base)
     rows = torch.repeat_interleave(torch.arange(len(batch)), torch.tensor(counts))
     cols = torch.cat([torch.arange(c) for c in counts])
     width = max(counts)
@@ -147,7 +186,7 @@ def _batch_loss(model: PersonalizedReranker, batch: Sequence[RerankSample], temp
     teacher[rows, cols] = torch.tensor([t for s in batch for t in s.teacher_scores], dtype=torch.float32)
     mask = torch.zeros((len(batch), width), dtype=torch.bool)
     mask[rows, cols] = True
-    return kl_loss(student, teacher, mask, temperature)
+    return student, teacher, mask
 
 
 def train_reranker(
@@ -155,39 +194,31 @@ def train_reranker(
     settings: CfragSettings,
     model: PersonalizedReranker | None = None,
     progress: ProgressFn | None = None,
-) -> tuple[PersonalizedReranker, list[float]]:
-    """Distil LLM feedback into the reranker (§2.6): KL at T = reranker_temperature, Adam lr = train_lr.
-
-    The whole model (cross-encoder, W₂, MLP) is trained; ``train_batch_size`` samples per step in a seeded order,
-    each with its own (padded, masked) candidate list, for ``train_epochs`` passes; one loss value per step.
-    Samples without candidates are skipped.
-    """
+) -> FitResult:
+    """Distil LLM feedback into the reranker (§2.6): KL at T = reranker_temperature, with the shared training loop
+    (epochs, validation split, early stopping; ``fit``). The whole model (cross-encoder, W₂, MLP) is trained.
+    Samples without candidates are skipped."""
     usable = [s for s in samples if s.candidates]
     for s in usable:
         if len(s.candidates) != len(s.teacher_scores):
             raise ValueError("every sample needs one teacher score per candidate")
+    temperature = settings.reranker_temperature
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)
-        rng = np.random.default_rng(settings.seed)
         if model is None:
             user_dim = int(np.asarray(usable[0].user_embedding).shape[-1]) if usable else 1
             model = build_reranker(settings, user_dim)
-        optimizer = torch.optim.Adam(model.parameters(), lr=settings.train_lr)
-        batch = max(1, settings.train_batch_size)
-        total = settings.train_epochs * (-(-len(usable) // batch))
-        curve: list[float] = []
-        model.train()
-        for _ in range(settings.train_epochs):
-            order = rng.permutation(len(usable))
-            for start in range(0, len(usable), batch):
-                loss = _batch_loss(
-                    model, [usable[i] for i in order[start : start + batch]], settings.reranker_temperature
-                )
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                curve.append(float(loss.detach()))
-                if progress:
-                    progress(len(curve), total)
-        model.eval()
-    return model, curve
+
+        def batch_loss(m: torch.nn.Module, idx: Sequence[int]) -> torch.Tensor:
+            return kl_loss(*_batch_scores(m, [usable[i] for i in idx]), temperature)
+
+        def evaluate(m: torch.nn.Module, idx: Sequence[int]) -> tuple[float, float]:
+            if not len(idx):
+                return math.nan, math.nan
+            student, teacher, mask = _batch_scores(m, [usable[i] for i in idx])
+            k = max(1, settings.final_k or 3)
+            return float(kl_loss(student, teacher, mask, temperature)), ndcg(
+                student.numpy(), teacher.numpy(), mask.numpy(), k
+            )
+
+        return fit(model, len(usable), batch_loss, evaluate, settings, progress)

@@ -8,7 +8,7 @@ MLP via ``projection="mlp"``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -16,6 +16,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from prag_models.config import CfragSettings
+
+if TYPE_CHECKING:
+    from prag_models.methods.cfrag.fit import FitResult
 
 ProgressFn = Callable[[int, int], None]
 PROJECTIONS: tuple[str, ...] = ("linear", "mlp")
@@ -81,6 +84,23 @@ def kl_loss(
     return F.kl_div(log_p, q, reduction="batchmean")
 
 
+def init_projection(
+    model: PersonalizedRetriever, user_emb: np.ndarray, targets: np.ndarray, ridge: float = 1e-2
+) -> None:
+    """Start W where it already means something: the ridge least-squares map from e_u to the user's mean document
+    embedding (z_u), so that cos(W·e_u, d) begins as "how typical d is of the user's history" instead of noise.
+    Only for the linear projection; the MLP keeps its random initialisation."""
+    if model.projection != "linear" or len(user_emb) == 0:
+        return
+    e = np.asarray(user_emb, dtype=np.float64)
+    z = np.asarray(targets, dtype=np.float64)
+    x = np.hstack([e, np.ones((len(e), 1))])  # bias column
+    w = np.linalg.solve(x.T @ x + ridge * np.eye(x.shape[1]), x.T @ z)  # (du + 1, d)
+    with torch.no_grad():
+        model.proj.weight.copy_(torch.as_tensor(w[:-1].T, dtype=torch.float32))
+        model.proj.bias.copy_(torch.as_tensor(w[-1], dtype=torch.float32))
+
+
 def train_retriever(
     queries: np.ndarray,
     docs: np.ndarray,
@@ -90,42 +110,41 @@ def train_retriever(
     settings: CfragSettings,
     progress: ProgressFn | None = None,
     model: PersonalizedRetriever | None = None,
-) -> tuple[PersonalizedRetriever, list[float]]:
-    """Distil LLM feedback into the retriever (§2.6): KL at T = retriever_temperature, Adam lr = train_lr.
+    init_targets: tuple[np.ndarray, np.ndarray] | None = None,
+) -> FitResult:
+    """Distil LLM feedback into the retriever (§2.6): KL at T = retriever_temperature, with the shared training loop
+    (epochs, validation split, early stopping; ``fit``).
 
     Inputs: queries (n, d), candidate docs (n, C, d), mask (n, C) of valid candidates, e_u (n, du), teacher scores
-    (n, C) (task metric of the output generated with that single candidate, MAE/RMSE negated). Mini-batches of
-    ``train_batch_size`` samples in a seeded order for ``train_epochs`` passes; one loss value per step.
+    (n, C). ``init_targets`` = (e_u of every user, z_u of every user) sets W's starting point (``init_projection``).
     """
-    n = len(queries)
+    from prag_models.methods.cfrag.fit import fit, ndcg
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)
-        rng = np.random.default_rng(settings.seed)
         if model is None:
             model = PersonalizedRetriever(
                 user_emb.shape[1], queries.shape[1], settings.alpha, settings.retriever_projection
             )
+            if init_targets is not None:
+                init_projection(model, *init_targets)
         q_t, d_t, u_t = _tensor(queries), _tensor(docs), _tensor(user_emb)
         m_t, t_t = torch.as_tensor(np.asarray(mask, dtype=bool)), _tensor(teacher_scores)
-        optimizer = torch.optim.Adam(model.parameters(), lr=settings.train_lr)
-        batch = max(1, settings.train_batch_size)
-        total = settings.train_epochs * (-(-n // batch))
-        curve: list[float] = []
-        model.train()
-        for _ in range(settings.train_epochs):
-            order = torch.as_tensor(rng.permutation(n))
-            for start in range(0, n, batch):
-                idx = order[start : start + batch]
-                scores = model(q_t[idx], d_t[idx], u_t[idx])
-                loss = kl_loss(scores, t_t[idx], m_t[idx], settings.retriever_temperature)
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                curve.append(float(loss.detach()))
-                if progress:
-                    progress(len(curve), total)
-        model.eval()
-    return model, curve
+        temperature = settings.retriever_temperature
+
+        def batch_loss(m: nn.Module, idx) -> torch.Tensor:  # noqa: ANN001 - index list
+            i = torch.as_tensor(list(idx))
+            return kl_loss(m(q_t[i], d_t[i], u_t[i]), t_t[i], m_t[i], temperature)
+
+        def evaluate(m: nn.Module, idx) -> tuple[float, float]:  # noqa: ANN001 - index list
+            if not len(idx):
+                return float("nan"), float("nan")
+            i = torch.as_tensor(list(idx))
+            scores = m(q_t[i], d_t[i], u_t[i])
+            kl = float(kl_loss(scores, t_t[i], m_t[i], temperature))
+            return kl, ndcg(scores.numpy(), t_t[i].numpy(), m_t[i].numpy(), max(1, settings.final_k or 3))
+
+        return fit(model, len(queries), batch_loss, evaluate, settings, progress)
 
 
 def _tensor(array: np.ndarray | torch.Tensor) -> torch.Tensor:

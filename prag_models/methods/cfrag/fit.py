@@ -1,0 +1,129 @@
+"""Training loop shared by the CFRAG retriever and reranker: epochs, a held-out validation split of the feedback
+samples, validation KL and NDCG per epoch (epoch 0 = the untrained initialisation), early stopping that restores the
+best epoch, and whether training improved on the initialisation (docs/methods.md §2.6)."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from prag_models.config import CfragSettings
+
+ProgressFn = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """Training loss (mean over the epoch's steps) and validation KL / NDCG after an epoch (0 = before training)."""
+
+    epoch: int
+    train_loss: float
+    val_kl: float
+    val_ndcg: float
+
+
+@dataclass
+class FitResult:
+    """The trained model (best epoch restored), the per-step loss curve and the per-epoch history."""
+
+    model: torch.nn.Module
+    curve: list[float]
+    history: list[EpochRecord] = field(default_factory=list)
+    best_epoch: int = 0
+    validation_samples: int = 0
+
+    @property
+    def improved(self) -> bool:
+        """Whether the kept model has a lower validation KL than the untrained initialisation."""
+        return self.best_epoch > 0 and self.history[self.best_epoch].val_kl < self.history[0].val_kl
+
+    def summary(self) -> dict[str, float | int | bool]:
+        """Initial and best validation figures, for MLflow tags and the asset metadata."""
+        init, best = self.history[0], self.history[self.best_epoch]
+        return {
+            "val_kl_init": round(init.val_kl, 6), "val_kl_best": round(best.val_kl, 6),
+            "val_ndcg_init": round(init.val_ndcg, 4), "val_ndcg_best": round(best.val_ndcg, 4),
+            "best_epoch": self.best_epoch, "epochs_run": len(self.history) - 1, "improved": self.improved,
+            "validation_samples": self.validation_samples,
+        }  # fmt: skip
+
+
+def split_validation(n: int, share: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, validation) sample indices: a seeded ``share`` of n held out (at least 1 when n ≥ 4 and share > 0)."""
+    order = np.random.default_rng(seed).permutation(n)
+    n_val = 0 if share <= 0 or n < 4 else max(1, int(round(share * n)))
+    return np.sort(order[n_val:]), np.sort(order[:n_val])
+
+
+def ndcg(student: np.ndarray, teacher: np.ndarray, mask: np.ndarray, k: int) -> float:
+    """Mean NDCG@k of the student's candidate ranking with graded gains teacher − min(teacher) per sample."""
+    values = []
+    for s, t, m in zip(student, teacher, mask, strict=True):
+        s, t = s[m], t[m]
+        if len(t) == 0:
+            continue
+        gains = t - t.min()
+        ideal = np.sort(gains)[::-1][:k]
+        discounts = 1.0 / np.log2(np.arange(2, len(ideal) + 2))
+        best = float(ideal @ discounts)
+        got = gains[np.argsort(-s, kind="stable")[:k]]
+        values.append(float(got @ discounts[: len(got)]) / best if best > 0 else 1.0)
+    return float(np.mean(values)) if values else math.nan
+
+
+def fit(
+    model: torch.nn.Module,
+    n: int,
+    batch_loss: Callable[[torch.nn.Module, Sequence[int]], torch.Tensor],
+    evaluate: Callable[[torch.nn.Module, Sequence[int]], tuple[float, float]],
+    settings: CfragSettings,
+    progress: ProgressFn | None = None,
+) -> FitResult:
+    """Train with Adam (lr = train_lr) in seeded mini-batches for up to train_epochs epochs, keep the epoch with the
+    lowest validation KL, stop after early_stopping_patience epochs without improvement. Without a validation split
+    (too few samples) the training samples stand in for it."""
+    train_idx, val_idx = split_validation(n, settings.validation_share, settings.seed)
+    judge = val_idx if len(val_idx) else train_idx
+    rng = np.random.default_rng(settings.seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(params, lr=settings.train_lr)
+    batch = max(1, settings.train_batch_size)
+    steps_per_epoch = -(-len(train_idx) // batch)
+    total = settings.train_epochs * steps_per_epoch
+    model.eval()
+    with torch.no_grad():
+        kl0, ndcg0 = evaluate(model, judge)
+        train0, _ = evaluate(model, train_idx)
+    result = FitResult(model, [], [EpochRecord(0, train0, kl0, ndcg0)], 0, len(val_idx))
+    best_state, since_best = copy.deepcopy(model.state_dict()), 0
+    for epoch in range(1, settings.train_epochs + 1):
+        model.train()
+        losses = []
+        order = train_idx[rng.permutation(len(train_idx))]
+        for start in range(0, len(order), batch):
+            loss = batch_loss(model, order[start : start + batch].tolist())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.detach()))
+            result.curve.append(losses[-1])
+            if progress:
+                progress(len(result.curve), total)
+        model.eval()
+        with torch.no_grad():
+            kl, score = evaluate(model, judge)
+        result.history.append(EpochRecord(epoch, float(np.mean(losses)) if losses else math.nan, kl, score))
+        if kl < result.history[result.best_epoch].val_kl - 1e-9:
+            result.best_epoch, best_state, since_best = epoch, copy.deepcopy(model.state_dict()), 0
+        else:
+            since_best += 1
+            if settings.early_stopping_patience and since_best >= settings.early_stopping_patience:
+                break
+    model.load_state_dict(best_state)
+    model.eval()
+    return result

@@ -180,27 +180,13 @@ def retrieve(
         raise ValueError(f"unknown serving method {method!r}; known: {', '.join(SERVING_METHODS)}")
     if not models or not {"retriever", "reranker"} <= set(models) or user.embedding is None:
         raise ValueError("CFRAG needs the retriever, the reranker and the user's e_u")
-    from prag_models.methods.cfrag import pipeline
-    from prag_models.methods.cfrag.reranker import rerank_scores
-    from prag_models.methods.cfrag.retriever import retriever_scores
+    from prag_models.methods.cfrag import inference
+    from prag_models.methods.cfrag.pipeline import VARIANTS
 
-    e_u = np.asarray(user.embedding, dtype=np.float32)
-
-    def scores(rows: np.ndarray) -> np.ndarray:
-        """S(q, d, u) of the rows' documents."""
-        return retriever_scores(models["retriever"], q[None], index.vectors[rows][None], e_u[None])[0]
-
-    candidates = pipeline.per_user_top_k(index, user.neighbours, settings.cfrag.docs_per_user, scores)
-    if not candidates:
-        return []
-    reranked = rerank_scores(
-        models["reranker"],
-        [query] * len(candidates),
-        [index.texts[c.row] for c in candidates],
-        np.stack([e_u] * len(candidates)),
-        batch_size=64,
-    )
-    return pipeline.top_final(candidates, np.asarray(reranked, dtype=np.float32), pipeline.final_k(settings))
+    query_ = inference.CfragQuery("served", user.user_id, query, q, np.asarray(user.embedding, dtype=np.float32))
+    full = [v for v in VARIANTS if v.method == "cfrag"]
+    found = inference.retrieve(index, [query_], {"encoder": {user.user_id: user.neighbours}}, models, settings, full)
+    return found[("served", "cfrag")]
 
 
 def answer(

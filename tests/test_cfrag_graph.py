@@ -81,9 +81,11 @@ def test_cfrag_assets_tables_checks_and_registered_versions(cfrag_config) -> Non
         models = con.execute("SELECT * FROM cfrag_models ORDER BY kind").df()
     assert len(neighbours) == 3 * n_users
     assert (neighbours[neighbours["rank"] == 1]["user_id"] == neighbours[neighbours["rank"] == 1]["neighbour_id"]).all()
-    # 8 of the 12 train samples (cfrag.max_feedback_samples) x 3 similar users x 2 docs, each scored in [0, 1]
-    assert n_train == 12 and len(labels) == 8 * 6 and labels["sample_id"].nunique() == 8
-    assert labels["score"].between(0, 1).all() and set(labels["generator_id"]) == {"fake:v1"}
+    # all 12 train samples (cfrag.max_feedback_samples = 16) x 3 similar users x 2 docs, each a gold log-likelihood
+    assert n_train == 12 and len(labels) == 12 * 6 and labels["sample_id"].nunique() == 12
+    assert (labels["score"] < 0).all() and set(labels["generator_id"]) == {"fake:v1"}
+    spread = labels.groupby("sample_id")["score"].agg(lambda x: x.max() - x.min())
+    assert (spread > 0).mean() > 0.5  # gold log-likelihood labels discriminate between candidates
     assert set(retrieved["method"]) == set(CFRAG_METHODS)
     assert len(retrieved) == len(CFRAG_METHODS) * n_dev * 2  # final k = retrieval.k = 2
     own = retrieved[retrieved["method"] == "cfrag_no_user_retrieval"]
@@ -97,6 +99,14 @@ def test_cfrag_assets_tables_checks_and_registered_versions(cfrag_config) -> Non
         assert row.version == 1
         assert registry.model_aliases(target, row.registered_name) == {"champion": 1, "challenger": 1}
         assert registry.run_metric_history(target, row.run_id) == pytest.approx(list(row.loss_curve))
+    # training trains: per-epoch validation KL logged; the kept reranker beats its untrained initialisation
+    for kind in ("retriever", "reranker"):
+        fit = _metadata(result, f"cfrag_{kind}", "per_task")[TASK if kind == "retriever" else f"{TASK}/reranker"]
+        assert fit["epochs_run"] >= 1 and fit["val_kl_best"] <= fit["val_kl_init"] and fit["validation_samples"] == 3
+        run_id = models.set_index("kind").loc[kind, "run_id"]
+        assert len(registry.run_metric_history(target, run_id, "val_kl")) == fit["epochs_run"] + 1
+    reranker_fit = _metadata(result, "cfrag_reranker", "per_task")[f"{TASK}/reranker"]
+    assert reranker_fit["improved"] and reranker_fit["val_kl_best"] < reranker_fit["val_kl_init"], reranker_fit
     used = _metadata(result, "cfrag_retrievals", "model_versions")[TASK]
     assert used == {k: f"{KINDS[k]}/1" for k in ("retriever", "reranker", "reranker_no_eu")}
     assert _metadata(result, "cfrag_user_embeddings", "per_task")[TASK]["encoder"] == f"{KINDS['user_encoder']}/1"
@@ -112,7 +122,15 @@ def test_cfrag_assets_tables_checks_and_registered_versions(cfrag_config) -> Non
     assert _metadata(again, "cfrag_retriever", "registered_versions") == {TASK: f"{KINDS['retriever']}/2"}
 
 
-def test_interrupted_feedback_keeps_finished_batches(cfrag_config, monkeypatch) -> None:
+@pytest.fixture
+def metric_config(tmp_path):
+    """As cfrag_config, with the paper's feedback signal: the task metric of a generated answer."""
+    return write_config(tmp_path / "prag.toml", tmp_path / "home", generator_backend="fake",
+                        data={"tasks": [TASK]}, cfrag={**CFRAG, "feedback_signal": "metric"})
+
+
+def test_interrupted_feedback_keeps_finished_batches(metric_config, monkeypatch) -> None:
+    cfrag_config = metric_config
     from prag_models.llm.fake import FakeGenerator
 
     assert materialize_graph(cfrag_config, [TASK], selection=_upto("cfrag_similar_users")).success
@@ -153,8 +171,9 @@ def test_interrupted_feedback_keeps_finished_batches(cfrag_config, monkeypatch) 
     assert kept.merge(labels).shape[0] == batch  # the finished batch is unchanged
 
 
-def test_all_degenerate_feedback_warns_without_blocking(cfrag_config, monkeypatch) -> None:
+def test_all_degenerate_feedback_warns_without_blocking(metric_config, monkeypatch) -> None:
     """An LLM that answers the same whatever the doc: the check fails with WARN severity, training still runs."""
+    cfrag_config = metric_config
     from prag_models.llm.fake import FakeGenerator
 
     monkeypatch.setattr(FakeGenerator, "generate", lambda self, prompts, max_new_tokens: ["comedy"] * len(prompts))

@@ -148,12 +148,14 @@ def test_retriever_training_lowers_kl_and_round_trips(tmp_path) -> None:
     teacher = np.einsum("nd,ncd->nc", users, docs) * 3.0  # the LLM "likes" docs close to the user
     mask = np.ones((n, c), dtype=bool)
     mask[::2, -2:] = False
-    settings = CfragSettings(alpha=0.5, train_lr=0.05, train_epochs=15, train_batch_size=8)
-    model, curve = train_retriever(q, docs, mask, users, teacher, settings)
+    settings = CfragSettings(
+        alpha=0.5, train_lr=0.05, train_epochs=15, train_batch_size=8, validation_share=0.0, early_stopping_patience=0
+    )
+    fitted = train_retriever(q, docs, mask, users, teacher, settings)
+    model, curve = fitted.model, fitted.curve
     assert len(curve) == 15 * 4
     assert np.mean(curve[-4:]) < np.mean(curve[:4])
-    again, curve2 = train_retriever(q, docs, mask, users, teacher, settings)
-    assert curve == curve2
+    assert curve == train_retriever(q, docs, mask, users, teacher, settings).curve
     loaded = load_model(save_model(model, tmp_path / "retriever"))
     np.testing.assert_array_equal(retriever_scores(model, q, docs, users), retriever_scores(loaded, q, docs, users))
 
@@ -225,12 +227,10 @@ def test_top_m_similar_users_hand_example() -> None:
 
 @pytest.fixture(scope="module")
 def reranker():
+    """The paper's (non-residual) reranker over the packaged MiniLM: a missing model is an error, not a skip."""
     from prag_models.methods.cfrag.reranker import build_reranker
 
-    try:
-        return build_reranker(CfragSettings(reranker_max_length=64, seed=0), user_dim=8)
-    except (RuntimeError, OSError) as exc:  # packaged weights missing
-        pytest.skip(f"reranker weights unavailable: {exc}")
+    return build_reranker(CfragSettings(reranker_max_length=64, seed=0, reranker_residual=False), user_dim=8)
 
 
 def test_reranker_shape_and_user_embedding_effect(reranker) -> None:
@@ -264,7 +264,9 @@ def test_reranker_round_trip_and_train_step(reranker, tmp_path) -> None:
         RerankSample("q one", ["doc a", "doc b", "doc c"], [1.0, 0.0, 0.0], users[0]),
         RerankSample("q two", ["doc b", "doc c"], [0.0, 1.0], users[1]),  # padded to 3 candidates
     ]
-    trained, curve = train_reranker(samples, CfragSettings(train_batch_size=2, seed=0), model=loaded)
+    settings = CfragSettings(train_batch_size=2, seed=0, train_epochs=1, validation_share=0.0)
+    fitted = train_reranker(samples, settings, model=loaded)
+    trained, curve = fitted.model, fitted.curve
     assert len(curve) == 1 and math.isfinite(curve[0])
     assert not trained.training
     assert not np.array_equal(rerank_scores(trained, queries, docs, users), before)
@@ -274,6 +276,72 @@ def test_build_reranker_is_seeded(reranker) -> None:
     from prag_models.methods.cfrag.reranker import build_reranker
     from prag_models.methods.cfrag.serialization import state_dicts_equal
 
-    again = build_reranker(CfragSettings(reranker_max_length=64, seed=0), user_dim=8)
-    fresh = build_reranker(CfragSettings(reranker_max_length=64, seed=0), user_dim=8)
+    again = build_reranker(CfragSettings(reranker_max_length=64, seed=0, reranker_residual=False), user_dim=8)
+    fresh = build_reranker(CfragSettings(reranker_max_length=64, seed=0, reranker_residual=False), user_dim=8)
     assert state_dicts_equal(again, fresh)
+
+
+# ---------------------------------------------------------------- residual reranker and training that trains
+
+
+def _vectors(n: int, d: int, seed: int) -> np.ndarray:
+    x = np.random.default_rng(seed).normal(size=(n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_untrained_residual_reranker_ranks_exactly_like_cosine() -> None:
+    from prag_models.methods.cfrag.pipeline import new_reranker
+    from prag_models.methods.cfrag.reranker import rerank_scores
+
+    model = new_reranker(CfragSettings(reranker_layers=1, reranker_max_length=32), user_dim=8)
+    q, d = _vectors(1, 16, 0), _vectors(5, 16, 1)
+    base = (d @ q[0]).astype(np.float32)
+    scores = rerank_scores(model, ["a query"] * 5, [f"document {i}" for i in range(5)], _vectors(5, 8, 2), base)
+    np.testing.assert_allclose(scores, base, atol=1e-6)
+    with pytest.raises(ValueError, match="residual reranker needs base"):
+        rerank_scores(model, ["q"], ["d"], _vectors(1, 8, 3))
+
+
+def _learnable_rerank_samples(n: int = 16) -> list:
+    """Teacher prefers the candidates whose text names the user's community (a signal cosine does not see)."""
+    from prag_models.methods.cfrag.reranker import RerankSample
+
+    rng = np.random.default_rng(0)
+    users = {"red": _vectors(1, 8, 10)[0], "blue": _vectors(1, 8, 11)[0]}
+    out = []
+    for i in range(n):
+        who = "red" if i % 2 else "blue"
+        texts = [f"a {c} review of item {j}" for j, c in enumerate(["red", "blue", "red", "blue"])]
+        teacher = [0.0 if c == who else -3.0 for c in ["red", "blue", "red", "blue"]]
+        out.append(RerankSample(f"item {i}", texts, teacher, users[who], list(rng.uniform(0.2, 0.4, size=4))))
+    return out
+
+
+def test_reranker_training_lowers_validation_kl_and_gives_distinct_scores() -> None:
+    from prag_models.methods.cfrag.pipeline import new_reranker
+    from prag_models.methods.cfrag.reranker import rerank_scores, train_reranker
+
+    settings = CfragSettings(
+        reranker_layers=1, reranker_max_length=32, train_epochs=8, train_lr=1e-3, validation_share=0.25, seed=0
+    )
+    samples = _learnable_rerank_samples()
+    fitted = train_reranker(samples, settings, model=new_reranker(settings, user_dim=8))
+    history = fitted.history
+    assert fitted.validation_samples == 4 and history[0].epoch == 0
+    assert fitted.improved and history[fitted.best_epoch].val_kl < history[0].val_kl
+    s = samples[0]
+    scores = rerank_scores(fitted.model, [s.query] * 4, s.candidates, np.stack([s.user_embedding] * 4), s.base_scores)
+    assert len(set(np.round(scores, 6))) == 4  # no collapse: every candidate its own score
+    assert fitted.summary()["improved"] is True
+
+
+def test_validation_split_and_ndcg() -> None:
+    from prag_models.methods.cfrag.fit import ndcg, split_validation
+
+    train, val = split_validation(16, 0.25, 0)
+    assert len(val) == 4 and len(train) == 12 and not set(train) & set(val)
+    assert len(split_validation(3, 0.25, 0)[1]) == 0  # too few samples: no validation split
+    teacher = np.array([[0.0, -1.0, -2.0]])
+    mask = np.ones((1, 3), dtype=bool)
+    assert ndcg(np.array([[3.0, 2.0, 1.0]]), teacher, mask, 2) == 1.0
+    assert ndcg(np.array([[1.0, 2.0, 3.0]]), teacher, mask, 2) < 0.5

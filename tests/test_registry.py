@@ -96,9 +96,11 @@ def test_loading_never_unpickles(target, tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(pickle, "loads", refuse)
     loaded, _ = registry.load_registered(target, entry.name, version=entry.version)
     queries, docs = ["a query", "another query"], ["some document text", "more text here"]
-    users = np.ones((2, 4), dtype=np.float32)
-    assert len(loaded.encoder.encoder.layer) == 1
-    assert np.array_equal(rerank_scores(model, queries, docs, users), rerank_scores(loaded, queries, docs, users))
+    users, base = np.ones((2, 4), dtype=np.float32), np.array([0.3, 0.1], dtype=np.float32)
+    assert len(loaded.encoder.encoder.layer) == 1 and loaded.residual
+    assert np.array_equal(
+        rerank_scores(model, queries, docs, users, base), rerank_scores(loaded, queries, docs, users, base)
+    )
 
 
 def test_data_version_is_stable_and_sensitive() -> None:

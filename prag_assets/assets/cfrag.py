@@ -1,8 +1,6 @@
 """CFRAG stage 3 (METHODS §2.3–2.8): retrieval for the dev samples with the REGISTERED models — full CFRAG and the
 ablations of paper Table 3 — into a table shaped like the other retrieval tables."""
 
-from collections.abc import Callable
-
 import dagster as dg
 import numpy as np
 import pandas as pd
@@ -16,7 +14,7 @@ from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_models.config import Settings
-from prag_models.methods.cfrag import pipeline
+from prag_models.methods.cfrag import inference, pipeline
 from prag_models.methods.profiles import ProfileIndex
 from prag_models.registry import CHALLENGER, model_aliases
 from prag_models.store import column_to_matrix, read_rows, replace_rows
@@ -58,19 +56,6 @@ def load_challenger(con, mlflow: MlflowResource, task: str, kind: str) -> tuple[
     return model, {"registered_name": name, "version": int(row["version"]), "loaded_by": "cfrag_models version"}
 
 
-def _retriever_scorer(index: ProfileIndex, kind: str, q: np.ndarray, e_u: np.ndarray, models: dict) -> Callable:
-    """Row scorer of a sample: the trained S, or cos(q, d) for base and α = 0 (equal with the frozen encoders)."""
-    if kind in ("base", "no_sud"):
-        return pipeline.cosine_scorer(index, q)
-    from prag_models.methods.cfrag.retriever import retriever_scores
-
-    def scores(rows: np.ndarray) -> np.ndarray:
-        """S(q, d, u) of the rows' documents."""
-        return retriever_scores(models["retriever"], q[None], index.vectors[rows][None], e_u[None])[0]
-
-    return scores
-
-
 def retrieve_variants(
     settings: Settings,
     task: str,
@@ -80,50 +65,24 @@ def retrieve_variants(
     neighbours: dict[str, dict[str, list[str]]],
     models: dict,
 ) -> list[tuple]:
-    """Rows of every CFRAG variant for every dev sample: users → m·k candidates → final top-k (§2.3–2.8).
-
-    Candidates first, then each reranker scores every distinct (sample, doc) pair it needs in one batched pass.
-    """
-    from prag_models.methods.cfrag.reranker import rerank_scores
-
-    c, k_final = settings.cfrag, pipeline.final_k(settings)
-    plans: list[tuple] = []
-    needed: dict[str, dict[tuple[str, int], tuple[str, np.ndarray]]] = {}
-    for s in samples.itertuples(index=False):
-        q, e_u = np.asarray(s.embedding, dtype=np.float32), np.asarray(user_emb[s.user_id], dtype=np.float32)
-        for v in pipeline.VARIANTS:
-            if v.users == "own":  # only the user's own history, as many candidates as m users would give
-                users, per_user = [s.user_id], c.docs_per_user * c.top_m_users
-            else:
-                users, per_user = neighbours[v.users].get(s.user_id, [s.user_id]), c.docs_per_user
-            scorer = _retriever_scorer(index, v.retriever, q, e_u, models)
-            candidates = pipeline.per_user_top_k(index, users, per_user, scorer)
-            plans.append((s, v, candidates))
-            if v.reranker != "none":
-                needed.setdefault(v.reranker, {}).update({(s.sample_id, x.row): (s.query, e_u) for x in candidates})
-    reranked: dict[tuple[str, str, int], float] = {}
-    for kind, pairs in needed.items():
-        keys = list(pairs)
-        found = rerank_scores(
-            models[kind],
-            [pairs[k][0] for k in keys],
-            [index.texts[row] for _, row in keys],
-            np.stack([pairs[k][1] for k in keys]),
-            batch_size=64,
-        )
-        reranked.update({(kind, sid, row): float(v) for (sid, row), v in zip(keys, found, strict=True)})
-    rows: list[tuple] = []
-    for s, v, candidates in plans:
-        if v.reranker == "none":
-            scores = np.asarray([x.score for x in candidates], dtype=np.float32)
-        else:
-            scores = np.asarray([reranked[(v.reranker, s.sample_id, x.row)] for x in candidates], dtype=np.float32)
-        found = pipeline.top_final(candidates, scores, k_final)
-        rows += [
-            (task, v.method, s.sample_id, s.user_id, rank, r.doc_id, r.source_user_id, r.score)
-            for rank, r in enumerate(found, 1)
-        ]
-    return rows
+    """Rows of every CFRAG variant for every dev sample (prag_models.methods.cfrag.inference)."""
+    queries = [
+        inference.CfragQuery(
+            s.sample_id,
+            s.user_id,
+            s.query,
+            np.asarray(s.embedding, dtype=np.float32),
+            np.asarray(user_emb[s.user_id], dtype=np.float32),
+        )  # fmt: skip
+        for s in samples.itertuples(index=False)
+    ]
+    found = inference.retrieve(index, queries, neighbours, models, settings)
+    return [
+        (task, v.method, q.sample_id, q.user_id, rank, r.doc_id, r.source_user_id, r.score)
+        for q in queries
+        for v in pipeline.VARIANTS
+        for rank, r in enumerate(found[(q.sample_id, v.method)], 1)
+    ]
 
 
 def _agreement(frame: pd.DataFrame, a: str, b: str) -> float | None:
@@ -185,8 +144,12 @@ def cfrag_retrievals(
                 "samples": int(frame["sample_id"].nunique()),
                 "docs_per_sample": round(len(frame) / max(frame["sample_id"].nunique() * len(pipeline.VARIANTS), 1), 2),
                 "foreign_doc_share": _foreign_share(frame, "cfrag"),
-                "no_retriever_tuning_equals_no_sud": _agreement(frame, "cfrag_no_retriever_tuning", "cfrag_no_sud"),
                 "same_as_cfrag": {m: _agreement(frame, "cfrag", m) for m in pipeline.CFRAG_METHODS[1:]},
+                "coinciding_by_construction": {
+                    f"{a} = {b}": {"same_lists": _agreement(frame, a, b), "why": why}
+                    for (a, b), why in inference.COINCIDENCES.items()
+                },
+                "inference_docs_per_user": inference.docs_per_user(settings),
             }
             context.log.info(f"{task} CFRAG retrieval: {stats[task]}")
     return dg.MaterializeResult(

@@ -1,0 +1,110 @@
+"""CFRAG inference, the one implementation used by the evaluation retrieval, serving and the MLflow model
+(docs/methods.md §2.3–2.8): whose documents (the user's m similar users), the retriever's k per user, the reranker's
+final top-k; and every ablation variant of paper Table 3.
+
+At inference the LLM-feedback budget does not limit the pool: the retriever passes ``cfrag.inference_docs_per_user``
+documents per user (default 5, training uses ``docs_per_user``) to the reranker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from prag_models.config import Settings
+from prag_models.methods.cfrag.pipeline import VARIANTS, Variant, cosine_scorer, final_k, per_user_top_k, top_final
+from prag_models.methods.profiles import ProfileIndex, Retrieved
+
+#: Why two ablation rows can coincide by construction (reported in the cfrag_retrievals metadata).
+COINCIDENCES: dict[tuple[str, str], str] = {
+    ("cfrag_no_retriever_tuning", "cfrag_no_sud"): "with frozen text encoders, α = 0 leaves S = cos(q, d), which is "
+    "exactly the untuned retriever's ranking",
+}
+
+
+@dataclass(frozen=True)
+class CfragQuery:
+    """One query to answer: the sample, the asking user, the query text and vector, and the user's e_u."""
+
+    sample_id: str
+    user_id: str
+    text: str
+    vector: np.ndarray
+    e_u: np.ndarray
+
+
+def docs_per_user(settings: Settings) -> int:
+    """Documents the retriever keeps per similar user at inference."""
+    c = settings.cfrag
+    return c.inference_docs_per_user or c.docs_per_user
+
+
+def _scorer(index: ProfileIndex, kind: str, q: np.ndarray, e_u: np.ndarray, models: Mapping) -> Callable:
+    """Row scorer of a query: the trained S, or cos(q, d) for base and α = 0 (equal with the frozen encoders)."""
+    if kind in ("base", "no_sud"):
+        return cosine_scorer(index, q)
+    from prag_models.methods.cfrag.retriever import retriever_scores
+
+    def scores(rows: np.ndarray) -> np.ndarray:
+        """S(q, d, u) of the rows' documents."""
+        return retriever_scores(models["retriever"], q[None], index.vectors[rows][None], e_u[None])[0]
+
+    return scores
+
+
+def candidates(
+    index: ProfileIndex, variant: Variant, query: CfragQuery, users: Sequence[str], settings: Settings, models: Mapping
+) -> list[Retrieved]:
+    """The retriever's candidates of one variant: k per similar user (or m·k of the user's own, w/o user retrieval)."""
+    per_user = docs_per_user(settings)
+    if variant.users == "own":
+        users, per_user = [query.user_id], per_user * settings.cfrag.top_m_users
+    scorer = _scorer(index, variant.retriever, query.vector, query.e_u, models)
+    return per_user_top_k(index, users, per_user, scorer)
+
+
+def retrieve(
+    index: ProfileIndex,
+    queries: Sequence[CfragQuery],
+    neighbours: Mapping[str, Mapping[str, list[str]]],
+    models: Mapping,
+    settings: Settings,
+    variants: Sequence[Variant] = VARIANTS,
+) -> dict[tuple[str, str], list[Retrieved]]:
+    """(sample_id, method) → final documents for every query and variant. ``neighbours[v.users][user]`` lists the
+    similar users of each user selection ("encoder", "mean"); each reranker scores every distinct (query, doc) pair
+    it needs in one batched pass."""
+    from prag_models.methods.cfrag.reranker import rerank_scores
+
+    plans = []
+    needed: dict[str, dict[tuple[str, int], CfragQuery]] = {}
+    for q in queries:
+        for v in variants:
+            users = [] if v.users == "own" else neighbours.get(v.users, {}).get(q.user_id, [q.user_id])
+            found = candidates(index, v, q, users, settings, models)
+            plans.append((q, v, found))
+            if v.reranker != "none":
+                needed.setdefault(v.reranker, {}).update({(q.sample_id, x.row): q for x in found})
+    reranked: dict[tuple[str, str, int], float] = {}
+    for kind, pairs in needed.items():
+        keys = list(pairs)
+        scores = rerank_scores(
+            models[kind],
+            [pairs[k].text for k in keys],
+            [index.texts[row] for _, row in keys],
+            np.stack([pairs[k].e_u for k in keys]),
+            np.asarray([float(index.vectors[row] @ pairs[k].vector) for k in keys for row in [k[1]]]),
+            batch_size=64,
+        )
+        reranked.update({(kind, sid, row): float(s) for (sid, row), s in zip(keys, scores, strict=True)})
+    out: dict[tuple[str, str], list[Retrieved]] = {}
+    k = final_k(settings)
+    for q, v, found in plans:
+        if v.reranker == "none":
+            scores = np.asarray([x.score for x in found], dtype=np.float32)
+        else:
+            scores = np.asarray([reranked[(v.reranker, q.sample_id, x.row)] for x in found], dtype=np.float32)
+        out[(q.sample_id, v.method)] = top_final(found, scores, k)
+    return out

@@ -56,10 +56,12 @@ def test_answer_mode_follows_task_backend_and_switch() -> None:
 
 
 def test_feedback_labels_are_keyed_by_answer_mode() -> None:
-    scoring = load_settings(environ={})
-    generating = load_settings(environ={"PRAG__GENERATOR__LABEL_SCORING": "false"})
+    assert feedback_prompt_version("LaMP-2", load_settings(environ={})).endswith(".gll")  # gold log-likelihood
+    metric = {"PRAG__CFRAG__FEEDBACK_SIGNAL": "metric"}
+    scoring = load_settings(environ=metric)
+    generating = load_settings(environ={**metric, "PRAG__GENERATOR__LABEL_SCORING": "false"})
     assert feedback_prompt_version("LaMP-2", scoring).endswith(".lsc")
-    uncalibrated = load_settings(environ={"PRAG__GENERATOR__LABEL_CALIBRATION": "false"})
+    uncalibrated = load_settings(environ={**metric, "PRAG__GENERATOR__LABEL_CALIBRATION": "false"})
     assert feedback_prompt_version("LaMP-2", uncalibrated).endswith(".ls")
     assert feedback_prompt_version("LaMP-2", generating).endswith(".n8")
     assert feedback_prompt_version("LaMP-5", scoring) == feedback_prompt_version("LaMP-5", generating)

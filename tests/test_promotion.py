@@ -107,6 +107,22 @@ def test_refuses_worse_and_tie_accepts_better(target, model_dir) -> None:
     assert len(rows) == 4 and set(rows["from_version"]) == {1} and set(rows["to_version"]) == {4}
 
 
+def test_refuses_a_challenger_that_did_not_beat_its_initialisation(target, model_dir) -> None:
+    """Better on the metric, but training left the reranker worse than untrained on validation: not promoted."""
+    _evaluated(target, model_dir, 0.5)
+    promotion.promote(target, TASK, "alice", "first")
+    best = _evaluated(target, model_dir, 0.9)
+    client = registry.make_client(target)
+    name = registry.registered_name("reranker", TASK)
+    tags = {"training.improved": "false", "training.val_kl_init": "0.7", "training.val_kl_best": "0.7"}
+    for key, value in tags.items():
+        client.set_model_version_tag(name, str(best["reranker"]), key, value)
+    refused = promotion.promote(target, TASK, "alice", "weekly retrain")
+    assert not refused.promoted and "did not beat its untrained initialisation" in refused.message
+    assert f"{name} v{best['reranker']}" in refused.message and "0.7" in refused.message
+    assert promotion.promote(target, TASK, "alice", "reviewed", override=True).promoted
+
+
 def test_override_promotes_worse_and_rollback_restores(target, model_dir) -> None:
     first = _evaluated(target, model_dir, 0.5)
     second = _evaluated(target, model_dir, 0.25)
@@ -205,7 +221,8 @@ def test_promotion_jobs_record_and_fail_on_refusal(tiny_config, model_dir, monke
 
 # ---------------------------------------------------------------- the graph: evaluation by alias, `prag answer`
 
-GRAPH_CFRAG = {"epochs": 10, "reranker_layers": 1, "reranker_max_length": 64}
+# validation_share 0: the training gate judges on the training labels, so this test exercises the metric gate
+GRAPH_CFRAG = {"epochs": 10, "reranker_layers": 1, "reranker_max_length": 64, "validation_share": 0.0}
 GRAPH_METHODS = ["zero_shot", "clusterrag_collaborative", "clusterrag_hybrid", "cfrag"]
 
 

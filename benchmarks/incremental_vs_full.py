@@ -1,4 +1,4 @@
-"""Incremental user update vs full re-materialization after 1 % of the users get new documents (METHODS §3.7).
+"""Incremental user update vs full re-materialization after 1 % of the users get new documents (docs/methods.md §3.7).
 
     python benchmarks/incremental_vs_full.py [--tasks LaMP-2 LaMP-3] [--users 48] [--share 0.01] [--docs 5] [--home DIR]
 

@@ -1,4 +1,5 @@
-"""PBR retrieval on the real PersonaBench community 1 (replayed expansions) and the LongMemEval sample (METHODS §4).
+"""PBR retrieval on the real PersonaBench community 1 (replayed expansions) and the LongMemEval sample
+(docs/methods.md §4).
 
     python benchmarks/pbr_personabench.py --data ../shared/data [--theta 0.5 0.75 --k2 5] [--generate]
 
@@ -30,7 +31,8 @@ METHOD_LABELS = {"base": "Base", "pbr": "PBR", "pbr_wo_anchor": "w/o P-Anchor", 
 #: Paper Table 1, PersonaBench Overall, all-MiniLM-L6-v2: (R@5, N@5).
 PAPER = {"base": (0.3783, 0.3074), "pbr": (0.4516, 0.3855), "pbr_wo_anchor": (0.4382, 0.3729),
          "pbr_wo_prf": (0.2860, 0.2449)}
-#: METHODS §4.2: the authors' cached expansions replayed with all-MiniLM-L6-v2, PBR Overall (R@5, N@5) per theta.
+#: docs/methods.md §4.2: the authors' cached expansions replayed with all-MiniLM-L6-v2, PBR Overall (R@5, N@5) per
+#: theta.
 REPLAY_REFERENCE = {0.5: (0.442, 0.379), 0.75: (0.450, 0.384)}
 NEW_TOKENS = 512  # generation budget of each P-PRF reply
 
@@ -84,7 +86,7 @@ def personabench(data: Path, embedder: EmbeddingCache, theta: float, k2: int, k1
           "eval_rag_PBR.py appends both communities' results before scoring. Only community 1 is available here.\n")
     if theta in REPLAY_REFERENCE:
         r, n = REPLAY_REFERENCE[theta]
-        print(f"METHODS §4.2 replay reference for PBR at theta={theta}: R@5 ≈ {r} / N@5 ≈ {n}\n")
+        print(f"docs/methods.md §4.2 replay reference for PBR at theta={theta}: R@5 ≈ {r} / N@5 ≈ {n}\n")
     return df.assign(theta=theta, k2=k2)
 
 

@@ -1,4 +1,4 @@
-"""Dynamic users (METHODS §3.7): the history sensor, the full re-clustering schedule, and the jobs they launch.
+"""Dynamic users (docs/methods.md §3.7): the history sensor, the full re-clustering schedule, and the jobs they launch.
 
 ``profile_history_sensor`` (default RUNNING) notices new rows of ``profile_history`` since its cursor that are still
 pending and new files in the drop folders ``<home>/inbox/<task>/``; it launches ONE run of

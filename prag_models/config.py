@@ -84,7 +84,7 @@ class GeneratorSettings:
 
 @dataclass(frozen=True)
 class PromptSettings:
-    """LaMP prompt budgeting (METHODS §1)."""
+    """LaMP prompt budgeting (docs/methods.md §1)."""
 
     max_prompt_tokens: int = 512  # L_max
     query_share: float = 0.6  # gamma
@@ -111,7 +111,7 @@ class RetrievalSettings:
         "clusterrag_two_stage",
         "clusterrag_community",
         "cfrag",
-        # PBR query side over the user's own profile (METHODS §4); see prag_assets/assets/pbr_lamp.py
+        # PBR query side over the user's own profile (docs/methods.md §4); see prag_assets/assets/pbr_lamp.py
         "pbr",
         "pbr_anchor_only",
     )
@@ -119,7 +119,7 @@ class RetrievalSettings:
 
 @dataclass(frozen=True)
 class ClusteringSettings:
-    """User clustering and intra-cluster neighbours (METHODS §3)."""
+    """User clustering and intra-cluster neighbours (docs/methods.md §3)."""
 
     algorithm: str = "hdbscan"  # hdbscan | kmeans
     min_cluster_size: int = 2
@@ -137,7 +137,7 @@ class ClusteringSettings:
 
 @dataclass(frozen=True)
 class PbrSettings:
-    """PBR personalized query expansion (METHODS §4): P-PRF, P-Anchor graph and retrieval depth."""
+    """PBR personalized query expansion (docs/methods.md §4): P-PRF, P-Anchor graph and retrieval depth."""
 
     k1: int = 5  # top-k1 docs shown to the LLM for P-PRF (5 PersonaBench, 10 LongMemEval)
     num_pseudo: int = 10  # m pseudo utterances
@@ -184,7 +184,7 @@ class MlflowSettings:
 
 @dataclass(frozen=True)
 class CfragSettings:
-    """CFRAG user encoder, user retrieval, personalized retriever and reranker (METHODS §2)."""
+    """CFRAG user encoder, user retrieval, personalized retriever and reranker (docs/methods.md §2)."""
 
     # §2.1 user encoder
     max_history: int = 100  # last N profile docs per user

@@ -1,4 +1,4 @@
-"""LaMP metrics with the official semantics (METHODS §1): accuracy/macro-F1, MAE/RMSE, ROUGE-1/ROUGE-L."""
+"""LaMP metrics with the official semantics (docs/methods.md §1): accuracy/macro-F1, MAE/RMSE, ROUGE-1/ROUGE-L."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def lamp_metrics(task: str, predictions: Sequence[str], golds: Sequence[str]) ->
 
 
 def sample_quality(task: str, prediction: str, gold: str) -> float:
-    """One sample's score for LLM feedback (METHODS §2.5): accuracy, negated absolute error, or ROUGE-1."""
+    """One sample's score for LLM feedback (docs/methods.md §2.5): accuracy, negated absolute error, or ROUGE-1."""
     per = per_sample_scores(task, [prediction], [gold])
     if "mae" in per:
         return -per["mae"][0]

@@ -1,4 +1,4 @@
-"""Retrieval metrics with binary relevance (METHODS §4.5): Recall@K, recall_any@K and NDCG@K.
+"""Retrieval metrics with binary relevance (docs/methods.md §4.5): Recall@K, recall_any@K and NDCG@K.
 
 A question may have several gold answers, each supported by a list of segment ids (any one of them suffices).
 It is scored on the best combination of one segment per answer (the Cartesian product of the lists), as in

@@ -1,4 +1,4 @@
-"""LaMP task prompts, profile token budgeting and output parsing (METHODS §1)."""
+"""LaMP task prompts, profile token budgeting and output parsing (docs/methods.md §1)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def budget_documents(
     max_prompt_tokens: int,
     query_share: float,
 ) -> tuple[list[str], str]:
-    """Fit the query and documents into L_max tokens; unused per-document budget carries over (METHODS §1).
+    """Fit the query and documents into L_max tokens; unused per-document budget carries over (docs/methods.md §1).
 
     The query keeps min(|q|, ⌊γ·L_max⌋) tokens; the rest is shared by the documents in order, each getting
     remaining_budget / remaining_docs tokens.

@@ -4,7 +4,8 @@ Everything here takes already-loaded models and DataFrames (the caller reads Duc
 ``prag_assets/cli.py``) and uses the same functions the graph's retrieval assets use: ClusterRAG profile modes
 (``methods.clusterrag``) and the full CFRAG variant (``pipeline.per_user_top_k`` with the trained retriever, the
 personalized reranker, ``pipeline.top_final``). A user unknown to the tables gets the graph's cold-start rules:
-ClusterRAG z_u = the query embedding (METHODS §3.6, ``mean_user_embeddings``), placed in the current clustering like
+ClusterRAG z_u = the query embedding (docs/methods.md §3.6, ``mean_user_embeddings``), placed in the current
+clustering like
 an incrementally added user (``assign_to_reference``) and given its intra-cluster top-k neighbours; CFRAG e_u = the
 user encoder on an empty history (as ``cfrag_user_embeddings`` encodes users without documents) and its top-m users
 by cosine, the user itself first with ``cfrag.include_self``.

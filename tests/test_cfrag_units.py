@@ -1,4 +1,4 @@
-"""Unit tests of the CFRAG models (METHODS §2) with hand-computed expected values."""
+"""Unit tests of the CFRAG models (docs/methods.md §2) with hand-computed expected values."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Incremental user updates (METHODS §3.7): the sensor's run requests and cursor, the update, drift of a full run."""
+"""Incremental user updates (docs/methods.md §3.7): the sensor's run requests and cursor, the update, drift of a full
+run."""
 
 import json
 import shutil

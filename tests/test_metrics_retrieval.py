@@ -1,4 +1,4 @@
-"""Retrieval metrics (METHODS §4.5) against hand-computed values, multiple gold answers included."""
+"""Retrieval metrics (docs/methods.md §4.5) against hand-computed values, multiple gold answers included."""
 
 from __future__ import annotations
 

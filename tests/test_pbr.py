@@ -1,4 +1,5 @@
-"""PBR maths (METHODS §4): anchor graph, stationary distribution, fusion, P-PRF parsing, QE baselines, evaluation."""
+"""PBR maths (docs/methods.md §4): anchor graph, stationary distribution, fusion, P-PRF parsing, QE baselines,
+evaluation."""
 
 from __future__ import annotations
 

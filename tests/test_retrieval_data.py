@@ -1,4 +1,5 @@
-"""PersonaBench and LongMemEval loaders (METHODS §4.5) on files written here, and on the real folder when present."""
+"""PersonaBench and LongMemEval loaders (docs/methods.md §4.5) on files written here, and on the real folder when
+present."""
 
 from __future__ import annotations
 

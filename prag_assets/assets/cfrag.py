@@ -1,4 +1,5 @@
-"""CFRAG stage 3 (METHODS §2.3–2.8): retrieval for the dev samples with the REGISTERED models — full CFRAG and the
+"""CFRAG stage 3 (docs/methods.md §2.3–2.8): retrieval for the dev samples with the REGISTERED models — full CFRAG
+and the
 ablations of paper Table 3 — into a table shaped like the other retrieval tables."""
 
 import dagster as dg

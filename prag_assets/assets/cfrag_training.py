@@ -1,4 +1,5 @@
-"""CFRAG stage 2 (METHODS §2.4–2.7): LLM feedback labels, then the personalized retriever and reranker trained on
+"""CFRAG stage 2 (docs/methods.md §2.4–2.7): LLM feedback labels, then the personalized retriever and reranker
+trained on
 them by distillation, each registered in MLflow."""
 
 import dataclasses

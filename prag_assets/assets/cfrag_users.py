@@ -1,4 +1,4 @@
-"""CFRAG stage 1 (METHODS §2.1–2.3): contrastive user encoder, CFRAG user embeddings, top-m similar users.
+"""CFRAG stage 1 (docs/methods.md §2.1–2.3): contrastive user encoder, CFRAG user embeddings, top-m similar users.
 
 Also the helpers every CFRAG training asset shares: save a trained model (safetensors), log and register it in
 MLflow, and record it in table ``cfrag_models`` (task, kind, registered name and version, loss curve, probe scores).

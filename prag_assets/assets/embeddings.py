@@ -75,7 +75,7 @@ def document_embeddings(
     backfill_policy=single_run,
     pool=DUCKDB_POOL,
     kinds={"duckdb", "pytorch"},
-    description="Unit-norm embedding of every sample's retrieval query (METHODS §1 query side), cached.",
+    description="Unit-norm embedding of every sample's retrieval query (docs/methods.md §1 query side), cached.",
 )
 def query_embeddings(
     context: dg.AssetExecutionContext,

@@ -1,4 +1,5 @@
-"""Dynamic users (METHODS §3.7): history ingestion, incremental user updates, and the drift of full re-clusterings.
+"""Dynamic users (docs/methods.md §3.7): history ingestion, incremental user updates, and the drift of full
+re-clusterings.
 
 Group ``history``: ``profile_history`` (drop folder → history table), ``incremental_user_clusters`` (changed users'
 documents, embeddings and clusters) and ``incremental_similar_users`` (neighbour lists of the affected clusters).
@@ -190,7 +191,7 @@ def cluster_state(
     group_name=GROUP,
     deps=[profile_history, similar_users, cluster_state],
     kinds={"duckdb", "pytorch"},
-    description="Incremental update of the users with pending history (METHODS §3.7): new documents embedded "
+    description="Incremental update of the users with pending history (docs/methods.md §3.7): new documents embedded "
     "through the cache, z_u = mean over all the user's documents (cold start: query embedding), cluster by HDBSCAN "
     "approximate prediction against the current clustering; rewrites only those users' rows of profile_documents, "
     "document_embeddings, user_embeddings and user_clusters. One row per updated user in incremental_updates.",

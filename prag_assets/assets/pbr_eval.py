@@ -1,4 +1,4 @@
-"""Retrieval evaluation on real data (METHODS §4.5): PBR, its ablations and the QE baselines on PersonaBench and
+"""Retrieval evaluation on real data (docs/methods.md §4.5): PBR, its ablations and the QE baselines on PersonaBench and
 LongMemEval, as the unpartitioned asset group ``retrieval_eval`` (one ``dataset`` column in every table).
 
 The data never enter the project: the assets read ``data.real_data_dir`` (e.g. ``../shared/data``, or
@@ -107,7 +107,7 @@ def _present(root: Path, dataset: str) -> bool:
 
 
 def dataset_settings(pbr: PbrSettings, dataset: str) -> PbrSettings:
-    """PBR settings of a dataset: LongMemEval takes lme_k1 / lme_theta / lme_k2 (METHODS §4.1-4.2)."""
+    """PBR settings of a dataset: LongMemEval takes lme_k1 / lme_theta / lme_k2 (docs/methods.md §4.1-4.2)."""
     if dataset == "longmemeval":
         pbr = dataclasses.replace(pbr, k1=pbr.lme_k1, theta=pbr.lme_theta, k2=pbr.lme_k2)
     validate_pbr_settings(pbr)
@@ -157,7 +157,7 @@ def seeded_cache(con, dataset: str, settings: Settings, models: ModelsResource) 
 @dg.asset(
     kinds={"duckdb"},
     description="Each person's (PersonaBench) or question's (LongMemEval) segments and the "
-    "questions with gold segment ids and category, from data.real_data_dir (METHODS §4.5).",
+    "questions with gold segment ids and category, from data.real_data_dir (docs/methods.md §4.5).",
     **_COMMON,
 )
 def personal_corpora(
@@ -407,7 +407,7 @@ def _expansions_of(frame: pd.DataFrame) -> tuple[dict[str, PbrExpansion], dict[s
     deps=[query_expansions],
     kinds={"duckdb"},
     description="Per method and question, the top pbr.top_k "
-    "segments of the asking user's own corpus (inner product, FAISS), METHODS §4.3.",
+    "segments of the asking user's own corpus (inner product, FAISS), docs/methods.md §4.3.",
     **_COMMON,
 )
 def retrieval_runs(

@@ -1,4 +1,5 @@
-"""PBR as a query-side option of LaMP retrieval (METHODS §4): the user's own profile is the corpus, q* replaces q.
+"""PBR as a query-side option of LaMP retrieval (docs/methods.md §4): the user's own profile is the corpus, q*
+replaces q.
 
 Methods (configured in retrieval.methods): ``pbr`` — P-PRF (pseudo utterances and pseudo reasoning generated with the
 configured LLM from the top pbr.lamp_k1 profile documents) fused with the P-Anchor of the profile, q* = q + g +

@@ -1,4 +1,5 @@
-"""Stage 3: user embeddings, user clusters (HDBSCAN / k-means) and intra-cluster similar users (METHODS §3.1–3.3)."""
+"""Stage 3: user embeddings, user clusters (HDBSCAN / k-means) and intra-cluster similar users (docs/methods.md
+§3.1–3.3)."""
 
 import json
 
@@ -24,7 +25,7 @@ _COMMON = dict(
 @dg.asset(
     deps=[document_embeddings, query_embeddings],
     description="z_u = mean of the user's unit document embeddings; a user with no history gets the mean of its "
-    "query embeddings (cold start, METHODS §3.6).",
+    "query embeddings (cold start, docs/methods.md §3.6).",
     **_COMMON,
 )
 def user_embeddings(

@@ -9,7 +9,7 @@ File format (UTF-8 JSON, one task per file; the task comes from ``--task`` or fr
     ]
 
 A top-level list of flat records: ``user_id`` and ``id`` (non-empty strings or ints), an optional ``date`` (string or
-int, as in LaMP profiles) and every profile field of the task with the LaMP rules (METHODS §1): LaMP-1 title,
+int, as in LaMP profiles) and every profile field of the task with the LaMP rules (docs/methods.md §1): LaMP-1 title,
 abstract · LaMP-2 description, tag · LaMP-3 text, score (a number is accepted for the score) · LaMP-4 title, text ·
 LaMP-5 title, abstract · LaMP-7 text. Other keys are ignored, as in LaMP profiles. A record whose rendered text is
 blank, or a (user_id, id) pair listed twice in a file, is rejected. A document id a user already has replaces that

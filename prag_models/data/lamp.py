@@ -1,4 +1,4 @@
-"""LaMP loader with strict validation (METHODS §1).
+"""LaMP loader with strict validation (docs/methods.md §1).
 
 Every ``LampDataError`` message has the form ``<file>: <record>: field '<name>': <problem>`` where ``<record>`` is
 ``record id '<id>'`` or ``record #<index>`` when the id itself is missing or unusable.

@@ -1,4 +1,4 @@
-"""LongMemEval loader for retrieval evaluation (METHODS §4.5), original LongMemEval schema.
+"""LongMemEval loader for retrieval evaluation (docs/methods.md §4.5), original LongMemEval schema.
 
 Each question is its own haystack, so the "user" of a question is its ``question_id``. Documents are the haystack
 sessions reduced to their user turns; gold documents are the sessions holding a turn with ``has_answer``;

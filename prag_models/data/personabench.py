@@ -1,4 +1,5 @@
-"""PersonaBench loader for retrieval (METHODS §4.5): segments per person, questions, gold ids, cached PBR expansions.
+"""PersonaBench loader for retrieval (docs/methods.md §4.5): segments per person, questions, gold ids, cached PBR
+expansions.
 
 Reads the PersonaBench folder layout (``eval_info/`` and ``private_data/noise_X/`` of one community) from wherever the
 caller points; the data itself never lives in this project.
@@ -14,9 +15,9 @@ from typing import Any
 
 from prag_models.methods.pbr import PbrExpansion, expansions_from_records
 
-#: Private-data sources of a person, in the order the authors' code indexes them (METHODS §4.5).
+#: Private-data sources of a person, in the order the authors' code indexes them (docs/methods.md §4.5).
 SOURCES: tuple[str, ...] = ("conversation", "user_ai_interaction", "purchase_history")
-#: Evaluation categories, in table order (Subjective questions are skipped by default, METHODS §4.5).
+#: Evaluation categories, in table order (Subjective questions are skipped by default, docs/methods.md §4.5).
 CATEGORIES: tuple[str, ...] = ("Basic information", "Preference easy", "Preference hard", "Social")
 EXCLUDED_KEYS: tuple[str, ...] = ("segment_id", "session")
 EXPANSIONS_FILE = "pbr_cached_expansions.json"
@@ -37,7 +38,7 @@ class RetrievalQuestion:
     """A question asked by a user against their own corpus, with its gold segment ids.
 
     ``gold_sets`` holds one list of segment ids per gold answer value; any one segment of a list supports that
-    answer, and the question is scored on the best combination of one segment per list (METHODS §4.5).
+    answer, and the question is scored on the best combination of one segment per list (docs/methods.md §4.5).
     """
 
     dataset: str
@@ -80,7 +81,8 @@ def _strip_keys(value: Any, keys: tuple[str, ...]) -> Any:
 
 
 def segment_text(session: Mapping[str, Any]) -> str:
-    """A session as compact JSON without ``segment_id``/``session`` (the text the authors embed, METHODS §4.5)."""
+    """A session as compact JSON without ``segment_id``/``session`` (the text the authors embed, docs/methods.md
+    §4.5)."""
     return json.dumps(_strip_keys(dict(session), EXCLUDED_KEYS), separators=(",", ":"))
 
 
@@ -196,8 +198,9 @@ def load_personabench(
     """Load one PersonaBench community: persons' segments, their questions with gold ids, cached expansions.
 
     Only persons with private data are kept (their questions are the ones with gold ids); Subjective questions are
-    skipped unless ``include_subjective`` (METHODS §4.5). Cached expansions come from ``pbr_cached_expansions.json``
-    when present (``fake_10`` pseudo utterances and ``reason``, METHODS §4.6).
+    skipped unless ``include_subjective`` (docs/methods.md §4.5). Cached expansions come from
+    ``pbr_cached_expansions.json``
+    when present (``fake_10`` pseudo utterances and ``reason``, docs/methods.md §4.6).
     """
     cdir = community_dir(path, community)
     segments = load_segments(cdir, noise)

@@ -1,4 +1,4 @@
-"""LaMP task constants, profile-document rendering and query extraction (METHODS §1).
+"""LaMP task constants, profile-document rendering and query extraction (docs/methods.md §1).
 
 Rendering (the exact strings ``render_document`` produces; ``X``/``Y`` are the field values, unchanged):
 
@@ -31,7 +31,7 @@ TASK_KIND: dict[str, str] = {
     "LaMP-7": "generation",
 }
 
-# The task fields every profile document must carry (METHODS §1).
+# The task fields every profile document must carry (docs/methods.md §1).
 PROFILE_FIELDS: dict[str, tuple[str, ...]] = {
     "LaMP-1": ("title", "abstract"),
     "LaMP-2": ("description", "tag"),
@@ -128,7 +128,7 @@ def _after(text: str, *markers: str) -> str | None:
 
 
 def extract_query(task: str, input_text: str) -> str:
-    """The retrieval query inside a LaMP ``input`` (METHODS §1); the whole input when the marker is absent."""
+    """The retrieval query inside a LaMP ``input`` (docs/methods.md §1); the whole input when the marker is absent."""
     task = task_from_name(task)
     query: str | None
     if task == "LaMP-1":

@@ -1,4 +1,5 @@
-"""ClusterRAG retrieval (METHODS §3.4–3.5): profile modes over similar users, two-stage cluster-then-document search."""
+"""ClusterRAG retrieval (docs/methods.md §3.4–3.5): profile modes over similar users, two-stage cluster-then-document
+search."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ class DocumentClusters:
 
 
 def cluster_documents(index: ProfileIndex, rows: np.ndarray, min_cluster_size: int = 2) -> DocumentClusters:
-    """Cluster a pool of documents with HDBSCAN; noise documents become one extra cluster (METHODS §3.5)."""
+    """Cluster a pool of documents with HDBSCAN; noise documents become one extra cluster (docs/methods.md §3.5)."""
     x = index.vectors[rows]
     if len(rows) <= max(2, min_cluster_size):
         labels = np.zeros(len(rows), dtype=np.int64)

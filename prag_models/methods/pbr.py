@@ -1,4 +1,5 @@
-"""PBR — Personalize Before Retrieve (METHODS §4): P-PRF expansions, the P-Anchor graph, fusion and FAISS search.
+"""PBR — Personalize Before Retrieve (docs/methods.md §4): P-PRF expansions, the P-Anchor graph, fusion and FAISS
+search.
 
 Everything here works on precomputed embeddings (numpy arrays), so the maths is testable without models; LLM calls
 go through the :class:`prag_models.llm.base.Generator` interface only.
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
     from prag_models.llm.base import Generator
 
-#: Method names of PBR and its ablations (METHODS §4.1-4.3), in table order.
+#: Method names of PBR and its ablations (docs/methods.md §4.1-4.3), in table order.
 PBR_METHODS: tuple[str, ...] = ("base", "pbr", "pbr_wo_anchor", "pbr_wo_prf")
 #: Methods that need P-PRF expansions (pseudo utterances + pseudo reasoning).
 NEEDS_EXPANSION: frozenset[str] = frozenset({"pbr", "pbr_wo_anchor"})
@@ -29,7 +30,7 @@ NEEDS_EXPANSION: frozenset[str] = frozenset({"pbr", "pbr_wo_anchor"})
 
 @dataclass(frozen=True)
 class PbrExpansion:
-    """P-PRF output for one question: m pseudo utterances and one pseudo reasoning (METHODS §4.1)."""
+    """P-PRF output for one question: m pseudo utterances and one pseudo reasoning (docs/methods.md §4.1)."""
 
     pseudo_utterances: tuple[str, ...]
     reasoning: str
@@ -55,14 +56,14 @@ def validate_pbr_settings(settings: PbrSettings) -> None:
 
 
 def top_k_prf(query_vec: np.ndarray, doc_emb: np.ndarray, k1: int) -> np.ndarray:
-    """Indices of the top-k1 documents by cosine to the query, H_q of METHODS §4.1 (ties: lower index first)."""
+    """Indices of the top-k1 documents by cosine to the query, H_q of docs/methods.md §4.1 (ties: lower index first)."""
     scores = doc_emb @ query_vec
     order = np.lexsort((np.arange(len(scores)), -scores))
     return order[: max(0, min(k1, len(scores)))]
 
 
 def pseudo_utterance_prompt(history: Sequence[str], question: str, m: int = 10) -> str:
-    """Prompt asking for m in-style user utterances as JSON {"candidates": [...]} (METHODS §4.1)."""
+    """Prompt asking for m in-style user utterances as JSON {"candidates": [...]} (docs/methods.md §4.1)."""
     docs = "\n".join(history)
     return (
         f"Write {m} different things this user could naturally say, drawing on their past dialogue and on the "
@@ -79,7 +80,7 @@ def pseudo_utterance_prompt(history: Sequence[str], question: str, m: int = 10) 
 
 
 def pseudo_reasoning_prompt(history: Sequence[str], question: str) -> str:
-    """Prompt asking the LLM to solve the question step by step in the user's style (METHODS §4.1)."""
+    """Prompt asking the LLM to solve the question step by step in the user's style (docs/methods.md §4.1)."""
     docs = "\n".join(history)
     return (
         "Answer the question below by reasoning step by step, using the user's past dialogue as evidence and "
@@ -191,7 +192,7 @@ def generate_expansions(
 
 
 def build_anchor_graph(doc_emb: np.ndarray, theta: float, k2: int) -> csr_matrix:
-    """Weighted kNN graph of METHODS §4.2: A_ij = cos(c_i, c_j) if cos >= theta and j in top-k2 of i, else 0.
+    """Weighted kNN graph of docs/methods.md §4.2: A_ij = cos(c_i, c_j) if cos >= theta and j in top-k2 of i, else 0.
 
     As in the authors' code, row i keeps at most k2 entries among the docs whose cosine is >= theta, ranked by
     cosine, and the node itself counts as one of the k2 (the self-loop is always kept, with weight cos(c_i, c_i)).
@@ -230,7 +231,8 @@ def row_normalize(adjacency: csr_matrix) -> csr_matrix:
 
 
 def stationary_distribution(transition: Any, iters: int = 50, tol: float = 1e-6, damping: float = 0.0) -> np.ndarray:
-    """Stationary distribution pi of a row-stochastic P by power iteration from the uniform vector (METHODS §4.2).
+    """Stationary distribution pi of a row-stochastic P by power iteration from the uniform vector (docs/methods.md
+    §4.2).
 
     damping = 0 (default, the authors' code): pi <- P^T pi. Otherwise classical PageRank: pi <- d P^T pi + (1 - d)/n.
     Stops after ``iters`` steps or when the L2 change is below ``tol``; the result is renormalised to sum to 1.
@@ -255,7 +257,7 @@ def stationary_distribution(transition: Any, iters: int = 50, tol: float = 1e-6,
 
 
 def anchor_vector(doc_emb: np.ndarray, settings: PbrSettings) -> tuple[np.ndarray, np.ndarray]:
-    """The P-Anchor g = sum_i pi_i c_i of a user's corpus, and pi (METHODS §4.2)."""
+    """The P-Anchor g = sum_i pi_i c_i of a user's corpus, and pi (docs/methods.md §4.2)."""
     graph = build_anchor_graph(doc_emb, settings.theta, settings.k2)
     pi = stationary_distribution(row_normalize(graph), settings.pagerank_iters, settings.pagerank_tol, settings.damping)
     return (pi @ np.asarray(doc_emb, dtype=np.float64)).astype(np.float32), pi
@@ -271,7 +273,7 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def fusion_weights(center: np.ndarray, f_avg: np.ndarray, r: np.ndarray) -> tuple[float, float]:
-    """w1 = 1 + cos(center, f_avg), w2 = 1 + cos(center, r) (METHODS §4.3; PBR uses center = (q + g) / 2)."""
+    """w1 = 1 + cos(center, f_avg), w2 = 1 + cos(center, r) (docs/methods.md §4.3; PBR uses center = (q + g) / 2)."""
     return 1.0 + _cos(center, f_avg), 1.0 + _cos(center, r)
 
 
@@ -282,7 +284,7 @@ def pbr_query_vectors(
     r: np.ndarray | None = None,
     methods: Sequence[str] = PBR_METHODS,
 ) -> dict[str, np.ndarray]:
-    """Query vectors of Base, PBR and the two ablations for one question (METHODS §4.3).
+    """Query vectors of Base, PBR and the two ablations for one question (docs/methods.md §4.3).
 
     - ``base``: q.
     - ``pbr``: w1 = 1 + cos((q+g)/2, f_avg), w2 = 1 + cos((q+g)/2, r); q* = q + g + w1 f_avg + w2 r.

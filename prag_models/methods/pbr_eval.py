@@ -1,4 +1,4 @@
-"""Retrieval evaluation of PBR, its ablations and the QE baselines on per-user corpora (METHODS §4.5).
+"""Retrieval evaluation of PBR, its ablations and the QE baselines on per-user corpora (docs/methods.md §4.5).
 
 Each question retrieves from its own user's segments only. Segment, question and expansion texts are embedded once
 (deduplicated) with the given embedder; the P-Anchor is computed once per user.
@@ -183,7 +183,7 @@ def evaluate_retrieval(
     qe_expansions: Mapping[str, Mapping[str, str]] | None = None,
     ks: Sequence[int] = KS,
 ) -> pd.DataFrame:
-    """Rows (dataset, method, category, metric, k, value, n_questions), "Overall" included (METHODS §4.5).
+    """Rows (dataset, method, category, metric, k, value, n_questions), "Overall" included (docs/methods.md §4.5).
 
     metric ``recall`` is the best-combination Recall@K (PersonaBench's R@K), ``recall_any`` LongMemEval's
     recall_any@K, ``ndcg`` the best-combination binary NDCG@K. K values above ``settings.top_k`` are dropped.

@@ -1,4 +1,4 @@
-"""Query-expansion baselines of the PBR paper (METHODS §4.4): HyDE, Query2Term, MILL, CoT and ThinkQE.
+"""Query-expansion baselines of the PBR paper (docs/methods.md §4.4): HyDE, Query2Term, MILL, CoT and ThinkQE.
 
 The prompts are written here from the paper's appendix descriptions (not the exact wording). How an expansion
 becomes a query vector:

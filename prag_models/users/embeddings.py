@@ -1,4 +1,4 @@
-"""Mean user embeddings z_u over profile documents, with the cold-start rule (METHODS §3.1, §3.6)."""
+"""Mean user embeddings z_u over profile documents, with the cold-start rule (docs/methods.md §3.1, §3.6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Incremental ClusterRAG user updates (METHODS §3.7): apply new profile documents to the changed users only.
+"""Incremental ClusterRAG user updates (docs/methods.md §3.7): apply new profile documents to the changed users only.
 
 A history document is *pending* while its latest version (by ``seq``) is not in ``profile_documents`` with the same
 content hash, so applying is idempotent and survives a rebuild of ``profile_documents`` from the LaMP files (the next

@@ -1,4 +1,4 @@
-"""Similar users: intra-cluster top-k by cosine similarity, self excluded (METHODS §3.3)."""
+"""Similar users: intra-cluster top-k by cosine similarity, self excluded (docs/methods.md §3.3)."""
 
 from __future__ import annotations
 

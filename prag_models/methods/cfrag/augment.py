@@ -1,4 +1,4 @@
-"""Sequence augmentations for contrastive user-encoder training (METHODS §2.2).
+"""Sequence augmentations for contrastive user-encoder training (docs/methods.md §2.2).
 
 Histories are lists of document indices. Each view applies exactly one of crop, mask or reorder, chosen uniformly
 with a seeded ``numpy.random.Generator``. Span lengths use ⌊ratio·N⌋; a crop keeps at least one document so that a

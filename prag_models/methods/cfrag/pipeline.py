@@ -1,4 +1,4 @@
-"""CFRAG data preparation (METHODS §2): histories, candidate lists, feedback prompts and scores, training sets,
+"""CFRAG data preparation (docs/methods.md §2): histories, candidate lists, feedback prompts and scores, training sets,
 the ablation variants (§2.8) and model probes.
 
 Plain numpy/pandas glue between the DuckDB tables and the models; torch is imported only inside the functions that

@@ -1,4 +1,4 @@
-"""CFRAG personalized reranker (METHODS §2.7) and its LLM-feedback training (§2.6, T = 0.1).
+"""CFRAG personalized reranker (docs/methods.md §2.7) and its LLM-feedback training (§2.6, T = 0.1).
 
 The cross-encoder reads the (query, document) pair; its last-layer [CLS] vector is concatenated with W₂·e_u and
 scored by an MLP 2d → d → Tanh → d → Tanh → 1 (d = the cross-encoder's hidden size). Any logit head of the

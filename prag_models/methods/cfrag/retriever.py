@@ -1,4 +1,4 @@
-"""CFRAG personalized retriever and the LLM-feedback distillation loss (METHODS §2.4–2.6).
+"""CFRAG personalized retriever and the LLM-feedback distillation loss (docs/methods.md §2.4–2.6).
 
 The text encoders E_q and E_d are the frozen embedder: queries and documents arrive as pre-computed vectors, so the
 trainable part of the retriever is the user projection W (one linear layer as in the authors' code, or the paper's

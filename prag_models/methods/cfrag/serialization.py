@@ -1,4 +1,4 @@
-"""Save and load CFRAG models as safetensors weights plus a JSON config — never pickle (METHODS §2).
+"""Save and load CFRAG models as safetensors weights plus a JSON config — never pickle (docs/methods.md §2).
 
 A model folder holds ``config.json`` (``{"kind", "format_version", "config"}``) and ``model.safetensors`` (the full
 state dict). A reranker folder also holds ``encoder/`` with the cross-encoder's HF config and tokenizer files, so it

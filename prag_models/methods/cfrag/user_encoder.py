@@ -1,4 +1,4 @@
-"""CFRAG user encoder, its contrastive training and similar-user retrieval (METHODS §2.1–2.3).
+"""CFRAG user encoder, its contrastive training and similar-user retrieval (docs/methods.md §2.1–2.3).
 
 Document ids in a history index rows of the frozen document-embedding matrix (0 … num_docs−1); the encoder adds
 two special ids after them: ``pad_id = num_docs`` (zero vector, ignored by attention and pooling) and

@@ -150,6 +150,10 @@ class PbrSettings:
     expansion_source: str = "auto"  # auto (replay where cached, else generate) | replay | generate (configured LLM)
     # Retrieval evaluation on real data (asset group retrieval_eval, data.real_data_dir)
     datasets: tuple[str, ...] = ("personabench", "longmemeval")
+    # PersonaBench communities to pool (folder names under personabench/; empty = every community found) and the
+    # noise level of their private data (private_data/noise_<level>/, eval_info/qa_gt_context_all_noise_<level>.json)
+    personabench_communities: tuple[str, ...] = ()
+    personabench_noise: str = "0.0"
     eval_methods: tuple[str, ...] = (
         "base",
         "pbr",

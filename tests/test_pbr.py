@@ -225,7 +225,8 @@ def test_evaluate_retrieval_table() -> None:
     settings = PbrSettings(theta=0.3, k2=2, top_k=5)
     methods = ["base", "pbr", "pbr_wo_anchor", "pbr_wo_prf", "hyde"]
     df = evaluate_retrieval(qs, segs, emb, methods, exps, settings, qe_expansions={"hyde": {"q1": "hike", "q2": ""}})
-    assert list(df.columns) == ["dataset", "method", "category", "metric", "k", "value", "n_questions"]
+    columns = ["dataset", "method", "category", "metric", "k", "value", "n_questions", "ci_low", "ci_high"]
+    assert list(df.columns) == columns
     assert set(df.category) == {"A", "B", "Overall"} and set(df.k) == {1, 3, 5}  # K = 10 > top_k dropped
     overall = df[(df.category == "Overall")].set_index(["method", "metric", "k"])
     # q1: s0 first (recall 1); q2: s1 first, 1 of its 2 gold answers (recall .5)

@@ -205,11 +205,37 @@ def test_real_personabench_replay(tmp_path):
     assert result.success and all(_checks(result).values())
     with _con(config) as con:
         r5 = dict(con.execute("SELECT method, value FROM retrieval_evaluation WHERE category = 'Overall' "
-                              "AND metric = 'recall' AND k = 5").fetchall())
+                              "AND metric = 'recall' AND k = 5 AND dataset = 'personabench'").fetchall())
         n = con.execute("SELECT max(n_questions) FROM retrieval_evaluation").fetchone()[0]
     assert n == 114 and set(r5) == PBR_METHODS
     assert r5["base"] == pytest.approx(0.4039, abs=0.003)
     assert r5["pbr"] > r5["base"] and r5["pbr_wo_anchor"] > r5["base"]
+
+
+def test_personabench_pools_every_community_and_reports_each(tmp_path):
+    """A second community folder laid out like the first: both loaded (ids prefixed, no collision), evaluated per
+    community and pooled; pooled n = the sum; every row has a 95 % interval."""
+    import shutil
+
+    data = tmp_path / "data"
+    _personabench(data)
+    shutil.copytree(data / "personabench" / "community_1", data / "personabench" / "community_2")
+    config = _eval_config(tmp_path, data, datasets=["personabench"])
+    result = _materialize(config)
+    assert result.success and all(_checks(result).values())
+    with _con(config) as con:
+        qs = [q for (q,) in con.execute("SELECT q_id FROM personal_questions").fetchall()]
+        ev = con.execute("SELECT * FROM retrieval_evaluation WHERE category = 'Overall' AND metric = 'recall' "
+                         "AND k = 5 AND method = 'pbr'").df().set_index("dataset")
+    assert len(qs) == 10 and len(set(qs)) == 10 and {q.split("/")[0] for q in qs} == {"community_1", "community_2"}
+    assert set(ev.index) == {"personabench", "personabench[community_1]", "personabench[community_2]"}
+    assert ev.loc["personabench", "n_questions"] == 10 and ev.loc["personabench[community_2]", "n_questions"] == 5
+    assert ((ev["ci_low"] <= ev["value"]) & (ev["value"] <= ev["ci_high"])).all()
+    assert "personabench[community_2]: Overall (5 questions" in _meta(result, "retrieval_evaluation", "table")
+    with pytest.raises(Exception, match="no noise level 0.3"):
+        _materialize(_eval_config(tmp_path, data, datasets=["personabench"], personabench_noise="0.3"))
+    one = _eval_config(tmp_path, data, datasets=["personabench"], personabench_communities=["community_2"])
+    assert _materialize(one).success
 
 
 def test_pbr_lamp_option(tmp_path):

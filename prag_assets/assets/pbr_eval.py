@@ -21,7 +21,7 @@ from prag_assets.common import preview, progress_logger
 from prag_assets.partitions import DUCKDB_POOL, single_run
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_models.config import PbrSettings, Settings
-from prag_models.data.personabench import CATEGORIES, RetrievalQuestion, Segment
+from prag_models.data.personabench import RetrievalQuestion, Segment
 from prag_models.llm.base import Generator
 from prag_models.methods import query_expansion as qe
 from prag_models.methods.pbr import NEEDS_EXPANSION, PBR_METHODS, PbrExpansion, validate_pbr_settings
@@ -33,6 +33,7 @@ from prag_models.methods.pbr_eval import (
     prf_histories,
     retrieve_rankings,
 )
+from prag_models.methods.pbr_report import retrieval_markdown
 from prag_models.metrics_retrieval import KS
 from prag_models.store import read_rows, replace_rows
 from prag_models.text.embedder import content_hash
@@ -44,25 +45,13 @@ P_PRF = "p_prf"  # expansion method name of PBR's pseudo utterances + pseudo rea
 REPLAY_SOURCE = "replay:pbr_cached_expansions.json"
 #: Datasets with the PBR authors' cached P-PRF expansions (pbr.expansion_source = auto | replay replays them).
 REPLAYABLE = ("personabench",)
-RECALL_METRIC = {"personabench": "recall", "longmemeval": "recall_any"}
-LABELS = {
-    "base": "Base",
-    "pbr": "PBR",
-    "pbr_wo_anchor": "PBR w/o P-Anchor",
-    "pbr_wo_prf": "PBR w/o P-PRF",
-    "hyde": "HyDE",
-    "query2term": "Query2Term",
-    "mill": "MILL",
-    "cot": "CoT",
-    "thinkqe": "ThinkQE",
-}
 _DDL = {
     "query_expansions": "dataset VARCHAR, q_id VARCHAR, user_id VARCHAR, method VARCHAR, source VARCHAR, "
     "utterances_json VARCHAR, text VARCHAR, parse_fallback VARCHAR",
     "retrieval_runs": "dataset VARCHAR, method VARCHAR, q_id VARCHAR, user_id VARCHAR, rank INTEGER, "
     "segment_id VARCHAR",
     "retrieval_evaluation": "dataset VARCHAR, method VARCHAR, category VARCHAR, metric VARCHAR, k INTEGER, "
-    "value DOUBLE, n_questions BIGINT",
+    "value DOUBLE, n_questions BIGINT, ci_low DOUBLE, ci_high DOUBLE",
 }
 _COMMON = dict(group_name=GROUP, backfill_policy=single_run, pool=DUCKDB_POOL, output_required=False)
 
@@ -73,19 +62,15 @@ def run_datasets(context: dg.AssetExecutionContext | dg.AssetCheckExecutionConte
     if unknown:
         raise ValueError(f"pbr.datasets: unknown dataset(s) {unknown}; known: {list(DATASETS)}")
     if not settings.data.real_data_dir:
-        context.log.warning(
-            "data.real_data_dir is not set: the retrieval_eval group is skipped (set it, e.g. "
-            "PRAG__DATA__REAL_DATA_DIR=../shared/data)"
-        )
+        context.log.warning("data.real_data_dir is not set: the retrieval_eval group is skipped (set it, e.g. "
+                            "PRAG__DATA__REAL_DATA_DIR=../shared/data)")
         return []
     root = real_data_root(settings)
     found = [d for d in settings.pbr.datasets if _present(root, d)]
     missing = [d for d in settings.pbr.datasets if d not in found]
     if not found:
-        raise ValueError(
-            f"data.real_data_dir {str(root)!r}: none of the datasets {list(settings.pbr.datasets)} "
-            "found (expected personabench/community_1/ and/or longmemeval/longmemeval_s_3.json)"
-        )
+        raise ValueError(f"data.real_data_dir {str(root)!r}: none of the datasets {list(settings.pbr.datasets)} "
+                         "found (expected personabench/community_1/ and/or longmemeval/longmemeval_s_3.json)")
     if missing:
         context.log.warning(f"datasets {missing} not found under {root}: skipped")
     return found
@@ -101,9 +86,19 @@ def _present(root: Path, dataset: str) -> bool:
     from prag_models.data import longmemeval, personabench
 
     try:
-        return bool((personabench.community_dir if dataset == "personabench" else longmemeval.longmemeval_file)(root))
+        return bool((personabench.community_names if dataset == "personabench" else longmemeval.longmemeval_file)(root))
     except ValueError:
         return False
+
+
+def _personabench(settings: Settings, with_expansions: bool = True):  # noqa: ANN202 - PersonaBenchData
+    """The configured PersonaBench communities (default: all) at the configured noise level, pooled."""
+    from prag_models.data.personabench import load_personabench_pool
+
+    pbr = settings.pbr
+    return load_personabench_pool(
+        real_data_root(settings), pbr.personabench_communities, pbr.personabench_noise, with_expansions=with_expansions
+    )
 
 
 def dataset_settings(pbr: PbrSettings, dataset: str) -> PbrSettings:
@@ -120,6 +115,9 @@ def dataset_settings(pbr: PbrSettings, dataset: str) -> PbrSettings:
 def ensure_table(con, table: str) -> None:
     """Create one of the group's tables with its schema (so empty results still have typed columns)."""
     con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({_DDL[table]})")
+    if table == "retrieval_evaluation":  # stores written before the intervals existed
+        for column in ("ci_low", "ci_high"):
+            con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} DOUBLE")
 
 
 def read_corpus(con, dataset: str) -> tuple[list[RetrievalQuestion], dict[str, list[Segment]]]:
@@ -129,10 +127,8 @@ def read_corpus(con, dataset: str) -> tuple[list[RetrievalQuestion], dict[str, l
     for r in segs.itertuples():
         by_user.setdefault(r.user_id, []).append(Segment(r.user_id, r.segment_id, r.text, r.source))
     qs = read_rows(con, "personal_questions", {"dataset": dataset}, order_by="position")
-    questions = [
-        RetrievalQuestion(dataset, r.user_id, r.q_id, r.question, json.loads(r.gold_json), r.category, r.answer)
-        for r in qs.itertuples()
-    ]
+    questions = [RetrievalQuestion(dataset, r.user_id, r.q_id, r.question, json.loads(r.gold_json), r.category,
+                                   r.answer) for r in qs.itertuples()]
     return questions, by_user
 
 
@@ -140,32 +136,23 @@ def seeded_cache(con, dataset: str, settings: Settings, models: ModelsResource) 
     """An EmbeddingCache holding the dataset's segment_embeddings; other texts go through embedding_cache."""
     rows = con.execute(
         "SELECT s.text, e.model_id, e.embedding FROM personal_segments s JOIN segment_embeddings e "
-        "USING (dataset, user_id, segment_id) WHERE dataset = ?",
-        [dataset],
-    ).fetchall()
+        "USING (dataset, user_id, segment_id) WHERE dataset = ?", [dataset]).fetchall()
     stale = {m for _, m, _ in rows} - {settings.embedder.model}
     if stale or not rows:
-        raise ValueError(
-            f"{dataset}: segment_embeddings missing or made with {sorted(stale)}, not "
-            f"{settings.embedder.model!r}: materialize segment_embeddings first"
-        )
+        raise ValueError(f"{dataset}: segment_embeddings missing or made with {sorted(stale)}, not "
+                         f"{settings.embedder.model!r}: materialize segment_embeddings first")
     cache = EmbeddingCache(CachedEmbedder(con, models, settings.embedder.model, len(rows[0][2])))
     cache.vectors.update({text: np.asarray(vec, dtype=np.float32) for text, _, vec in rows})
     return cache
 
 
-@dg.asset(
-    kinds={"duckdb"},
-    description="Each person's (PersonaBench) or question's (LongMemEval) segments and the "
-    "questions with gold segment ids and category, from data.real_data_dir (docs/methods.md §4.5).",
-    **_COMMON,
-)
+@dg.asset(kinds={"duckdb"}, description="Each person's (PersonaBench) or question's (LongMemEval) segments and the "
+          "questions with gold segment ids and category, from data.real_data_dir (docs/methods.md §4.5).", **_COMMON)
 def personal_corpora(
     context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
 ) -> Iterator[dg.MaterializeResult]:
     """Load the real datasets into tables personal_segments and personal_questions."""
     from prag_models.data.longmemeval import load_longmemeval
-    from prag_models.data.personabench import load_personabench
 
     settings = prag_settings.get()
     datasets = run_datasets(context, settings)
@@ -175,60 +162,30 @@ def personal_corpora(
     with duckdb.connect() as con:
         for dataset in datasets:
             if dataset == "personabench":
-                pb = load_personabench(root, with_expansions=False)
+                pb = _personabench(settings, with_expansions=False)
                 questions, segments, skipped = pb.questions, pb.segments_by_user, pb.skipped
             else:
                 (questions, segments), skipped = load_longmemeval(root), {}
             seg_frame = pd.DataFrame(
-                [
-                    (dataset, u, ui, i, s.segment_id, s.source, s.text, content_hash(s.text))
-                    for ui, (u, segs) in enumerate(segments.items())
-                    for i, s in enumerate(segs)
-                ],
-                columns=[
-                    "dataset",
-                    "user_id",
-                    "user_position",
-                    "position",
-                    "segment_id",
-                    "source",
-                    "text",
-                    "content_hash",
-                ],
-            )
+                [(dataset, u, ui, i, s.segment_id, s.source, s.text, content_hash(s.text))
+                 for ui, (u, segs) in enumerate(segments.items()) for i, s in enumerate(segs)],
+                columns=["dataset", "user_id", "user_position", "position", "segment_id", "source", "text",
+                         "content_hash"])
             last = pd.DataFrame(
-                [
-                    (dataset, i, q.q_id, q.user, q.question, q.category, q.answer, json.dumps(q.gold_sets))
-                    for i, q in enumerate(questions)
-                ],
-                columns=["dataset", "position", "q_id", "user_id", "question", "category", "answer", "gold_json"],
-            )
+                [(dataset, i, q.q_id, q.user, q.question, q.category, q.answer, json.dumps(q.gold_sets))
+                 for i, q in enumerate(questions)],
+                columns=["dataset", "position", "q_id", "user_id", "question", "category", "answer", "gold_json"])
             replace_rows(con, "personal_segments", seg_frame, {"dataset": dataset})
             replace_rows(con, "personal_questions", last, {"dataset": dataset})
-            stats[dataset] = {
-                "segments": len(seg_frame),
-                "users": len(segments),
-                "questions": len(last),
-                "categories": last["category"].value_counts().to_dict(),
-                "skipped": skipped,
-            }
+            stats[dataset] = {"segments": len(seg_frame), "users": len(segments), "questions": len(last),
+                              "categories": last["category"].value_counts().to_dict(), "skipped": skipped}
             context.log.info(f"{dataset}: {stats[dataset]}")
-    yield dg.MaterializeResult(
-        metadata={
-            "per_dataset": dg.MetadataValue.json(stats),
-            "root": str(root),
-            "questions_preview": preview(last.drop(columns="gold_json")),
-        }
-    )
+    yield dg.MaterializeResult(metadata={"per_dataset": dg.MetadataValue.json(stats), "root": str(root),
+                                         "questions_preview": preview(last.drop(columns="gold_json"))})
 
 
-@dg.asset(
-    deps=[personal_corpora],
-    kinds={"duckdb", "pytorch"},
-    description="Unit-norm embedding of every segment "
-    "through embedding_cache (model id + content hash), shared with the LaMP graph.",
-    **_COMMON,
-)
+@dg.asset(deps=[personal_corpora], kinds={"duckdb", "pytorch"}, description="Unit-norm embedding of every segment "
+          "through embedding_cache (model id + content hash), shared with the LaMP graph.", **_COMMON)
 def segment_embeddings(
     context: dg.AssetExecutionContext,
     prag_settings: PragSettingsResource,
@@ -244,32 +201,20 @@ def segment_embeddings(
     with duckdb.connect() as con:
         for dataset in datasets:
             segs = read_rows(con, "personal_segments", {"dataset": dataset}, order_by="user_position, position")
-            emb = CachedEmbedder(
-                con, models, settings.embedder.model, progress=progress_logger(context, f"embedding {dataset} segments")
-            )
+            emb = CachedEmbedder(con, models, settings.embedder.model,
+                                 progress=progress_logger(context, f"embedding {dataset} segments"))
             matrix = emb.embed(segs["text"].tolist())
             frame = segs[["dataset", "user_id", "segment_id", "content_hash"]].assign(
-                model_id=settings.embedder.model, embedding=list(matrix)
-            )
+                model_id=settings.embedder.model, embedding=list(matrix))
             replace_rows(con, "segment_embeddings", frame, {"dataset": dataset})
             stats[dataset] = {"segments": len(frame), "newly_embedded": emb.new, "dim": emb.dim}
-    yield dg.MaterializeResult(
-        metadata={
-            "per_dataset": dg.MetadataValue.json(stats),
-            "newly_embedded": sum(s["newly_embedded"] for s in stats.values()),
-            "embedder": settings.embedder.model,
-        }
-    )
+    yield dg.MaterializeResult(metadata={"per_dataset": dg.MetadataValue.json(stats),
+                                         "newly_embedded": sum(s["newly_embedded"] for s in stats.values()),
+                                         "embedder": settings.embedder.model})
 
 
-def _qe_rows(
-    dataset: str,
-    questions: list[RetrievalQuestion],
-    gen: Generator,
-    methods: list[str],
-    docs: dict[str, list[str]],
-    max_new: int,
-) -> list[tuple]:
+def _qe_rows(dataset: str, questions: list[RetrievalQuestion], gen: Generator, methods: list[str],
+             docs: dict[str, list[str]], max_new: int) -> list[tuple]:
     """Rows of query_expansions for the QE baselines, generated (through the cache) with gen."""
     user = {q.q_id: q.user for q in questions}
     rows = []
@@ -281,14 +226,10 @@ def _qe_rows(
     return rows
 
 
-@dg.asset(
-    deps=[segment_embeddings],
-    kinds={"duckdb"},
-    description="P-PRF pseudo utterances + reasoning (replayed "
-    "from the PBR authors' PersonaBench file, or generated) and the QE baselines' expansions (generated only "
-    "with pbr.expansion_source = generate or pbr.generate_qe); generations go through generation_cache.",
-    **_COMMON,
-)
+@dg.asset(deps=[segment_embeddings], kinds={"duckdb"}, description="P-PRF pseudo utterances + reasoning (replayed "
+          "from the PBR authors' PersonaBench file, or generated) and the QE baselines' expansions (generated only "
+          "with pbr.expansion_source = generate or pbr.generate_qe); generations go through generation_cache.",
+          **_COMMON)
 def query_expansions(
     context: dg.AssetExecutionContext,
     prag_settings: PragSettingsResource,
@@ -296,8 +237,6 @@ def query_expansions(
     models: ModelsResource,
 ) -> Iterator[dg.MaterializeResult]:
     """Write table query_expansions keyed by (dataset, q_id, method, source); generated texts via generation_cache."""
-    from prag_models.data.personabench import load_personabench
-
     settings = prag_settings.get()
     datasets = run_datasets(context, settings)
     if not datasets:  # not configured: no materialization, downstream steps skip
@@ -307,10 +246,8 @@ def query_expansions(
     wants_prf = any(m in NEEDS_EXPANSION for m in pbr.eval_methods)
     wants_qe = [m for m in pbr.eval_methods if m in qe.QE_METHODS]
     if wants_qe and not (generate or pbr.generate_qe):
-        context.log.warning(
-            f"QE baselines {wants_qe} skipped: they need generated expansions (no cached ones exist); "
-            "set pbr.generate_qe = true or pbr.expansion_source = 'generate' to run them"
-        )
+        context.log.warning(f"QE baselines {wants_qe} skipped: they need generated expansions (no cached ones exist); "
+                            "set pbr.generate_qe = true or pbr.expansion_source = 'generate' to run them")
         wants_qe = []
     with duckdb.connect() as con:
         ensure_table(con, "query_expansions")
@@ -323,72 +260,42 @@ def query_expansions(
             # auto: the PBR authors' cached expansions where they exist (PersonaBench), the configured LLM elsewhere
             generate_here = generate or (pbr.expansion_source == "auto" and dataset not in REPLAYABLE)
             if wants_prf and not generate_here and dataset in REPLAYABLE:
-                expansions = load_personabench(real_data_root(settings)).expansions
+                expansions = _personabench(settings).expansions
                 missing = [q.q_id for q in questions if q.q_id not in expansions]
                 if missing:
-                    raise ValueError(
-                        f"personabench: no cached expansion for questions {missing[:5]}; "
-                        "set pbr.expansion_source = 'generate'"
-                    )
+                    raise ValueError(f"personabench: no cached expansion for questions {missing[:5]}; "
+                                     "set pbr.expansion_source = 'generate'")
             elif wants_prf and not generate_here:
-                context.log.warning(
-                    f"{dataset}: no cached P-PRF expansions to replay: PBR and PBR w/o P-Anchor are "
-                    "skipped there (set pbr.expansion_source = 'generate' to generate them)"
-                )
+                context.log.warning(f"{dataset}: no cached P-PRF expansions to replay: PBR and PBR w/o P-Anchor are "
+                                    "skipped there (set pbr.expansion_source = 'generate' to generate them)")
             if (wants_prf and generate_here) or wants_qe:
-                gen = gen or CachedGenerator(
-                    models.generator(),
-                    con,
-                    settings.generator.batch_size,
-                    progress_logger(context, "expansion generation"),
-                )
+                gen = gen or CachedGenerator(models.generator(), con, settings.generator.batch_size,
+                                             progress_logger(context, "expansion generation"))
             before = gen.generated if gen else 0
             if wants_prf and generate_here:
                 budget = settings.generator.n_ctx - pbr.expansion_max_new_tokens - 300
-                expansions = build_pbr_expansions(
-                    gen, questions, segments, cache, ds, pbr.expansion_max_new_tokens, max(budget, 64)
-                )
+                expansions = build_pbr_expansions(gen, questions, segments, cache, ds, pbr.expansion_max_new_tokens,
+                                                  max(budget, 64))
             source = gen.model_id if generate_here and gen else REPLAY_SOURCE
             user = {q.q_id: q.user for q in questions}
-            rows = [
-                (
-                    dataset,
-                    q_id,
-                    user[q_id],
-                    P_PRF,
-                    source,
-                    json.dumps(list(e.pseudo_utterances)),
-                    e.reasoning,
-                    e.parse_fallback,
-                )
-                for q_id, e in expansions.items()
-                if q_id in user
-            ]
+            rows = [(dataset, q_id, user[q_id], P_PRF, source, json.dumps(list(e.pseudo_utterances)), e.reasoning,
+                     e.parse_fallback) for q_id, e in expansions.items() if q_id in user]
             if wants_qe:
                 docs = {}
                 if any(m in qe.NEEDS_DOCS for m in wants_qe):  # ThinkQE shows the top-5 segments of the question
                     docs = {q_id: texts for q_id, _, texts in prf_histories(questions, segments, cache, 5)}
                 rows += _qe_rows(dataset, questions, gen, wants_qe, docs, pbr.qe_max_new_tokens)
-            frame = pd.DataFrame(
-                rows,
-                columns=["dataset", "q_id", "user_id", "method", "source", "utterances_json", "text", "parse_fallback"],
-            )
+            frame = pd.DataFrame(rows, columns=["dataset", "q_id", "user_id", "method", "source", "utterances_json",
+                                                "text", "parse_fallback"])
             replace_rows(con, "query_expansions", frame, {"dataset": dataset})
             fallbacks = frame.groupby(["method", "parse_fallback"]).size()
-            stats[dataset] = {
-                "rows": len(frame),
-                "generated_now": (gen.generated if gen else 0) - before,
-                "parse_fallbacks": {f"{m}:{f}": int(n) for (m, f), n in fallbacks.items()},
-                "sources": sorted(frame["source"].unique().tolist()),
-            }
+            stats[dataset] = {"rows": len(frame), "generated_now": (gen.generated if gen else 0) - before,
+                              "parse_fallbacks": {f"{m}:{f}": int(n) for (m, f), n in fallbacks.items()},
+                              "sources": sorted(frame["source"].unique().tolist())}
             context.log.info(f"{dataset}: {stats[dataset]}")
-    yield dg.MaterializeResult(
-        metadata={
-            "per_dataset": dg.MetadataValue.json(stats),
-            "generator": gen.model_id if gen else "none (replay only)",
-            "generated_now": sum(s["generated_now"] for s in stats.values()),
-        }
-    )
+    yield dg.MaterializeResult(metadata={"per_dataset": dg.MetadataValue.json(stats), "generator": gen.model_id
+                                         if gen else "none (replay only)",
+                                         "generated_now": sum(s["generated_now"] for s in stats.values())})
 
 
 def _expansions_of(frame: pd.DataFrame) -> tuple[dict[str, PbrExpansion], dict[str, dict[str, str]]]:
@@ -403,13 +310,8 @@ def _expansions_of(frame: pd.DataFrame) -> tuple[dict[str, PbrExpansion], dict[s
     return prf, qe_texts
 
 
-@dg.asset(
-    deps=[query_expansions],
-    kinds={"duckdb"},
-    description="Per method and question, the top pbr.top_k "
-    "segments of the asking user's own corpus (inner product, FAISS), docs/methods.md §4.3.",
-    **_COMMON,
-)
+@dg.asset(deps=[query_expansions], kinds={"duckdb"}, description="Per method and question, the top pbr.top_k "
+          "segments of the asking user's own corpus (inner product, FAISS), docs/methods.md §4.3.", **_COMMON)
 def retrieval_runs(
     context: dg.AssetExecutionContext,
     prag_settings: PragSettingsResource,
@@ -429,12 +331,8 @@ def retrieval_runs(
             questions, segments = read_corpus(con, dataset)
             prf, qe_texts = _expansions_of(read_rows(con, "query_expansions", {"dataset": dataset}))
             ids = {q.q_id for q in questions}
-            methods = [
-                m
-                for m in ds.eval_methods
-                if (m not in NEEDS_EXPANSION or ids <= set(prf))
-                and (m not in qe.QE_METHODS or ids <= set(qe_texts.get(m, {})))
-            ]
+            methods = [m for m in ds.eval_methods if (m not in NEEDS_EXPANSION or ids <= set(prf))
+                       and (m not in qe.QE_METHODS or ids <= set(qe_texts.get(m, {})))]
             skipped = [m for m in ds.eval_methods if m not in methods]
             if skipped:
                 context.log.warning(f"{dataset}: methods {skipped} skipped (no expansion for every question)")
@@ -442,62 +340,18 @@ def retrieval_runs(
             rankings = retrieve_rankings(questions, segments, cache, methods, prf, ds, qe_texts)
             user = {q.q_id: q.user for q in questions}
             frame = pd.DataFrame(
-                [
-                    (dataset, m, q_id, user[q_id], rank, seg)
-                    for (m, q_id), ranked in rankings.items()
-                    for rank, seg in enumerate(ranked, 1)
-                ],
-                columns=["dataset", "method", "q_id", "user_id", "rank", "segment_id"],
-            )
+                [(dataset, m, q_id, user[q_id], rank, seg) for (m, q_id), ranked in rankings.items()
+                 for rank, seg in enumerate(ranked, 1)],
+                columns=["dataset", "method", "q_id", "user_id", "rank", "segment_id"])
             replace_rows(con, "retrieval_runs", frame, {"dataset": dataset})
-            stats[dataset] = {
-                "methods": methods,
-                "skipped": skipped,
-                "questions": len(questions),
-                "rows": len(frame),
-                "newly_embedded": cache.embedder.new,
-            }
+            stats[dataset] = {"methods": methods, "skipped": skipped, "questions": len(questions),
+                              "rows": len(frame), "newly_embedded": cache.embedder.new}
     yield dg.MaterializeResult(metadata={"per_dataset": dg.MetadataValue.json(stats)})
 
 
-def retrieval_markdown(table: pd.DataFrame) -> str:
-    """Per dataset: Overall R@K / N@K for every K, then R@5 / N@5 per category (R = the dataset's recall)."""
-    parts = []
-    for dataset, df in table.groupby("dataset", sort=False):
-        recall = RECALL_METRIC.get(str(dataset), "recall")
-        methods = [m for m in ALL_METHODS if m in set(df["method"])]
-        ks = sorted(df["k"].unique())
-        k5 = 5 if 5 in ks else ks[-1]
-        values = df.set_index(["method", "category", "metric", "k"])["value"]
-        order = {c: i for i, c in enumerate(CATEGORIES)}  # PersonaBench's table order, then the others by name
-        cats = sorted(set(df["category"]) - {"Overall"}, key=lambda c: (order.get(c, len(order)), c)) + ["Overall"]
-        cols = [(f"R@{k}", "Overall", recall, k) for k in ks] + [(f"N@{k}", "Overall", "ndcg", k) for k in ks]
-        cat_cols = [
-            (f"{c} {label}@{k5}", c, metric, k5) for c in cats for label, metric in (("R", recall), ("N", "ndcg"))
-        ]
-        n = df[(df["category"] == "Overall")]["n_questions"].max()
-        for title, columns in (
-            (f"{dataset}: Overall ({n} questions, R = {recall})", cols),
-            (f"{dataset}: per category", cat_cols),
-        ):
-            head = "| method | " + " | ".join(c[0] for c in columns) + " |"
-            lines = [f"**{title}**", "", head, "|---" * (len(columns) + 1) + "|"]
-            for m in methods:
-                cells = [values.get((m, c, metric, k)) for _, c, metric, k in columns]
-                lines.append(
-                    f"| {LABELS.get(m, m)} | " + " | ".join("" if v is None else f"{v:.4f}" for v in cells) + " |"
-                )
-            parts.append("\n".join(lines))
-    return "\n\n".join(parts) or "_no retrieval evaluation rows_"
-
-
-@dg.asset(
-    deps=[retrieval_runs],
-    kinds={"duckdb"},
-    description="R@K (PersonaBench best-combination recall, "
-    "LongMemEval recall_any) and NDCG@K for K = 1, 3, 5, 10 per dataset, method and category, plus Overall.",
-    **_COMMON,
-)
+@dg.asset(deps=[retrieval_runs], kinds={"duckdb"}, description="R@K (PersonaBench best-combination recall, "
+          "LongMemEval recall_any) and NDCG@K for K = 1, 3, 5, 10 per dataset, method and category, plus Overall.",
+          **_COMMON)
 def retrieval_evaluation(
     context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
 ) -> Iterator[dg.MaterializeResult]:
@@ -515,7 +369,13 @@ def retrieval_evaluation(
             runs = read_rows(con, "retrieval_runs", {"dataset": dataset}, order_by="method, q_id, rank")
             rankings = {key: g["segment_id"].tolist() for key, g in runs.groupby(["method", "q_id"], sort=False)}
             methods = [m for m in ALL_METHODS if m in set(runs["method"])]
-            frame = aggregate_scores(per_question_scores(questions, rankings, methods, ks))
+            scores = per_question_scores(questions, rankings, methods, ks)
+            if dataset == "personabench":  # per community as well as pooled (the paper pools every community)
+                from prag_models.data.personabench import community_of
+
+                per = scores.assign(dataset=[f"personabench[{community_of(q)}]" for q in scores["q_id"]])
+                scores = pd.concat([scores, per], ignore_index=True)
+            frame = aggregate_scores(scores)
             replace_rows(con, "retrieval_evaluation", frame, {"dataset": dataset})
             frames.append(frame)
     table = pd.concat(frames, ignore_index=True)
@@ -524,10 +384,5 @@ def retrieval_evaluation(
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text(markdown + "\n", encoding="utf-8")
     context.log.info("\n" + markdown)
-    yield dg.MaterializeResult(
-        metadata={
-            "table": dg.MetadataValue.md(markdown),
-            "rows": len(table),
-            "report_path": dg.MetadataValue.path(str(report)),
-        }
-    )
+    yield dg.MaterializeResult(metadata={"table": dg.MetadataValue.md(markdown), "rows": len(table),
+                                         "report_path": dg.MetadataValue.path(str(report))})

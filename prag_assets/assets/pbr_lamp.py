@@ -44,10 +44,8 @@ GROUP = "retrieval"
 TABLE = "pbr_lamp_retrievals"
 #: LaMP method name -> the PBR query vector it uses (prag_models.methods.pbr.pbr_query_vectors).
 LAMP_METHODS: dict[str, str] = {"pbr": "pbr", "pbr_anchor_only": "pbr_wo_prf"}
-_DDL = (
-    f"CREATE TABLE IF NOT EXISTS {TABLE} (task VARCHAR, method VARCHAR, sample_id VARCHAR, user_id VARCHAR, "
-    "rank BIGINT, doc_id VARCHAR, source_user_id VARCHAR, score DOUBLE)"
-)
+_DDL = (f"CREATE TABLE IF NOT EXISTS {TABLE} (task VARCHAR, method VARCHAR, sample_id VARCHAR, user_id VARCHAR, "
+        "rank BIGINT, doc_id VARCHAR, source_user_id VARCHAR, score DOUBLE)")
 
 
 class CachedEmbedder:
@@ -79,9 +77,8 @@ class CachedGenerator(Generator):
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
         """Outputs through the cache; counts the prompts generated now."""
-        outputs, new = generate_cached(
-            self.inner, list(prompts), max_new_tokens, self.con, self.batch_size, self.progress
-        )
+        outputs, new = generate_cached(self.inner, list(prompts), max_new_tokens, self.con, self.batch_size,
+                                       self.progress)
         self.generated += new
         return outputs
 
@@ -125,9 +122,8 @@ def pbr_lamp_rows(
     embed: Callable[[Sequence[str]], np.ndarray],
 ) -> list[tuple]:
     """Rows (RETRIEVAL_COLUMNS) of the top-k own-profile documents by inner product with each method's q*."""
-    texts = list(
-        dict.fromkeys(t for e in expansions.values() for t in (*e.pseudo_utterances, e.reasoning) if t.strip())
-    )
+    texts = list(dict.fromkeys(t for e in expansions.values() for t in (*e.pseudo_utterances, e.reasoning)
+                               if t.strip()))
     vecs = dict(zip(texts, embed(texts), strict=True))
     anchors: dict[str, np.ndarray] = {}
     out: list[tuple] = []
@@ -149,19 +145,8 @@ def pbr_lamp_rows(
         for m in methods:
             scores = docs @ vectors[LAMP_METHODS[m]]
             order = np.argsort(-scores, kind="stable")[:k]
-            out += [
-                (
-                    task,
-                    m,
-                    s.sample_id,
-                    s.user_id,
-                    rank,
-                    index.doc_ids[rows[i]],
-                    index.user_ids[rows[i]],
-                    float(scores[i]),
-                )
-                for rank, i in enumerate(order, 1)
-            ]
+            out += [(task, m, s.sample_id, s.user_id, rank, index.doc_ids[rows[i]], index.user_ids[rows[i]],
+                     float(scores[i])) for rank, i in enumerate(order, 1)]
     return out
 
 
@@ -193,9 +178,8 @@ def pbr_lamp_retrievals(
         con.execute(_DDL)
         gen = None
         if "pbr" in methods:
-            gen = CachedGenerator(
-                models.generator(), con, settings.generator.batch_size, progress_logger(context, "PBR P-PRF generation")
-            )
+            gen = CachedGenerator(models.generator(), con, settings.generator.batch_size,
+                                  progress_logger(context, "PBR P-PRF generation"))
         emb = CachedEmbedder(con, models, settings.embedder.model)
         for task in run_tasks(context, settings):
             index, samples, _ = load_task_inputs(con, task, with_neighbours=False)
@@ -203,26 +187,20 @@ def pbr_lamp_retrievals(
             # P-PRF costs 2 generations per sample: only the LLM-evaluation samples; anchor-only runs on all
             subset = samples[samples["sample_id"].isin(llm_eval_sample_ids(samples["sample_id"], settings))]
             expansions = lamp_expansions(index, subset, pbr, gen) if gen else {}
-            k = settings.retrieval.k
+            k, rest = settings.retrieval.k, [m for m in methods if m != "pbr"]
             rows = pbr_lamp_rows(task, index, subset, [m for m in methods if m == "pbr"], pbr, k, expansions, emb.embed)
-            rest = [m for m in methods if m != "pbr"]
             rows += pbr_lamp_rows(task, index, samples, rest, pbr, k, {}, emb.embed) if rest else []
             frame = pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)
             replace_rows(con, TABLE, frame, {"task": task})
             stats[task] = {
                 "samples": len(samples),
-                "pbr_samples": len(subset),
-                "rows": len(frame),
-                "methods": methods,
-                "p_prf_prompts": 2 * len(expansions),
-                "generated_now": (gen.generated if gen else 0) - before,
+                "pbr_samples": len(subset), "rows": len(frame), "methods": methods,
+                "p_prf_prompts": 2 * len(expansions), "generated_now": (gen.generated if gen else 0) - before,
                 "parse_fallbacks": dict(Counter(e.parse_fallback for e in expansions.values())),
             }
             context.log.info(f"{task}: {stats[task]}")
-    return dg.MaterializeResult(
-        metadata={
-            "per_task": dg.MetadataValue.json(stats),
-            "generator": gen.model_id if gen else "none",
-            "generated_now": sum(s["generated_now"] for s in stats.values()),
-        }
-    )
+    return dg.MaterializeResult(metadata={
+        "per_task": dg.MetadataValue.json(stats),
+        "generator": gen.model_id if gen else "none",
+        "generated_now": sum(s["generated_now"] for s in stats.values()),
+    })

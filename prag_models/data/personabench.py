@@ -246,3 +246,74 @@ def load_personabench(
         wanted = {q.q_id for q in questions}
         expansions = expansions_from_records({k: v for k, v in records.items() if k in wanted}, str(exp_path))
     return PersonaBenchData(segments, questions, expansions, skipped)
+
+
+def community_names(path: str | Path) -> list[tuple[str, Path]]:
+    """(name, folder) of every PersonaBench community under path: its ``community_*``-like sub-folders holding
+    ``eval_info/`` (also under ``personabench/``), or path itself when it is one community."""
+    base = Path(path).expanduser()
+    for root in (base, base / "personabench"):
+        if (root / "eval_info").is_dir():
+            return [(root.name, root)]
+        found = sorted((d.name, d) for d in root.glob("*") if (d / "eval_info").is_dir()) if root.is_dir() else []
+        if found:
+            return found
+    raise ValueError(f"{base}: no PersonaBench community folder (a folder with eval_info/) here or in personabench/")
+
+
+def _prefixed(data: PersonaBenchData, community: str) -> PersonaBenchData:
+    """One community's data with person names, segment ids and q_ids prefixed ``<community>/`` (unique when pooled)."""
+
+    def p(x: str) -> str:
+        return f"{community}/{x}"
+
+    segments = {
+        p(user): [Segment(p(user), p(s.segment_id), s.text, s.source) for s in segs]
+        for user, segs in data.segments_by_user.items()
+    }
+    questions = [
+        RetrievalQuestion(
+            q.dataset,
+            p(q.user),
+            p(q.q_id),
+            q.question,
+            [[p(s) for s in g] for g in q.gold_sets],
+            q.category,
+            q.answer,
+            {**q.extra, "community": community},
+        )  # fmt: skip
+        for q in data.questions
+    ]
+    expansions = {p(k): v for k, v in data.expansions.items()}
+    return PersonaBenchData(segments, questions, expansions, dict(data.skipped))
+
+
+def community_of(q_id: str) -> str:
+    """The community a pooled question id belongs to (its ``<community>/`` prefix)."""
+    return q_id.split("/", 1)[0]
+
+
+def load_personabench_pool(
+    path: str | Path,
+    communities: tuple[str, ...] | list[str] = (),
+    noise: str = "0.0",
+    include_subjective: bool = False,
+    with_expansions: bool = True,
+) -> PersonaBenchData:
+    """Every configured community (default: all found) pooled as the paper pools them; ids prefixed by community."""
+    found = dict(community_names(path))
+    names = list(communities) or list(found)
+    unknown = [c for c in names if c not in found]
+    if unknown:
+        raise ValueError(f"{path}: PersonaBench communities {unknown} not found; there are {sorted(found)}")
+    pooled = PersonaBenchData({}, [], {}, {})
+    for name in names:
+        if not (found[name] / "eval_info" / f"qa_gt_context_all_noise_{noise}.json").is_file():
+            raise ValueError(f"{found[name]}: no noise level {noise} (eval_info/qa_gt_context_all_noise_{noise}.json)")
+        part = _prefixed(load_personabench(found[name], name, noise, include_subjective, with_expansions), name)
+        pooled.segments_by_user |= part.segments_by_user
+        pooled.questions += part.questions
+        pooled.expansions |= part.expansions
+        for key, value in part.skipped.items():
+            pooled.skipped[key] = pooled.skipped.get(key, 0) + value
+    return pooled

@@ -14,6 +14,7 @@ import pandas as pd
 
 from prag_models.config import PbrSettings
 from prag_models.data.personabench import RetrievalQuestion, Segment
+from prag_models.intervals import estimate
 from prag_models.methods import query_expansion as qe
 from prag_models.methods.pbr import (
     NEEDS_EXPANSION,
@@ -28,7 +29,7 @@ from prag_models.methods.pbr import (
 )
 from prag_models.metrics_retrieval import KS, score_ranking
 
-RESULT_COLUMNS = ["dataset", "method", "category", "metric", "k", "value", "n_questions"]
+RESULT_COLUMNS = ["dataset", "method", "category", "metric", "k", "value", "n_questions", "ci_low", "ci_high"]
 
 
 class TextEmbedder(Protocol):
@@ -170,6 +171,15 @@ def aggregate_scores(scores: pd.DataFrame) -> pd.DataFrame:
     overall["category"] = "Overall"
     out = pd.concat([per_cat, overall], ignore_index=True)
     out = out.rename(columns={"mean": "value", "count": "n_questions"})
+    bounds = {}  # 95 % bootstrap interval of each mean over its questions (docs/methods.md §6.3)
+    for key, group in scores.groupby([*keys, "category"], sort=False)["value"]:
+        e = estimate(group.to_numpy())
+        bounds[key] = (e.low, e.high)
+    for key, group in scores.groupby(keys, sort=False)["value"]:
+        e = estimate(group.to_numpy())
+        bounds[(*key, "Overall")] = (e.low, e.high)
+    ci = [bounds[(r.dataset, r.method, r.metric, r.k, r.category)] for r in out.itertuples()]
+    out["ci_low"], out["ci_high"] = [c[0] for c in ci], [c[1] for c in ci]
     return out[RESULT_COLUMNS].reset_index(drop=True)
 
 

@@ -4,10 +4,9 @@ import argparse
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
+from prag_assets import doctor
 from prag_assets.doctor import exclusive
 from prag_models.config import ALL_TASKS, PROJECT_ROOT, Settings, load_settings
 
@@ -32,29 +31,18 @@ def _materialize(args: argparse.Namespace) -> int:
 
 def _lock_path(settings: Settings) -> Path:
     """The file lock that makes prag's Dagster commands one writer at a time (prag_assets/doctor.py)."""
-    return settings.home_path / "dagster" / "prag.lock"
-
-
-def _instance(settings: Settings):
-    """The Dagster instance of the prag home (its storage is created on first use: call under the lock)."""
-    from dagster import DagsterInstance
-
-    os.environ.update(dagster_env(settings))
-    return DagsterInstance.get()
+    return doctor.lock_path(settings)
 
 
 def _recover(settings: Settings) -> None:
-    """Before a run: mark runs whose worker died as failed and free their pool slots (Dagster's APIs)."""
-    from prag_assets.doctor import release, release_orphans, stale_runs
+    """Before a run: release runs whose worker died (prag_assets/doctor.py)."""
+    doctor.recover(settings, dagster_env(settings))
 
-    instance = _instance(settings)
-    stale = stale_runs(instance)
-    for s in stale:
-        print(f"[prag] run {s.run_id} was {s.status} but {s.reason}: marked failed, its pool slots freed", flush=True)
-    release(instance, stale)
-    freed = release_orphans(instance)
-    if freed:
-        print(f"[prag] freed the pool slots still held by {freed} finished run(s)", flush=True)
+
+def _doctor(args: argparse.Namespace) -> int:
+    """`prag doctor`: stale runs, held pool slots, who holds the locks; --fix releases what is safe to release."""
+    settings = load_settings()
+    return doctor.run_doctor(settings, args.fix, dagster_env(settings))
 
 
 def _run_materialize(settings: Settings, tasks: list[str], select: str, everything: bool) -> int:
@@ -320,44 +308,6 @@ def _answer(args: argparse.Namespace) -> int:
         return 3
     print(format_answer(result))
     return 0
-
-
-def _doctor(args: argparse.Namespace) -> int:
-    """`prag doctor`: stale runs, held pool slots, who holds the locks; --fix releases what is safe to release."""
-    from prag_assets.doctor import held_slots, lock_state, orphan_slots, release, release_orphans, stale_runs
-    from prag_models.store import DuckDBBusyError, connect
-
-    settings = load_settings()
-    lock = _lock_path(settings)
-    print(f"prag lock   : {lock_state(lock)} ({lock})")
-    if settings.duckdb_path.exists():
-        try:
-            with connect(settings.duckdb_path, read_only=True, timeout_s=0.5):
-                print(f"DuckDB file : free ({settings.duckdb_path})")
-        except DuckDBBusyError as exc:
-            print(f"DuckDB file : {exc}")
-    with exclusive(lock, "prag doctor") if args.fix else _nothing():
-        instance = _instance(settings)
-        stale, slots, orphans = stale_runs(instance), held_slots(instance), orphan_slots(instance)
-        print(f"stale runs  : {len(stale)}")
-        for s in stale:
-            print(f"  {s.run_id} {s.status}: {s.reason}")
-        print(f"held slots  : {len(slots)} ({len(orphans)} of runs no longer active)")
-        for pool, run_id, step in slots:
-            print(f"  {pool}: run {run_id} step {step}")
-        if args.fix:
-            release(instance, stale)
-            freed = release_orphans(instance)
-            print(f"fixed       : {len(stale)} stale run(s) marked failed, slots of {freed} finished run(s) freed")
-        elif stale or orphans:
-            print("run `prag doctor --fix` to mark the stale runs failed and free their slots")
-    return 0
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    """A context that does nothing (doctor without --fix takes no lock)."""
-    yield
 
 
 def dagster_env(settings: Settings) -> dict[str, str]:

@@ -19,9 +19,11 @@ import fcntl
 import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+
+from prag_models.config import Settings
 
 ACTIVE = ("STARTING", "STARTED", "CANCELING")
 
@@ -150,3 +152,58 @@ def lock_state(lock_path: Path) -> str:
             return f"held by {handle.read().strip() or 'another process'}"
         fcntl.flock(handle, fcntl.LOCK_UN)
     return "free"
+
+
+def lock_path(settings: Settings) -> Path:
+    """The file lock that makes prag's Dagster commands one writer at a time."""
+    return settings.home_path / "dagster" / "prag.lock"
+
+
+def instance(settings: Settings, env: dict[str, str]):  # noqa: ANN201 - DagsterInstance, imported lazily
+    """The Dagster instance of the prag home (its storage is created on first use: call under the lock)."""
+    from dagster import DagsterInstance
+
+    os.environ.update(env)
+    return DagsterInstance.get()
+
+
+def recover(settings: Settings, env: dict[str, str]) -> None:
+    """Mark runs whose worker died as failed and free their pool slots, and the slots of finished runs; say so."""
+    inst = instance(settings, env)
+    stale = stale_runs(inst)
+    for s in stale:
+        print(f"[prag] run {s.run_id} was {s.status} but {s.reason}: marked failed, its pool slots freed", flush=True)
+    release(inst, stale)
+    freed = release_orphans(inst)
+    if freed:
+        print(f"[prag] freed the pool slots still held by {freed} finished run(s)", flush=True)
+
+
+def run_doctor(settings: Settings, fix: bool, env: dict[str, str]) -> int:
+    """Print the prag lock, the DuckDB lock holder, stale runs and held slots; with ``fix`` release them."""
+    from prag_models.store import DuckDBBusyError, connect
+
+    lock = lock_path(settings)
+    print(f"prag lock   : {lock_state(lock)} ({lock})")
+    if settings.duckdb_path.exists():
+        try:
+            with connect(settings.duckdb_path, read_only=True, timeout_s=0.5):
+                print(f"DuckDB file : free ({settings.duckdb_path})")
+        except DuckDBBusyError as exc:
+            print(f"DuckDB file : {exc}")
+    with exclusive(lock, "prag doctor") if fix else nullcontext():
+        inst = instance(settings, env)
+        stale, slots, orphans = stale_runs(inst), held_slots(inst), orphan_slots(inst)
+        print(f"stale runs  : {len(stale)}")
+        for s in stale:
+            print(f"  {s.run_id} {s.status}: {s.reason}")
+        print(f"held slots  : {len(slots)} ({len(orphans)} of runs no longer active)")
+        for pool, run_id, step in slots:
+            print(f"  {pool}: run {run_id} step {step}")
+        if fix:
+            release(inst, stale)
+            freed = release_orphans(inst)
+            print(f"fixed       : {len(stale)} stale run(s) marked failed, slots of {freed} finished run(s) freed")
+        elif stale or orphans:
+            print("run `prag doctor --fix` to mark the stale runs failed and free their slots")
+    return 0

@@ -8,7 +8,6 @@ file names its own ``home``.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import tomllib
 import typing
@@ -16,14 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prag_models.config_sources import ConfigError as ConfigError  # re-exported: callers catch config.ConfigError
+from prag_models.config_sources import build, env_overrides, merge
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ALL_TASKS: tuple[str, ...] = ("LaMP-1", "LaMP-2", "LaMP-3", "LaMP-4", "LaMP-5", "LaMP-7")
 #: generator.llama_cpp_weights values (prag_models/llm/gguf_weights.py)
 LLAMA_CPP_WEIGHTS: tuple[str, ...] = ("auto", "as_is", "bf16", "f16", "q8_0")
 
 
-class ConfigError(ValueError):
-    """A configuration value is missing, unknown or of the wrong type."""
 
 
 @dataclass(frozen=True)
@@ -292,77 +292,6 @@ class Settings:
         return self.home_path / "mlflow-artifacts"
 
 
-def _coerce(value: Any, annotation: Any, where: str) -> Any:
-    """Convert a TOML/env value to the field's declared type."""
-    origin = typing.get_origin(annotation)
-    if annotation is bool or annotation == "bool":
-        if isinstance(value, bool):
-            return value
-        if str(value).lower() in {"1", "true", "yes", "on"}:
-            return True
-        if str(value).lower() in {"0", "false", "no", "off"}:
-            return False
-        raise ConfigError(f"{where}: expected a boolean, got {value!r}")
-    if annotation in (int, "int"):
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
-    if annotation in (float, "float"):
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
-    if origin is tuple or str(annotation).startswith("tuple"):
-        items = value if isinstance(value, (list, tuple)) else [v for v in str(value).split(",") if v.strip()]
-        return tuple(str(v).strip() for v in items)
-    return str(value)
-
-
-def _build(cls: type, overrides: dict[str, Any], where: str) -> Any:
-    """Instantiate a settings dataclass from nested overrides, rejecting unknown keys."""
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(overrides) - known
-    if unknown:
-        raise ConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
-    kwargs: dict[str, Any] = {}
-    for name, value in overrides.items():
-        hint = hints[name]
-        if dataclasses.is_dataclass(hint):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{where}.{name}: expected a table of settings")
-            kwargs[name] = _build(hint, value, f"{where}.{name}")
-        else:
-            kwargs[name] = _coerce(value, hint, f"{where}.{name}")
-    return cls(**kwargs)
-
-
-def _env_overrides(environ: typing.Mapping[str, str]) -> dict[str, Any]:
-    """Collect PRAG__SECTION__FIELD variables into nested overrides."""
-    out: dict[str, Any] = {}
-    for key, value in environ.items():
-        if not key.startswith("PRAG__"):
-            continue
-        parts = [p.lower() for p in key[len("PRAG__") :].split("__")]
-        node = out
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return out
-
-
-def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """Deep-merge two override dicts."""
-    merged = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
 def load_settings(
     config_file: str | os.PathLike[str] | None = None,
     environ: typing.Mapping[str, str] | None = None,
@@ -385,12 +314,12 @@ def load_settings(
             values = tomllib.loads(p.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
-    values = _merge(values, _env_overrides(env))
-    values = _merge(values, overrides)
+    values = merge(values, env_overrides(env))
+    values = merge(values, overrides)
     # home: keyword > the config file's `home` > PRAG_HOME > <project>/.prag
     if overrides.get("home") or not values.get("home"):
         values["home"] = str(overrides.get("home") or home or "")
-    settings = _build(Settings, values, "settings")
+    settings = build(Settings, values, "settings")
     _validate(settings)
     return settings
 

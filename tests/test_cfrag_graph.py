@@ -107,6 +107,18 @@ def test_cfrag_assets_tables_checks_and_registered_versions(cfrag_config) -> Non
         assert len(registry.run_metric_history(target, run_id, "val_kl")) == fit["epochs_run"] + 1
     reranker_fit = _metadata(result, "cfrag_reranker", "per_task")[f"{TASK}/reranker"]
     assert reranker_fit["improved"] and reranker_fit["val_kl_best"] < reranker_fit["val_kl_init"], reranker_fit
+    # the champion reranker, loaded from MLflow by alias, gives different documents different scores (no collapse)
+    import numpy as np
+
+    from prag_models.methods.cfrag.reranker import rerank_scores
+
+    champion, _ = registry.load_registered(target, KINDS["reranker"], alias="champion")
+    with _db(cfrag_config) as con:
+        docs = con.execute("SELECT text FROM profile_documents ORDER BY user_id, position LIMIT 6").fetchall()
+    texts = [t for (t,) in docs]
+    users = np.ones((6, champion.user_dim), dtype=np.float32)
+    scores = rerank_scores(champion, ["a heist movie"] * 6, texts, users, np.linspace(0.1, 0.3, 6, dtype=np.float32))
+    assert len(set(np.round(scores, 6))) == 6, scores
     used = _metadata(result, "cfrag_retrievals", "model_versions")[TASK]
     assert used == {k: f"{KINDS[k]}/1" for k in ("retriever", "reranker", "reranker_no_eu")}
     assert _metadata(result, "cfrag_user_embeddings", "per_task")[TASK]["encoder"] == f"{KINDS['user_encoder']}/1"

@@ -30,7 +30,7 @@ def _f1_estimate(task: str, predictions: list[str], golds: list[str]) -> Estimat
     rng = np.random.default_rng(SEED)
     draws = [
         lamp_metrics(task, [predictions[i] for i in idx], [golds[i] for i in idx])["f1_macro"]
-        for idx in rng.integers(0, n, size=(N_RESAMPLES // 4, n))  # F1 is slow to recompute: 500 resamples
+        for idx in rng.integers(0, n, size=(N_RESAMPLES // 10, n))  # F1 is slow to recompute: 200 resamples
     ]
     alpha = (1 - CONFIDENCE) / 2
     low, high = np.quantile(draws, [alpha, 1 - alpha])

@@ -98,25 +98,7 @@ def replace_rows(
     con: duckdb.DuckDBPyConnection, table: str, df: pd.DataFrame, where: dict[str, object] | None = None
 ) -> int:
     """Atomically replace the rows matching `where` (all rows if None) by df; create the table from df if needed."""
-    _ident(table)
-    con.register("_prag_incoming", df)
-    try:
-        con.execute("BEGIN TRANSACTION")
-        if not table_exists(con, table):
-            con.execute(f"CREATE TABLE {table} AS SELECT * FROM _prag_incoming LIMIT 0")
-        if where:
-            clause = " AND ".join(f"{_ident(k)} = ?" for k in where)
-            con.execute(f"DELETE FROM {table} WHERE {clause}", list(where.values()))
-        else:
-            con.execute(f"DELETE FROM {table}")
-        cols = ", ".join(f'"{_ident(c)}"' for c in df.columns)
-        con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _prag_incoming")
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
-    finally:
-        con.unregister("_prag_incoming")
+    replace_many(con, [(table, df, where)])
     return len(df)
 
 

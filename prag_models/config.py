@@ -343,6 +343,8 @@ def _validate(s: Settings) -> None:
         raise ConfigError(f"clustering.algorithm must be 'hdbscan' or 'kmeans', got {s.clustering.algorithm!r}")
     if s.retrieval.k < 1 or s.clustering.similar_users < 1:
         raise ConfigError("retrieval.k and clustering.similar_users must be at least 1")
+    if s.generator.base_url and not s.generator.base_url.startswith(("http://", "https://")):
+        raise ConfigError(f"generator.base_url must be an http(s) URL, got {s.generator.base_url!r}")
     if s.cfrag.feedback_signal not in ("gold_loglik", "metric"):
         raise ConfigError(f"cfrag.feedback_signal must be 'gold_loglik' or 'metric', got {s.cfrag.feedback_signal!r}")
     if not 0.0 <= s.cfrag.validation_share < 1.0:

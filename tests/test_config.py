@@ -45,3 +45,11 @@ def test_missing_or_broken_config_file(tmp_path):
     bad.write_text("[retrieval\nk = 1")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_settings(bad, environ={})
+
+
+def test_base_url_must_be_http() -> None:
+    from prag_models.config import ConfigError, load_settings
+
+    assert load_settings(environ={"PRAG__GENERATOR__BASE_URL": "https://h:8000/v1"}).generator.base_url
+    with pytest.raises(ConfigError, match="generator.base_url must be an http"):
+        load_settings(environ={"PRAG__GENERATOR__BASE_URL": "file:///etc/passwd"})

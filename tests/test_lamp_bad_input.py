@@ -96,6 +96,12 @@ CASES: list[tuple[str, Mutation, str, list[str]]] = [
         ["'q0'", "profile doc 'd0b'.date", "dict"],
     ),
     ("user_id_wrong_type", _set(lambda q, o: q[1].__setitem__("user_id", [1])), "q", ["'q1'", "field 'user_id'"]),
+    (
+        "profile_tag_not_a_label",
+        _set(lambda q, o: q[1]["profile"][0].__setitem__("tag", "horror")),
+        "q",
+        ["'q1'", "field 'profile doc 'd1a'.tag'", "'horror' is not a LaMP-2 label"],
+    ),
     ("outputs_not_object", lambda q, o: (q, o["golds"]), "o", ["top level", "field '<root>'", "list"]),
     ("outputs_task_mismatch", _set(lambda q, o: o.__setitem__("task", "LaMP_3")), "o", ["field 'task'", "LaMP_3"]),
     ("outputs_task_missing", _set(lambda q, o: _del(o, "task")), "o", ["field 'task'", "missing"]),
@@ -173,3 +179,16 @@ def test_unknown_task(tmp_path: Path) -> None:
 
 def test_lamp_data_error_is_value_error() -> None:
     assert issubclass(LampDataError, ValueError)
+
+
+@pytest.mark.parametrize("score", ["abc", "6", "0", 6, 2.5])
+def test_lamp3_profile_scores_must_be_ratings(tmp_path: Path, score: object) -> None:
+    """LaMP-3 profile scores are integers 1–5 (as int or digit string); anything else names the file and the field."""
+    questions = [{"id": "r1", "input": "What is the score of the following review on a scale of 1 to 5? review: ok",
+                  "user_id": "u1", "profile": [{"id": "d1", "text": "fine", "score": score}]}]  # fmt: skip
+    qpath = tmp_path / "dev_questions.json"
+    qpath.write_text(json.dumps(questions), encoding="utf-8")
+    with pytest.raises(LampDataError) as info:
+        load_lamp_split(qpath, None, "LaMP-3", "dev")
+    message = str(info.value)
+    assert str(qpath) in message and "record id 'r1'" in message and "profile doc 'd1'.score" in message

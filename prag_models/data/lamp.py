@@ -64,6 +64,11 @@ class LampSample:
     profile: tuple[ProfileDoc, ...]
 
 
+#: Profile fields that carry the task's label: a LaMP-2 tag, a LaMP-3 score (1–5); anything else is an error.
+PROFILE_LABELS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("LaMP-2", "tag"): LABELS["LaMP-2"],
+    ("LaMP-3", "score"): LABELS["LaMP-3"],
+}
 _YEAR = re.compile(r"^(\d{4})$")
 _YEAR_MONTH = re.compile(r"^(\d{4})[-/](\d{1,2})$")
 _TZ_WORD = re.compile(r"\s[A-Z]{3,4}(?=\s\d{4}$)")
@@ -202,6 +207,10 @@ def _profile(path: Path, where: str, task: str, docs: Any) -> tuple[ProfileDoc, 
             value = _field_text(task, name, doc[name])
             if value is None:
                 raise _fail(path, where, f"profile doc '{doc_id}'.{name}", f"wrong type {type(doc[name]).__name__}")
+            allowed = PROFILE_LABELS.get((task, name))
+            if allowed is not None and value.strip() not in allowed:
+                problem = f"{value!r} is not a {task} label {list(allowed)}"
+                raise _fail(path, where, f"profile doc '{doc_id}'.{name}", problem)
             fields[name] = value
         date = doc.get("date")
         if date is not None and (isinstance(date, bool) or not isinstance(date, str | int)):

@@ -1,4 +1,4 @@
-"""Community-wide retrieval (ClusterRAG extension, docs/methods.md "Community-wide mode").
+"""Community-wide retrieval (ClusterRAG extension, docs/methods.md §5).
 
 With thin profiles the few documents of a handful of neighbours rarely cover what a query is about, while a
 non-personalized retriever over everyone finds the topic, often with another community's label. This mode searches

@@ -1,9 +1,9 @@
-"""CFRAG inference, the one implementation used by the evaluation retrieval, serving and the MLflow model
+"""CFRAG inference, the one implementation used by the evaluation retrieval and by serving (``prag answer``)
 (docs/methods.md §2.3–2.8): whose documents (the user's m similar users), the retriever's k per user, the reranker's
 final top-k; and every ablation variant of paper Table 3.
 
 At inference the LLM-feedback budget does not limit the pool: the retriever passes ``cfrag.inference_docs_per_user``
-documents per user (default 5, training uses ``docs_per_user``) to the reranker.
+documents per user (default 4, training uses ``docs_per_user``) to the reranker.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from prag_models.config import Settings
 from prag_models.methods.cfrag import inference, pipeline
 from prag_models.methods.profiles import ProfileIndex
 from prag_models.registry import CHALLENGER, model_aliases
-from prag_models.store import column_to_matrix, read_rows, replace_rows
+from prag_models.store import column_to_matrix, read_rows, replace_many
 
 #: The model versions each task's CFRAG retrieval used (the bundle cfrag_model_evaluation evaluates).
 BUNDLE_TABLE = "cfrag_retrieval_models"
@@ -136,9 +136,8 @@ def cfrag_retrievals(
                 versions[kind] = f"{used[kind]['registered_name']}/{used[kind]['version']}"
             rows = retrieve_variants(settings, task, index, samples, user_emb, neighbours, loaded)
             frame = pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)
-            replace_rows(con, "cfrag_retrievals", frame, {"task": task})
             bundle = pd.DataFrame([{"task": task, "kind": k, **u} for k, u in used.items()])
-            replace_rows(con, BUNDLE_TABLE, bundle, {"task": task})
+            replace_many(con, [("cfrag_retrievals", frame, {"task": task}), (BUNDLE_TABLE, bundle, {"task": task})])
             stats[task] = {
                 "models": versions,
                 "loaded_by": {k: u["loaded_by"] for k, u in used.items()},

@@ -12,7 +12,7 @@ from prag_models.data.source import (
     samples_frame,
     user_profiles,
 )
-from prag_models.store import read_rows, replace_rows
+from prag_models.store import read_rows, replace_many, replace_rows
 
 GROUP = "lamp_data"
 
@@ -29,19 +29,23 @@ GROUP = "lamp_data"
 def lamp_samples(
     context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
 ) -> dg.MaterializeResult:
-    """Load and validate the task's LaMP files; write tables lamp_samples and lamp_sample_profiles."""
+    """Load and validate the tasks' LaMP files; write lamp_samples, lamp_sample_profiles and the demo's truth."""
     settings = prag_settings.get()
     loaded = {task: load_task_samples(settings, task) for task in run_tasks(context, settings)}
     counts: dict[str, int] = {}
+    writes = []  # every table of every task, built (and validated) before anything is written
+    for task, splits in loaded.items():
+        relevance, communities = demo_truth_frames(settings, task)
+        where = {"task": task}
+        writes += [
+            ("lamp_samples", samples_frame(task, splits), where),
+            ("lamp_sample_profiles", sample_profiles_frame(task, splits), where),
+            ("relevance_labels", relevance, where),
+            ("planted_communities", communities, where),
+        ]
+        counts.update({f"{task}/{split}": len(samples) for split, samples in splits.items()})
     with duckdb.connect() as con:
-        for task, splits in loaded.items():
-            frame = samples_frame(task, splits)
-            replace_rows(con, "lamp_samples", frame, {"task": task})
-            replace_rows(con, "lamp_sample_profiles", sample_profiles_frame(task, splits), {"task": task})
-            relevance, communities = demo_truth_frames(settings, task)
-            replace_rows(con, "relevance_labels", relevance, {"task": task})
-            replace_rows(con, "planted_communities", communities, {"task": task})
-            counts.update({f"{task}/{split}": len(samples) for split, samples in splits.items()})
+        replace_many(con, writes)  # one transaction: all of it lands, or none
     context.log.info(f"loaded samples: {counts}")
     last = samples_frame(*next(reversed(loaded.items()))) if loaded else None
     return dg.MaterializeResult(

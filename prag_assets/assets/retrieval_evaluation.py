@@ -12,7 +12,7 @@ from prag_assets.common import run_tasks
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_models import retrieval_eval as rev
-from prag_models.store import read_rows, replace_rows, table_exists
+from prag_models.store import read_rows, replace_many, table_exists
 
 GROUP = "evaluation"
 RETRIEVAL_TABLES = ("baseline_retrievals", "clusterrag_retrievals", "cfrag_retrievals", "pbr_lamp_retrievals")
@@ -86,9 +86,10 @@ def lamp_retrieval_evaluation(
             primary = rev.primary_retrieval_metric(relevant is not None, k)
             summary = rev.summarize(task, scores, primary)
             comparison = rev.compare(task, scores)
-            replace_rows(con, "lamp_retrieval_sample_scores", scores.assign(task=task), {"task": task})
-            replace_rows(con, "lamp_retrieval_evaluation", summary, {"task": task})
-            replace_rows(con, "lamp_retrieval_comparisons", comparison, {"task": task})
+            where = {"task": task}
+            replace_many(con, [("lamp_retrieval_sample_scores", scores.assign(task=task), where),
+                               ("lamp_retrieval_evaluation", summary, where),
+                               ("lamp_retrieval_comparisons", comparison, where)])  # fmt: skip
             summaries.append(summary)
             comparisons.append(comparison)
             best = summary[summary["metric"] == primary].sort_values("value", ascending=False).iloc[0]

@@ -5,10 +5,12 @@
 Reads the DuckDB file of a finished `prag materialize` (read-only) and prints, per claim and task, for the LLM-free
 retrieval evaluation (every dev sample; primary metric NDCG@k on the demo) and for the LLM evaluation (the task's
 primary metric on data.llm_eval_samples samples): the paired difference, its 95 % bootstrap interval, n, and whether
-the claim holds, is not shown (interval includes 0) or is reversed. Claims: CFRAG > dense > random > zero-shot and
-every CFRAG ablation below CFRAG; ClusterRAG hybrid ≥ collaborative ≥ user-only; PBR > base and > PBR w/o P-PRF;
-and prag's own: collaboration above user-only and random, the best personalized method above dense_global (chosen on
-the same samples, so optimistic). Logic: prag_models/claims.py.
+the claim holds, is not shown (interval includes 0) or is reversed, and (‖) whether the two methods' own intervals
+are disjoint. Claims: CFRAG > dense > random > zero-shot and every CFRAG ablation below CFRAG; ClusterRAG hybrid ≥
+collaborative ≥ user-only; PBR > base and > PBR w/o P-PRF; and prag's own: collaboration (3 neighbours, and the whole
+community) above user-only and random, trained CFRAG at least as good as its untrained reranker, the best
+personalized method (cross-fitted: chosen on the other half of the samples) above dense_global.
+Logic: prag_models/claims.py.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from prag_models import retrieval_eval as rev
-from prag_models.claims import HOLDS, NOT_SHOWN, REVERSED, Claim, check_claims
+from prag_models.claims import HOLDS, NOT_SHOWN, REVERSED, Claim, best_personalized, check_claims, fold_of
 from prag_models.methods.baselines import retrieve_dense_global
 from prag_models.methods.community import CommunityRetriever
 from prag_models.methods.profiles import ProfileIndex
@@ -110,3 +110,29 @@ def test_claims_orient_lower_is_better_metrics() -> None:
     scores = _claim_scores({"a": [0.0] * 20, "b": [2.0] * 20})  # a has the smaller error
     table = check_claims(scores, "mae", higher_is_better=False, claims=(Claim("t", "a", ">", "b"),))
     assert table["verdict"].tolist() == [HOLDS] and table["difference"].tolist() == [2.0]
+
+
+def test_intervals_disjoint_is_stricter_than_the_paired_verdict() -> None:
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0, 1, 40)
+    # a beats b by a small constant on every sample: the paired interval excludes 0, the separate intervals overlap
+    scores = _claim_scores({"a": (base + 0.05).tolist(), "b": base.tolist(), "c": (base + 2.0).tolist()})
+    table = check_claims(scores, "m", claims=(Claim("t", "a", ">", "b"), Claim("t", "c", ">", "b")))
+    got = {c: (v, d) for c, v, d in table[["claim", "verdict", "intervals_disjoint"]].values}
+    assert got == {"a > b": (HOLDS, False), "c > b": (HOLDS, True)}
+
+
+def test_best_personalized_is_chosen_on_the_other_fold() -> None:
+    ids = [f"s{i}" for i in range(40)]
+    folds = [fold_of(s) for s in ids]
+    assert 0 < sum(folds) < len(ids)
+    # cfrag is perfect on fold 0 and useless on fold 1; pbr the reverse; each is the best on its own fold only
+    rows = []
+    for s, f in zip(ids, folds, strict=True):
+        rows += [("cfrag", s, 1.0 if f == 0 else 0.0), ("pbr", s, 1.0 if f == 1 else 0.0), ("dense_global", s, 0.5)]
+    scores = pd.DataFrame(rows, columns=["method", "sample_id", "value"])
+    values, label = best_personalized(scores, higher_is_better=True)
+    # the method chosen on the other fold scores 0 on each fold: cross-fitting does not reward luck
+    assert set(label.split("/")) == {"cfrag", "pbr"} and values.sum() == 0.0 and len(values) == len(ids)
+    table = check_claims(scores, "m", claims=(Claim("prag", "best personalized", ">", "dense_global"),))
+    assert table["verdict"].tolist() == [REVERSED] and "cross-fitted" in table["claim"][0]

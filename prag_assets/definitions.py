@@ -24,6 +24,7 @@ from prag_assets.checks.cfrag_checks import cfrag_checks
 from prag_assets.checks.history_checks import history_checks
 from prag_assets.checks.lamp_checks import lamp_checks
 from prag_assets.checks.pbr_checks import pbr_checks
+from prag_assets.checks.promotion_checks import promotion_checks
 from prag_assets.checks.retrieval_eval_checks import retrieval_eval_checks
 from prag_assets.promotion_jobs import promotion_jobs
 from prag_assets.resources import default_resources
@@ -42,7 +43,7 @@ defs = dg.Definitions(
     asset_checks=[
         *lamp_checks,
         *cfrag_checks,
-        *cfrag_promotion.promotion_checks,
+        *promotion_checks,
         *history_checks,
         *pbr_checks,
         *retrieval_eval_checks,

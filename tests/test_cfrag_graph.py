@@ -194,5 +194,5 @@ def test_all_degenerate_feedback_warns_without_blocking(metric_config, monkeypat
     evaluations = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
     evaluation = next(e for e in evaluations if e.check_name == "feedback_not_degenerate")
     assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN
-    assert evaluation.metadata["per_task"].value[TASK]["degenerate_share"] == 1.0
+    assert evaluation.partition == TASK and evaluation.metadata["labels"].value["degenerate_share"] == 1.0
     assert _metadata(result, "cfrag_retriever", "registered_versions") == {TASK: f"{KINDS['retriever']}/1"}

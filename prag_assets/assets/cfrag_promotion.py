@@ -1,7 +1,6 @@
 """CFRAG model evaluation for promotion: the `cfrag` rows of ``lamp_evaluation`` attached to the MLflow versions of the
 bundle ``cfrag_retrievals`` used (the challengers), so ``prag promote`` can compare challenger and champion."""
 
-import math
 
 import dagster as dg
 import pandas as pd
@@ -13,9 +12,9 @@ from prag_assets.common import run_tasks
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
-from prag_models.metrics import metric_bounds, primary_metric
+from prag_models.metrics import primary_metric
 from prag_models.promotion import KINDS, record_evaluation
-from prag_models.registry import data_version, make_client
+from prag_models.registry import data_version
 from prag_models.store import read_rows, replace_rows, table_exists
 
 #: One row per (task, model kind, metric): the values recorded on the MLflow versions.
@@ -89,70 +88,3 @@ def cfrag_model_evaluation(
             stats[task] = {"versions": recorded, "metrics": metrics, "data_version": version, "n_samples": n_samples}
             context.log.info(f"{task}: recorded {metrics} on {list(recorded.values())}")
     return dg.MaterializeResult(metadata={"per_task": dg.MetadataValue.json(stats)})
-
-
-def _task_problems(con, client, task: str) -> tuple[list[str], dict]:
-    """Problems of one task's recorded evaluation: rows, bundle, primary metric, bounds, MLflow tags equal."""
-    rows = read_rows(con, EVAL_TABLE, {"task": task}) if table_exists(con, EVAL_TABLE) else pd.DataFrame()
-    if rows.empty:
-        return [f"no rows in {EVAL_TABLE}"], {}
-    problems = []
-    kinds = set(rows["kind"])
-    if kinds != set(KINDS):
-        problems.append(f"recorded for {sorted(kinds)}, expected every kind {list(KINDS)}")
-    if primary_metric(task) not in set(rows["metric"]):
-        problems.append(f"primary metric {primary_metric(task)} not recorded")
-    tags_of: dict[tuple[str, int], dict] = {}
-    for r in rows.itertuples(index=False):
-        low, high = metric_bounds(r.metric)
-        if not (math.isfinite(r.value) and low <= r.value <= high):
-            problems.append(f"{r.metric} = {r.value} outside [{low}, {high}]")
-        key = (r.registered_name, int(r.version))
-        if key not in tags_of:
-            tags_of[key] = client.get_model_version(r.registered_name, str(r.version)).tags
-        tagged = tags_of[key].get(f"eval.{r.metric}")
-        if tagged is None or not math.isclose(float(tagged), r.value, abs_tol=1e-12):
-            problems.append(f"{r.registered_name}/{r.version}: tag eval.{r.metric} = {tagged}, table says {r.value}")
-    info = {m: float(v) for m, v in rows.groupby("metric")["value"].first().items()}
-    return sorted(set(problems)), info
-
-
-@dg.asset_check(
-    asset=cfrag_model_evaluation,
-    name="recorded_metrics_in_bounds",
-    description="Every model kind of the bundle has the task's metrics recorded, the primary one included; each "
-    "value is finite and within the metric's bounds ([0, 1], MAE/RMSE [0, 4]) and equals the eval.<metric> tag of "
-    "its MLflow version. Tasks without `cfrag` in retrieval.methods are skipped.",
-    blocking=True,
-    partitions_def=task_partitions,
-    pool=DUCKDB_POOL,
-)
-def recorded_metrics_in_bounds(
-    context: dg.AssetCheckExecutionContext,
-    prag_settings: PragSettingsResource,
-    duckdb: DuckDBResource,
-    mlflow: MlflowResource,
-) -> dg.AssetCheckResult:
-    """Check the recorded evaluation of each task."""
-    settings = prag_settings.get()
-    failures, info = [], {}
-    client = make_client(mlflow.target())
-    with duckdb.connect() as con:
-        for task in run_tasks(context, settings):
-            if METHOD not in settings.retrieval.methods:
-                info[task] = "skipped: cfrag is not in retrieval.methods"
-                continue
-            problems, info[task] = _task_problems(con, client, task)
-            failures += [f"{task}: {p}" for p in problems]
-    for f in failures:
-        context.log.error(f"recorded_metrics_in_bounds failed: {f}")
-    return dg.AssetCheckResult(
-        passed=not failures,
-        metadata={
-            "per_task": dg.MetadataValue.json(info),
-            "failures": dg.MetadataValue.md("\n".join(f"- {f}" for f in failures) or "none"),
-        },
-    )
-
-
-promotion_checks = [recorded_metrics_in_bounds]

@@ -7,6 +7,7 @@ import pandas as pd
 
 from prag_assets.assets import cfrag, cfrag_training, cfrag_users
 from prag_assets.checks.lamp_checks import table_check
+from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report
 from prag_assets.common import run_tasks
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.partitions import DUCKDB_POOL, task_partitions
@@ -126,28 +127,16 @@ def feedback_not_degenerate(
     prag_settings: PragSettingsResource,
     duckdb: DuckDBResource,
     models: ModelsResource,
-) -> dg.AssetCheckResult:
-    """Validate the feedback labels of each task."""
+) -> CheckEvents:
+    """Validate the feedback labels of each task, reported per task."""
     settings = prag_settings.get()
     generator_id = models.generator().model_id
-    errors, warnings, info = [], [], {}
+    outcomes: dict[str, TaskOutcome] = {}
     with duckdb.connect() as con:
         for task in run_tasks(context, settings):
-            task_errors, task_warnings, info[task] = _feedback_result(con, task, settings, generator_id)
-            errors += [f"{task}: {p}" for p in task_errors]
-            warnings += [f"{task}: {p}" for p in task_warnings]
-    for f in errors:
-        context.log.error(f"feedback_labels check failed: {f}")
-    for w in warnings:
-        context.log.warning(f"feedback_labels check (warning): {w}")
-    return dg.AssetCheckResult(
-        passed=not errors and not warnings,
-        severity=dg.AssetCheckSeverity.ERROR if errors else dg.AssetCheckSeverity.WARN,
-        metadata={
-            "per_task": dg.MetadataValue.json(info),
-            "failures": dg.MetadataValue.md("\n".join(f"- {f}" for f in errors + warnings) or "none"),
-        },
-    )
+            errors, warnings, info = _feedback_result(con, task, settings, generator_id)
+            outcomes[task] = TaskOutcome(errors, warnings, {"labels": dg.MetadataValue.json(info)})
+    yield from report(context, outcomes)
 
 
 def _model_check(
@@ -163,25 +152,19 @@ def _model_check(
         prag_settings: PragSettingsResource,
         duckdb: DuckDBResource,
         mlflow: MlflowResource,
-    ) -> dg.AssetCheckResult:
-        """Check the models of each task."""
+    ) -> CheckEvents:
+        """Check the models of each task, reported per task."""
         settings = prag_settings.get()
-        failures, info = [], {}
+        outcomes: dict[str, TaskOutcome] = {}
         with duckdb.connect() as con:
             for task in run_tasks(context, settings):
                 probe = cfrag_users.load_probe(con, task)
+                outcome = outcomes[task] = TaskOutcome()
                 for kind in kinds:
-                    problems, info[f"{task}/{kind}"] = _model_problems(con, mlflow, task, kind, probe, must_decrease)
-                    failures += [f"{task}/{kind}: {p}" for p in problems]
-        for f in failures:
-            context.log.error(f"{name} failed: {f}")
-        return dg.AssetCheckResult(
-            passed=not failures,
-            metadata={
-                "per_model": dg.MetadataValue.json(info),
-                "failures": dg.MetadataValue.md("\n".join(f"- {f}" for f in failures) or "none"),
-            },
-        )
+                    problems, info = _model_problems(con, mlflow, task, kind, probe, must_decrease)
+                    outcome.errors += [f"{kind}: {p}" for p in problems]
+                    outcome.metadata[kind] = dg.MetadataValue.json(info)
+        yield from report(context, outcomes)
 
     return _check
 

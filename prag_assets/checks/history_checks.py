@@ -5,6 +5,7 @@ from collections.abc import Callable
 import dagster as dg
 
 from prag_assets.assets import history
+from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report
 from prag_assets.common import run_tasks
 from prag_assets.partitions import DUCKDB_POOL, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
@@ -91,22 +92,15 @@ def tables_check(
     )
     def _check(
         context: dg.AssetCheckExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
-    ) -> dg.AssetCheckResult:
+    ) -> CheckEvents:
         settings = prag_settings.get()
-        failures: list[str] = []
+        outcomes: dict[str, TaskOutcome] = {}
         with duckdb.connect() as con:
             ready = all(has_table(con, t) for t in tables)
-            for task in run_tasks(context, settings) if ready else []:
-                failures += [f"{task}: {p}" for p in probe(con, task, settings)]
-        for failure in failures:
-            context.log.error(f"{name} failed: {failure}")
-        return dg.AssetCheckResult(
-            passed=not failures,
-            metadata={
-                "checked": ready,
-                "failures": dg.MetadataValue.md("\n".join(f"- {f}" for f in failures) or "none"),
-            },
-        )
+            for task in run_tasks(context, settings):
+                problems = probe(con, task, settings) if ready else []
+                outcomes[task] = TaskOutcome(errors=problems, metadata={"checked": ready})
+        yield from report(context, outcomes)
 
     return _check
 

@@ -6,6 +6,7 @@ import dagster as dg
 import pandas as pd
 
 from prag_assets.assets import embeddings, evaluation, generation, lamp_data, retrieval, users
+from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report
 from prag_assets.common import run_tasks
 from prag_assets.partitions import DUCKDB_POOL, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
@@ -38,34 +39,24 @@ def table_check(
     suite: Callable[[str, Settings], list[Expect]],
     extra: Extra | None = None,
 ) -> dg.AssetChecksDefinition:
-    """A blocking check that runs a GX suite (and optional extra checks) on each task's rows of a table."""
+    """A blocking check that runs a GX suite (and optional extra checks) on each task's rows, reported per task."""
 
     @dg.asset_check(
         asset=asset, name=name, description=description, blocking=True, partitions_def=task_partitions, pool=DUCKDB_POOL
     )
     def _check(
         context: dg.AssetCheckExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
-    ) -> dg.AssetCheckResult:
+    ) -> CheckEvents:
         settings = prag_settings.get()
-        failures: list[str] = []
-        rows = {}
+        outcomes: dict[str, TaskOutcome] = {}
         with duckdb.connect() as con:
             for task in run_tasks(context, settings):
                 df = read_rows(con, table, {"task": task})
-                rows[task] = len(df)
                 ok, problems = validate_frame(f"{table}_{task.replace('-', '')}", df, suite(task, settings))
                 if extra and len(df):
                     problems += extra(con, task, df, settings)
-                failures += [f"{task}: {p}" for p in problems]
-        for f in failures:
-            context.log.error(f"{table} check failed: {f}")
-        return dg.AssetCheckResult(
-            passed=not failures,
-            metadata={
-                "rows": dg.MetadataValue.json(rows),
-                "failures": dg.MetadataValue.md("\n".join(f"- {f}" for f in failures) or "none"),
-            },
-        )
+                outcomes[task] = TaskOutcome(errors=problems, metadata={"rows": len(df)})
+        yield from report(context, outcomes)
 
     return _check
 

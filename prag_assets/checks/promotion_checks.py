@@ -1,0 +1,76 @@
+"""Blocking check of the CFRAG promotion record: every kind's metrics recorded, in bounds, equal to the MLflow tags."""
+
+import math
+
+import dagster as dg
+import pandas as pd
+
+from prag_assets.assets.cfrag_promotion import EVAL_TABLE, METHOD, cfrag_model_evaluation
+from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report
+from prag_assets.common import run_tasks
+from prag_assets.mlflow_resource import MlflowResource
+from prag_assets.partitions import DUCKDB_POOL, task_partitions
+from prag_assets.resources import DuckDBResource, PragSettingsResource
+from prag_models.metrics import metric_bounds, primary_metric
+from prag_models.promotion import KINDS
+from prag_models.registry import make_client
+from prag_models.store import read_rows, table_exists
+
+
+def _task_problems(con, client, task: str) -> tuple[list[str], dict]:
+    """Problems of one task's recorded evaluation: rows, bundle, primary metric, bounds, MLflow tags equal."""
+    rows = read_rows(con, EVAL_TABLE, {"task": task}) if table_exists(con, EVAL_TABLE) else pd.DataFrame()
+    if rows.empty:
+        return [f"no rows in {EVAL_TABLE}"], {}
+    problems = []
+    kinds = set(rows["kind"])
+    if kinds != set(KINDS):
+        problems.append(f"recorded for {sorted(kinds)}, expected every kind {list(KINDS)}")
+    if primary_metric(task) not in set(rows["metric"]):
+        problems.append(f"primary metric {primary_metric(task)} not recorded")
+    tags_of: dict[tuple[str, int], dict] = {}
+    for r in rows.itertuples(index=False):
+        low, high = metric_bounds(r.metric)
+        if not (math.isfinite(r.value) and low <= r.value <= high):
+            problems.append(f"{r.metric} = {r.value} outside [{low}, {high}]")
+        key = (r.registered_name, int(r.version))
+        if key not in tags_of:
+            tags_of[key] = client.get_model_version(r.registered_name, str(r.version)).tags
+        tagged = tags_of[key].get(f"eval.{r.metric}")
+        if tagged is None or not math.isclose(float(tagged), r.value, abs_tol=1e-12):
+            problems.append(f"{r.registered_name}/{r.version}: tag eval.{r.metric} = {tagged}, table says {r.value}")
+    info = {m: float(v) for m, v in rows.groupby("metric")["value"].first().items()}
+    return sorted(set(problems)), info
+
+
+@dg.asset_check(
+    asset=cfrag_model_evaluation,
+    name="recorded_metrics_in_bounds",
+    description="Every model kind of the bundle has the task's metrics recorded, the primary one included; each "
+    "value is finite and within the metric's bounds ([0, 1], MAE/RMSE [0, 4]) and equals the eval.<metric> tag of "
+    "its MLflow version. Tasks without `cfrag` in retrieval.methods are skipped.",
+    blocking=True,
+    partitions_def=task_partitions,
+    pool=DUCKDB_POOL,
+)
+def recorded_metrics_in_bounds(
+    context: dg.AssetCheckExecutionContext,
+    prag_settings: PragSettingsResource,
+    duckdb: DuckDBResource,
+    mlflow: MlflowResource,
+) -> CheckEvents:
+    """Check the recorded evaluation of each task, reported per task."""
+    settings = prag_settings.get()
+    outcomes: dict[str, TaskOutcome] = {}
+    client = make_client(mlflow.target())
+    with duckdb.connect() as con:
+        for task in run_tasks(context, settings):
+            if METHOD not in settings.retrieval.methods:
+                outcomes[task] = TaskOutcome(metadata={"skipped": "cfrag is not in retrieval.methods"})
+                continue
+            problems, info = _task_problems(con, client, task)
+            outcomes[task] = TaskOutcome(errors=problems, metadata={"metrics": dg.MetadataValue.json(info)})
+    yield from report(context, outcomes)
+
+
+promotion_checks = [recorded_metrics_in_bounds]

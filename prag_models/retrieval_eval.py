@@ -9,8 +9,9 @@ puts in the prompt:
 - ``ndcg@k``: binary NDCG; ``mrr@k``: 1 / rank of the first relevant document (0 if none in the top k).
 
 Where no relevance exists (LaMP files), ``label_hit@k`` still measures retrieval for the label tasks: the share of the
-k retrieved documents whose own label (LaMP-2 tag, LaMP-3 score) equals the sample's gold output; it is reported on
-the demo too. A sample for which a method returns fewer than k documents counts the missing ones as misses.
+k retrieved documents whose own label equals the sample's gold output — LaMP-2 tag, LaMP-3 score, and for LaMP-1 the
+document's title against the title of the chosen reference ([1] or [2] of the input); it is reported on the demo too.
+A sample for which a method returns fewer than k documents counts the missing ones as misses.
 Every value carries n and a 95 % bootstrap interval (``prag_models.intervals``); each method is compared with
 ``random`` and ``dense_global`` on the samples both cover (paired differences, positive = better than the baseline).
 """
@@ -22,10 +23,12 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from prag_models.data.tasks import lamp1_references
 from prag_models.intervals import estimate, paired_difference
 
 RELEVANCE_METRICS: tuple[str, ...] = ("recall", "ndcg", "mrr")
-LABEL_FIELDS: dict[str, str] = {"LaMP-2": "tag", "LaMP-3": "score"}
+#: The profile field that is a document's label, per task with label-hit@k (LaMP-1: the paper's title).
+LABEL_FIELDS: dict[str, str] = {"LaMP-1": "title", "LaMP-2": "tag", "LaMP-3": "score"}
 BASELINES: tuple[str, ...] = ("random", "dense_global")
 #: Methods that need LLM calls per sample and so run on the LLM-evaluation samples only (data.llm_eval_samples).
 LLM_SUBSET_METHODS: tuple[str, ...] = ("pbr",)
@@ -43,6 +46,21 @@ def metric_name(metric: str, k: int) -> str:
 def primary_retrieval_metric(has_relevance: bool, k: int) -> str:
     """The metric a task's retrieval is ranked by: NDCG@k where relevance is known, else label-hit@k."""
     return metric_name("ndcg" if has_relevance else "label_hit", k)
+
+
+def document_label(task: str, fields: Mapping[str, object]) -> str:
+    """A profile document's label for label-hit@k (LaMP-2 tag, LaMP-3 score, LaMP-1 title), stripped."""
+    return str(fields.get(LABEL_FIELDS[task], "")).strip()
+
+
+def gold_label(task: str, input_text: str, gold: str) -> str | None:
+    """The gold in the same terms as document_label: the chosen reference's title for LaMP-1 (None if unparseable)."""
+    gold = str(gold).strip()
+    if task != "LaMP-1":
+        return gold
+    refs = lamp1_references(input_text)
+    choice = {"[1]": 0, "[2]": 1}.get(gold)
+    return refs[choice].strip() if refs and choice is not None else None
 
 
 def _relevance_scores(ranked: Sequence[str], relevant: set[str], k: int) -> dict[str, float]:

@@ -136,3 +136,18 @@ def test_best_personalized_is_chosen_on_the_other_fold() -> None:
     assert set(label.split("/")) == {"cfrag", "pbr"} and values.sum() == 0.0 and len(values) == len(ids)
     table = check_claims(scores, "m", claims=(Claim("prag", "best personalized", ">", "dense_global"),))
     assert table["verdict"].tolist() == [REVERSED] and "cross-fitted" in table["claim"][0]
+
+
+def test_label_hit_labels_for_lamp1_use_the_chosen_reference_title() -> None:
+    text = 'For an author who has written the paper with the title "X", which reference is related? ' \
+        'Just answer with [1] or [2] without explanation. [1]: "Dark matter maps" [2]: "Sourdough physics"'
+    assert rev.gold_label("LaMP-1", text, "[2]") == "Sourdough physics"
+    assert rev.gold_label("LaMP-1", "no references here", "[1]") is None
+    assert rev.document_label("LaMP-1", {"title": " Sourdough physics ", "abstract": "…"}) == "Sourdough physics"
+    assert (rev.document_label("LaMP-3", {"text": "ok", "score": 4}), rev.gold_label("LaMP-3", "", "4")) == ("4", "4")
+    runs = pd.DataFrame(
+        [("bm25", "s1", 1, "d1"), ("bm25", "s1", 2, "d2")], columns=["method", "sample_id", "rank", "doc_id"]
+    )
+    labels = {"d1": "Sourdough physics", "d2": "Dark matter maps"}
+    scores = rev.per_sample_scores(runs, {"bm25": ["s1"]}, 2, None, labels, {"s1": "Sourdough physics"})
+    assert scores["value"].tolist() == [0.5]

@@ -38,10 +38,12 @@ def load_runs(con, task: str) -> tuple[pd.DataFrame, dict[str, list[str]]]:
 
 
 def load_truth(con, task: str) -> tuple[dict[str, set[str]] | None, dict[str, str] | None, dict[str, str]]:
-    """Relevant docs per dev sample (None without relevance labels), doc labels (None for tasks without) and golds."""
-    golds = dict(
-        con.execute("SELECT sample_id, gold FROM lamp_samples WHERE task = ? AND split = 'dev'", [task]).fetchall()
-    )
+    """Relevant docs per dev sample (None without relevance labels), doc labels (None for tasks without) and golds
+    in the labels' terms (rev.document_label / rev.gold_label)."""
+    samples = con.execute(
+        "SELECT sample_id, input, gold FROM lamp_samples WHERE task = ? AND split = 'dev'", [task]
+    ).fetchall()
+    golds = {str(s): rev.gold_label(task, str(text), str(g)) for s, text, g in samples}
     relevant: dict[str, set[str]] | None = None
     if table_exists(con, "relevance_labels"):
         pairs = con.execute("SELECT sample_id, doc_id FROM relevance_labels WHERE task = ?", [task]).fetchall()
@@ -51,10 +53,9 @@ def load_truth(con, task: str) -> tuple[dict[str, set[str]] | None, dict[str, st
                 relevant.setdefault(str(sample), set()).add(str(doc))
     labels = None
     if task in rev.LABEL_FIELDS:
-        field = rev.LABEL_FIELDS[task]
         rows = con.execute("SELECT doc_id, fields_json FROM profile_documents WHERE task = ?", [task]).fetchall()
-        labels = {str(d): str(json.loads(f).get(field, "")) for d, f in rows}
-    return relevant, labels, {str(s): str(g) for s, g in golds.items()}
+        labels = {str(d): rev.document_label(task, json.loads(f)) for d, f in rows}
+    return relevant, labels, {s: g for s, g in golds.items() if g is not None}
 
 
 @dg.asset(
@@ -65,7 +66,7 @@ def load_truth(con, task: str) -> tuple[dict[str, set[str]] | None, dict[str, st
     pool=DUCKDB_POOL,
     kinds={"duckdb"},
     description="Every retrieval path scored with no LLM on every dev sample it ran on: R@k (capped), NDCG@k, MRR "
-    "against the demo's relevance labels, label-hit@k for LaMP-2/3; n, 95 % bootstrap intervals and paired "
+    "against the demo's relevance labels, label-hit@k for LaMP-1/2/3; n, 95 % bootstrap intervals and paired "
     "differences against random and dense_global.",
 )
 def lamp_retrieval_evaluation(

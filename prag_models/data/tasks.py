@@ -127,13 +127,19 @@ def _after(text: str, *markers: str) -> str | None:
     return None
 
 
+def lamp1_references(input_text: str) -> tuple[str, str] | None:
+    """The two candidate reference titles of a LaMP-1 input ([1], [2]), or None when the input has no such pair."""
+    match = _LAMP1_REFS.search(input_text) or _LAMP1_REFS_LOOSE.search(input_text)
+    return (match.group("a").strip(), match.group("b").strip()) if match else None
+
+
 def extract_query(task: str, input_text: str) -> str:
     """The retrieval query inside a LaMP ``input`` (docs/methods.md §1); the whole input when the marker is absent."""
     task = task_from_name(task)
     query: str | None
     if task == "LaMP-1":
-        match = _LAMP1_REFS.search(input_text) or _LAMP1_REFS_LOOSE.search(input_text)
-        query = f"{match.group('a').strip()} {match.group('b').strip()}" if match else None
+        refs = lamp1_references(input_text)
+        query = f"{refs[0]} {refs[1]}" if refs else None
     elif task == "LaMP-2":
         query = _after(input_text, "description:")
     elif task == "LaMP-3":

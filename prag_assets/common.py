@@ -35,3 +35,15 @@ def progress_logger(context: dg.AssetExecutionContext, what: str, every: float =
             context.log.info(f"{what}: {done}/{total} ({frac:.0%})")
 
     return log
+
+
+def table_metadata(con, table: str, tasks: list[str] | None) -> dict[str, dg.MetadataValue]:
+    """`dagster/row_count` (rows of the run's tasks) and `dagster/column_schema` of a DuckDB table the asset wrote."""
+    from prag_models.catalog import table_columns, task_row_count
+
+    schema = dg.TableSchema(columns=[dg.TableColumn(name, kind.lower()) for name, kind in table_columns(con, table)])
+    return {
+        "dagster/row_count": dg.MetadataValue.int(task_row_count(con, table, tasks)),
+        "dagster/column_schema": dg.MetadataValue.table_schema(schema),
+        "duckdb_table": dg.MetadataValue.text(table),
+    }

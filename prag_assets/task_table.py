@@ -1,0 +1,82 @@
+"""One factory for the task-table skeleton: per task of the run, read, call one prag_models function, write, report.
+
+Every asset built here is partitioned by task (one run covers a task range), takes a slot of the DuckDB pool, writes
+each task's rows of its table in one transaction and reports `dagster/row_count`, `dagster/column_schema`, per-task
+statistics and its code version.
+"""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+import pandas as pd
+
+from prag_assets.common import run_tasks, table_metadata
+from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
+from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
+from prag_models.config import Settings
+from prag_models.store import replace_rows
+
+#: Bump an asset's code version when its rows would change for the same inputs (Dagster then marks it stale).
+CODE_VERSION = "1"
+
+
+@dataclass
+class TaskStep:
+    """What one task's build gets: the run's context, the open DuckDB connection, the task, settings and models."""
+
+    context: dg.AssetExecutionContext
+    con: Any
+    task: str
+    settings: Settings
+    models: ModelsResource
+
+
+#: (one task's step) -> (the task's rows of the table, the task's statistics for the metadata).
+TaskBuild = Callable[[TaskStep], tuple[pd.DataFrame, dict[str, Any]]]
+
+
+def task_table_asset(
+    *,
+    name: str,
+    table: str,
+    group: str,
+    deps: Sequence[Any],
+    description: str,
+    build: TaskBuild,
+    kinds: Sequence[str] = ("duckdb",),
+    code_version: str = CODE_VERSION,
+    summary: Callable[[dict[str, dict]], dict[str, Any]] | None = None,
+) -> dg.AssetsDefinition:
+    """A task-partitioned asset writing `table` from `build` per task (summary: extra run-level metadata)."""
+
+    @dg.asset(
+        name=name,
+        group_name=group,
+        deps=list(deps),
+        partitions_def=task_partitions,
+        backfill_policy=single_run,
+        pool=DUCKDB_POOL,
+        kinds=set(kinds),
+        code_version=code_version,
+        description=description,
+    )
+    def _asset(
+        context: dg.AssetExecutionContext,
+        prag_settings: PragSettingsResource,
+        duckdb: DuckDBResource,
+        models: ModelsResource,
+    ) -> dg.MaterializeResult:
+        settings = prag_settings.get()
+        stats: dict[str, dict] = {}
+        with duckdb.connect() as con:
+            for task in run_tasks(context, settings):
+                frame, stats[task] = build(TaskStep(context, con, task, settings, models))
+                replace_rows(con, table, frame, {"task": task})
+                context.log.info(f"{task}: {len(frame)} rows of {table}, {stats[task]}")
+            metadata = table_metadata(con, table, list(stats))
+        extra = summary(stats) if summary else {}
+        return dg.MaterializeResult(metadata={**metadata, "per_task": dg.MetadataValue.json(stats), **extra})
+
+    return _asset

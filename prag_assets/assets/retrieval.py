@@ -1,218 +1,42 @@
-"""Stage 4: documents retrieved for each dev sample by the baselines and by ClusterRAG."""
-
-import dagster as dg
-import numpy as np
-import pandas as pd
+"""Stage 4: documents retrieved for each dev sample by the baselines and by ClusterRAG; the logic is
+prag_models.stages.retrieval."""
 
 from prag_assets.assets.embeddings import document_embeddings, query_embeddings
 from prag_assets.assets.users import similar_users
-from prag_assets.common import run_tasks
-from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
-from prag_assets.resources import DuckDBResource, PragSettingsResource
-from prag_models.config import Settings
-from prag_models.methods import baselines, clusterrag
-from prag_models.methods.community import CommunityRetriever
-from prag_models.methods.profiles import ProfileIndex, Retrieved
-from prag_models.store import column_to_matrix, replace_rows, table_exists
-from prag_models.users.embeddings import normalize_rows
+from prag_assets.task_table import task_table_asset
+from prag_models.stages.retrieval import (  # noqa: F401 - names other modules and the lead's code use from here
+    BASELINE_METHODS,
+    CLUSTERRAG_METHODS,
+    RETRIEVAL_COLUMNS,
+    baseline_rows,
+    clusterrag_rows,
+    community_retriever,
+    load_task_inputs,
+    planted_communities,
+    run_baselines,
+    run_clusterrag,
+)
 
 GROUP = "retrieval"
-RETRIEVAL_COLUMNS = ["task", "method", "sample_id", "user_id", "rank", "doc_id", "source_user_id", "score"]
-BASELINE_METHODS = ("random", "recency", "bm25", "dense", "dense_global", "oracle_community")
-CLUSTERRAG_METHODS = (
-    "clusterrag_user_only",
-    "clusterrag_collaborative",
-    "clusterrag_hybrid",
-    "clusterrag_two_stage",
-    "clusterrag_community",
-)
 
-
-def load_task_inputs(
-    con, task: str, with_neighbours: bool = True
-) -> tuple[ProfileIndex, pd.DataFrame, dict[str, list[str]]]:
-    """The task's profile index, its dev samples with query vectors, and each user's similar users."""
-    docs = con.execute(
-        "SELECT p.doc_id, p.user_id, p.text, e.embedding FROM profile_documents p JOIN document_embeddings e "
-        "USING (task, user_id, doc_id) WHERE task = ? ORDER BY p.user_id, p.position",
-        [task],
-    ).df()
-    index = ProfileIndex(
-        docs["doc_id"].tolist(),
-        docs["user_id"].tolist(),
-        docs["text"].tolist(),
-        column_to_matrix(docs["embedding"].tolist()),
-    )
-    samples = con.execute(
-        "SELECT s.sample_id, s.user_id, s.query, q.embedding FROM lamp_samples s JOIN query_embeddings q "
-        "USING (task, sample_id) WHERE task = ? AND s.split = 'dev' ORDER BY s.sample_id",
-        [task],
-    ).df()
-    neighbours: dict[str, list[str]] = {}
-    if not with_neighbours:
-        return index, samples, neighbours
-    for user, nb in con.execute(
-        "SELECT user_id, neighbour_id FROM similar_users WHERE task = ? ORDER BY user_id, rank", [task]
-    ).fetchall():
-        neighbours.setdefault(user, []).append(nb)
-    return index, samples, neighbours
-
-
-def _rows(task: str, method: str, sample_id: str, user_id: str, found: list[Retrieved]) -> list[tuple]:
-    return [
-        (task, method, sample_id, user_id, rank, r.doc_id, r.source_user_id, r.score) for rank, r in enumerate(found, 1)
-    ]
-
-
-def _write(con, task: str, rows: list[tuple], table: str) -> pd.DataFrame:
-    frame = pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)
-    replace_rows(con, table, frame, {"task": task})
-    return frame
-
-
-def _summary(frame: pd.DataFrame) -> dict:
-    return {
-        m: {"samples": int(g["sample_id"].nunique()), "docs_per_sample": round(len(g) / g["sample_id"].nunique(), 2)}
-        for m, g in frame.groupby("method")
-    }
-
-
-def run_baselines(
-    settings: Settings, task: str, index: ProfileIndex, samples: pd.DataFrame, planted: dict[str, int] | None = None
-) -> list[tuple]:
-    """Random, recency, BM25 and dense retrieval over each sample's own profile; dense over all users' documents
-    (not personalized); and, where the planted communities are known (demo), dense over the true community."""
-    k = settings.retrieval.k
-    rng = np.random.default_rng(settings.retrieval.seed)
-    rows: list[tuple] = []
-    queries = column_to_matrix(samples["embedding"].tolist(), index.vectors.shape[1])
-    for s, found in zip(samples.itertuples(), baselines.retrieve_dense_global(index, queries, k), strict=True):
-        rows += _rows(task, "dense_global", s.sample_id, s.user_id, found)
-    members: dict[int, list[str]] = {}
-    for user, community in (planted or {}).items():
-        members.setdefault(community, []).append(user)
-    for s in samples.itertuples():
-        if planted and s.user_id in planted:
-            q = np.asarray(s.embedding, dtype=np.float32)
-            found = baselines.retrieve_oracle_community(index, members[planted[s.user_id]], q, k)
-            rows += _rows(task, "oracle_community", s.sample_id, s.user_id, found)
-    for s in samples.itertuples():
-        q = np.asarray(s.embedding, dtype=np.float32)
-        rows += _rows(task, "random", s.sample_id, s.user_id, baselines.retrieve_random(index, s.user_id, k, rng))
-        rows += _rows(task, "recency", s.sample_id, s.user_id, baselines.retrieve_recency(index, s.user_id, k))
-        rows += _rows(task, "bm25", s.sample_id, s.user_id, baselines.retrieve_bm25(index, s.user_id, s.query, k))
-        rows += _rows(task, "dense", s.sample_id, s.user_id, baselines.retrieve_dense(index, s.user_id, q, k))
-    return rows
-
-
-def run_clusterrag(
-    settings: Settings,
-    task: str,
-    index: ProfileIndex,
-    samples: pd.DataFrame,
-    neighbours: dict[str, list[str]],
-    community: CommunityRetriever | None = None,
-) -> tuple[list[tuple], dict]:
-    """The three ClusterRAG profile modes, the two-stage retrieval over the hybrid pool and the community-wide mode."""
-    k, c = settings.retrieval.k, settings.clustering
-    rows: list[tuple] = []
-    if community is not None:
-        for s in samples.itertuples():
-            found = community.retrieve(s.user_id, np.asarray(s.embedding, dtype=np.float32), k)
-            rows += _rows(task, "clusterrag_community", s.sample_id, s.user_id, found)
-    pools: dict[str, clusterrag.DocumentClusters] = {}
-    scored, pool_sizes = [], []
-    for s in samples.itertuples():
-        q = np.asarray(s.embedding, dtype=np.float32)
-        nb = neighbours.get(s.user_id, [])
-        for mode in clusterrag.PROFILE_MODES:
-            found = clusterrag.retrieve_profile_mode(index, mode, s.user_id, nb, q, k)
-            rows += _rows(task, f"clusterrag_{mode}", s.sample_id, s.user_id, found)
-        if s.user_id not in pools:
-            pool = index.rows_of(clusterrag.profile_users("hybrid", s.user_id, nb))
-            pools[s.user_id] = clusterrag.cluster_documents(index, pool, c.two_stage_min_cluster_size)
-        found, n_scored = clusterrag.retrieve_two_stage(index, pools[s.user_id], q, k, c.two_stage_top_clusters)
-        scored.append(n_scored)
-        pool_sizes.append(len(pools[s.user_id].rows))
-        rows += _rows(task, "clusterrag_two_stage", s.sample_id, s.user_id, found)
-    cost = {
-        "two_stage_docs_scored_mean": float(np.mean(scored)) if scored else 0.0,
-        "hybrid_pool_mean": float(np.mean(pool_sizes)) if pool_sizes else 0.0,
-    }
-    return rows, cost
-
-
-def planted_communities(con, task: str) -> dict[str, int] | None:
-    """The demo's planted community of each user (table planted_communities), None where the truth is unknown."""
-    if not table_exists(con, "planted_communities"):
-        return None
-    rows = con.execute("SELECT user_id, community FROM planted_communities WHERE task = ?", [task]).fetchall()
-    return {u: int(c) for u, c in rows} or None
-
-
-def community_retriever(con, task: str, index: ProfileIndex, settings: Settings) -> CommunityRetriever:
-    """The community-wide retriever of a task over its user clusters and unit user embeddings z_u."""
-    users = con.execute(
-        "SELECT e.user_id, e.embedding, c.cluster FROM user_embeddings e JOIN user_clusters c USING (task, user_id) "
-        "WHERE task = ? ORDER BY e.user_id",
-        [task],
-    ).df()
-    vectors = normalize_rows(column_to_matrix(users["embedding"].tolist(), index.vectors.shape[1]))
-    c = settings.clustering
-    return CommunityRetriever(
-        index,
-        dict(zip(users["user_id"], users["cluster"].astype(int), strict=True)),
-        dict(zip(users["user_id"], vectors, strict=True)),
-        c.community_user_weight,
-        c.community_top_n,
-    )
-
-
-_COMMON = dict(
-    group_name=GROUP, partitions_def=task_partitions, backfill_policy=single_run, pool=DUCKDB_POOL, kinds={"duckdb"}
-)
-
-
-@dg.asset(
+baseline_retrievals = task_table_asset(
+    name="baseline_retrievals",
+    table="baseline_retrievals",
+    group=GROUP,
     deps=[document_embeddings, query_embeddings],
     description="Top-k of the user's own profile by random, recency, BM25 (bm25s) and dense (cosine) retrieval; "
     "dense_global over every user's documents (not personalized); oracle_community (demo only: dense over the "
     "user's true community, the ceiling); for every dev sample.",
-    **_COMMON,
+    build=lambda step: baseline_rows(step.con, step.task, step.settings),
 )
-def baseline_retrievals(
-    context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
-) -> dg.MaterializeResult:
-    """Run the non-collaborative baselines."""
-    settings = prag_settings.get()
-    stats = {}
-    with duckdb.connect() as con:
-        for task in run_tasks(context, settings):
-            index, samples, _ = load_task_inputs(con, task, with_neighbours=False)
-            planted = planted_communities(con, task)
-            rows = run_baselines(settings, task, index, samples, planted)
-            stats[task] = _summary(_write(con, task, rows, "baseline_retrievals"))
-    return dg.MaterializeResult(metadata={"per_task": dg.MetadataValue.json(stats)})
 
-
-@dg.asset(
+clusterrag_retrievals = task_table_asset(
+    name="clusterrag_retrievals",
+    table="clusterrag_retrievals",
+    group=GROUP,
     deps=[similar_users],
     description="ClusterRAG: user-only / collaborative / hybrid profiles ranked by cosine, two-stage retrieval "
     "(document clusters, top-B centroids, then top-k) over the hybrid pool, and the community-wide mode (the "
     "user's whole cluster by cos(q,d) + w·cos(z_u, z_author), one FAISS index per cluster).",
-    **_COMMON,
+    build=lambda step: clusterrag_rows(step.con, step.task, step.settings),
 )
-def clusterrag_retrievals(
-    context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
-) -> dg.MaterializeResult:
-    """Run the ClusterRAG retrieval variants."""
-    settings = prag_settings.get()
-    stats = {}
-    with duckdb.connect() as con:
-        for task in run_tasks(context, settings):
-            index, samples, neighbours = load_task_inputs(con, task)
-            rows, cost = run_clusterrag(
-                settings, task, index, samples, neighbours, community_retriever(con, task, index, settings)
-            )
-            stats[task] = {**_summary(_write(con, task, rows, "clusterrag_retrievals")), **cost}
-    return dg.MaterializeResult(metadata={"per_task": dg.MetadataValue.json(stats)})

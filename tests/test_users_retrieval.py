@@ -97,15 +97,32 @@ def test_profile_modes(index):
 
 def test_two_stage_scores_fewer_documents(index):
     rows = index.rows_of(["u", "v"])
-    clusters = clusterrag.DocumentClusters(
-        rows, np.array([0, 0, 1, 1, 0]), np.stack([_unit(1, 0.05, 0.03), _unit(0, 1, 0.05)])
-    )
+    clusters = clusterrag.index_clusters(index, rows, np.array([0, 0, 1, 1, 0]))
     found, scored = clusterrag.retrieve_two_stage(index, clusters, _unit(0, 1, 0), k=2, top_clusters=1)
     assert [r.doc_id for r in found] == ["d3", "d4"]
     assert scored == 2 + 2  # two documents of the chosen cluster + two centroids
     # k larger than the chosen cluster: the next cluster is added.
     found, _ = clusterrag.retrieve_two_stage(index, clusters, _unit(0, 1, 0), k=3, top_clusters=1)
     assert len(found) == 3
+
+
+def test_two_stage_at_scale_uses_kmeans_lists_and_finds_the_flat_top_k(monkeypatch):
+    """Past HDBSCAN_MAX_POOL the pool is clustered once with k-means; each query scores only the probed lists."""
+    monkeypatch.setattr(clusterrag, "HDBSCAN_MAX_POOL", 500)
+    rng = np.random.default_rng(0)
+    centers = rng.standard_normal((20, 16))
+    x = (centers[rng.integers(0, 20, 2000)] + rng.normal(0, 0.15, (2000, 16))).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    idx = ProfileIndex([f"d{i}" for i in range(2000)], ["u"] * 2000, ["t"] * 2000, x)
+    clusters = clusterrag.cluster_documents(idx, np.arange(2000), 2)
+    assert len(clusters.centroids) == 45 and clusters.sizes.sum() == 2000
+    hits = scored_total = 0
+    for q in x[:50]:
+        found, scored = clusterrag.retrieve_two_stage(idx, clusters, q, k=10, top_clusters=3)
+        flat = clusterrag.top_by_cosine(idx, np.arange(2000), q, 10)
+        hits += len({r.row for r in found} & {r.row for r in flat})
+        scored_total += scored
+    assert hits / 500 >= 0.95 and scored_total / 50 < 0.25 * 2000
 
 
 def test_cluster_documents_noise_cluster():

@@ -4,7 +4,7 @@ search."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -32,50 +32,102 @@ def retrieve_profile_mode(
     return top_by_cosine(index, index.rows_of(profile_users(mode, user_id, neighbours)), query_vector, k)
 
 
+#: Pools larger than this are clustered with FAISS k-means (√N clusters) instead of HDBSCAN, whose cost grows about
+#: quadratically with the pool (docs/methods.md §3.5 names HDBSCAN; k-means keeps the O(K + B·N/K) point at scale).
+HDBSCAN_MAX_POOL = 5000
+
+
 @dataclass
 class DocumentClusters:
-    """Clusters of a candidate pool (noise documents form one cluster) and their unit centroids."""
+    """Clusters of a candidate pool (noise documents form one cluster), their unit centroids and an IVF index whose
+    inverted lists are exactly those clusters — built once per pool and reused by every query on it."""
 
     rows: np.ndarray  # pool rows into the profile index
     labels: np.ndarray  # cluster id per pool row
     centroids: np.ndarray  # (n_clusters, d) unit vectors
+    ivf: object = None  # faiss.IndexIVFFlat over the pool, list c = cluster c; ids are pool positions
+    sizes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # documents per cluster
+    quantizer: object = None  # the centroid index the IVF index points to (kept alive with it)
 
 
-def cluster_documents(index: ProfileIndex, rows: np.ndarray, min_cluster_size: int = 2) -> DocumentClusters:
-    """Cluster a pool of documents with HDBSCAN; noise documents become one extra cluster (docs/methods.md §3.5)."""
-    x = index.vectors[rows]
-    if len(rows) <= max(2, min_cluster_size):
-        labels = np.zeros(len(rows), dtype=np.int64)
-    else:
-        import hdbscan
+def _labels(x: np.ndarray, min_cluster_size: int, seed: int) -> np.ndarray:
+    """HDBSCAN labels (noise → one extra cluster) up to HDBSCAN_MAX_POOL documents, FAISS k-means beyond."""
+    if len(x) <= max(2, min_cluster_size):
+        return np.zeros(len(x), dtype=np.int64)
+    if len(x) > HDBSCAN_MAX_POOL:
+        import faiss
 
-        raw = hdbscan.HDBSCAN(min_cluster_size=max(2, min_cluster_size), metric="euclidean").fit(x).labels_
-        labels = raw.astype(np.int64)
-        if (labels == -1).any():
-            labels[labels == -1] = labels.max() + 1
+        k = int(np.ceil(np.sqrt(len(x))))
+        kmeans = faiss.Kmeans(x.shape[1], k, niter=20, seed=seed, spherical=True, verbose=False)
+        kmeans.train(np.ascontiguousarray(x, dtype=np.float32))
+        labels = kmeans.index.search(np.ascontiguousarray(x, dtype=np.float32), 1)[1][:, 0].astype(np.int64)
+        _, dense = np.unique(labels, return_inverse=True)  # drop empty clusters
+        return dense.astype(np.int64)
+    import hdbscan
+
+    labels = hdbscan.HDBSCAN(min_cluster_size=max(2, min_cluster_size), metric="euclidean").fit(x).labels_
+    labels = labels.astype(np.int64)
+    if (labels == -1).any():
+        labels[labels == -1] = labels.max() + 1
+    return labels
+
+
+def cluster_documents(
+    index: ProfileIndex, rows: np.ndarray, min_cluster_size: int = 2, seed: int = 0
+) -> DocumentClusters:
+    """Cluster a pool of documents once (docs/methods.md §3.5) and index it as IVF lists = clusters."""
+    x = np.ascontiguousarray(index.vectors[rows], dtype=np.float32)
+    return index_clusters(index, rows, _labels(x, min_cluster_size, seed))
+
+
+def index_clusters(index: ProfileIndex, rows: np.ndarray, labels: np.ndarray) -> DocumentClusters:
+    """Centroids and the IVF index (list c = the pool documents labelled c) of a labelled pool."""
+    import faiss
+
+    x = np.ascontiguousarray(index.vectors[rows], dtype=np.float32)
+    labels = np.ascontiguousarray(labels, dtype=np.int64)
     n = int(labels.max()) + 1 if len(labels) else 0
-    centroids = np.stack([x[labels == c].mean(axis=0) for c in range(n)]) if n else np.zeros((0, x.shape[1]))
-    return DocumentClusters(rows, labels, normalize_rows(centroids))
+    if n == 0:
+        return DocumentClusters(rows, labels, np.zeros((0, x.shape[1]), dtype=np.float32))
+    sums = np.zeros((n, x.shape[1]), dtype=np.float64)
+    np.add.at(sums, labels, x)
+    sizes = np.bincount(labels, minlength=n).astype(np.int64)
+    centroids = normalize_rows(sums / sizes[:, None])
+    quantizer = faiss.IndexFlatIP(x.shape[1])
+    quantizer.add(centroids)
+    ivf = faiss.IndexIVFFlat(quantizer, x.shape[1], n, faiss.METRIC_INNER_PRODUCT)
+    ivf.is_trained = True  # the lists are our clusters: no k-means inside FAISS
+    ivf.add_core(len(x), faiss.swig_ptr(x), None, faiss.swig_ptr(labels))
+    return DocumentClusters(rows, labels, centroids, ivf, sizes, quantizer)
 
 
 def retrieve_two_stage(
     index: ProfileIndex, clusters: DocumentClusters, query_vector: np.ndarray, k: int, top_clusters: int
 ) -> tuple[list[Retrieved], int]:
-    """Pick the top-B clusters by cos(q, centroid), then the top-k documents inside them.
+    """Pick the top-B clusters by cos(q, centroid), then the top-k documents inside them (FAISS IVF search over
+    those lists only).
 
     If the B clusters hold fewer than k documents, further clusters are added in centroid order.
-    Returns the documents and the number of documents scored (the O(K + B·N/K) cost).
+    Returns the documents and the number of documents scored (the O(K + B·N/K) cost: centroids + listed documents).
     """
-    if len(clusters.rows) == 0:
+    if len(clusters.rows) == 0 or clusters.ivf is None:
         return [], 0
-    q = np.asarray(query_vector, dtype=np.float32)
-    order = np.argsort(-(clusters.centroids @ q), kind="stable")
-    chosen: list[int] = []
-    size = 0
-    for c in order:
-        if len(chosen) >= top_clusters and size >= k:
-            break
-        chosen.append(int(c))
-        size += int((clusters.labels == c).sum())
-    pool = clusters.rows[np.isin(clusters.labels, chosen)]
-    return top_by_cosine(index, pool, q, k), len(pool) + len(clusters.centroids)
+    q = np.ascontiguousarray(np.atleast_2d(query_vector), dtype=np.float32)
+    n_clusters = len(clusters.centroids)
+    cos = clusters.centroids @ q[0]
+    order = np.argsort(-cos, kind="stable")
+    probe = max(1, min(top_clusters, n_clusters))
+    while probe < n_clusters and clusters.sizes[order[:probe]].sum() < k:
+        probe += 1
+    chosen = order[:probe]
+    size = int(clusters.sizes[chosen].sum())
+    clusters.ivf.nprobe = probe  # search_preassigned takes exactly nprobe lists per query
+    scores, local = clusters.ivf.search_preassigned(
+        q, min(k, size), chosen[None, :].astype(np.int64), cos[chosen][None, :].astype(np.float32)
+    )
+    keep = local[0] >= 0
+    # FAISS returns equal scores in list order; order by (score desc, pool position) as the flat path does
+    pairs = sorted(zip(-scores[0][keep], local[0][keep], strict=True))
+    pool_pos = np.asarray([p for _, p in pairs], dtype=np.int64)
+    found = index.as_retrieved(clusters.rows[pool_pos], [-s for s, _ in pairs])
+    return found, size + n_clusters

@@ -1,0 +1,91 @@
+"""Stage 5 (generation): one answer per (method, LLM-evaluation sample), batched and cached by prompt."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from prag_models.config import Settings
+from prag_models.data.source import llm_eval_sample_ids
+from prag_models.generation import ZERO_SHOT, answer_cached, answer_mode, build_jobs, run_jobs
+from prag_models.prompts import prompt_document
+from prag_models.store import table_exists
+
+if TYPE_CHECKING:
+    from prag_models.llm.base import Generator
+
+#: Tables of retrieved documents that feed the generation stage (and the retrieval evaluation).
+RETRIEVAL_TABLES = ("baseline_retrievals", "clusterrag_retrievals", "cfrag_retrievals", "pbr_lamp_retrievals")
+GENERATION_COLUMNS = ["task", "method", "sample_id", "user_id", "generator_id", "answer_mode", "prompt_hash",
+                      "output", "prediction", "gold"]  # fmt: skip
+
+
+def retrieved_texts(con, task: str, methods: tuple[str, ...]) -> dict[str, dict[str, list[str]]]:
+    """method → sample → texts of the retrieved documents in rank order (configured methods only)."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for table in RETRIEVAL_TABLES:
+        if not table_exists(con, table):
+            continue
+        rows = con.execute(
+            f"SELECT r.method, r.sample_id, p.text, p.fields_json FROM {table} r JOIN profile_documents p "
+            "ON p.task = r.task AND p.user_id = r.source_user_id AND p.doc_id = r.doc_id "
+            "WHERE r.task = ? ORDER BY r.method, r.sample_id, r.rank",
+            [task],
+        ).fetchall()
+        for method, sample_id, text, fields in rows:
+            if method in methods:
+                doc = prompt_document(task, text, json.loads(fields))
+                out.setdefault(method, {}).setdefault(sample_id, []).append(doc)
+    return out
+
+
+def generation_rows(
+    con, task: str, settings: Settings, generator: Generator, progress: Callable[[int, int], None] | None = None
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The generations of every configured method on a task's LLM-evaluation samples (cached prompts reused)."""
+    methods = settings.retrieval.methods
+    samples = con.execute(
+        "SELECT sample_id, user_id, input, gold FROM lamp_samples WHERE task = ? AND split = 'dev' ORDER BY sample_id",
+        [task],
+    ).df()
+    samples = samples[samples["sample_id"].isin(llm_eval_sample_ids(samples["sample_id"], settings))]
+    jobs = build_jobs(
+        task,
+        dict(zip(samples["sample_id"], samples["input"], strict=True)),
+        retrieved_texts(con, task, methods),
+        generator,
+        settings.prompt,
+        zero_shot=ZERO_SHOT in methods,
+    )
+    mode = answer_mode(task, settings.generator)
+    ran = 0
+
+    def answer(prompts: list[str]) -> list[str]:
+        nonlocal ran
+        outputs, now = answer_cached(task, generator, prompts, settings.generator, con, progress=progress)
+        ran += now
+        return outputs
+
+    results = run_jobs(task, jobs, answer)
+    meta = samples.set_index("sample_id")
+    frame = pd.DataFrame(
+        [
+            (task, job.method, job.sample_id, meta.at[job.sample_id, "user_id"], generator.model_id, mode,
+             hashlib.sha256(job.prompt.encode()).hexdigest(), raw, pred, meta.at[job.sample_id, "gold"])
+            for job, raw, pred in results
+        ],
+        columns=GENERATION_COLUMNS,
+    )  # fmt: skip
+    stats = {
+        "prompts": len(jobs),
+        "answer_mode": mode,
+        "model_calls_now": ran,
+        "methods": int(frame["method"].nunique()),
+        "samples": len(samples),
+        "generator": generator.model_id,
+    }
+    return frame, stats

@@ -43,6 +43,9 @@ class DataSettings:
     # Every dev sample is still retrieved and scored by the LLM-free retrieval evaluation.
     llm_eval_samples: int = 10
     real_data_dir: str = ""  # folder with personabench/ and longmemeval/ (e.g. ../shared/data)
+    # A profile date in no accepted format (prag_models/data/dates.py): "error" fails the load naming the file,
+    # record and field; "keep" keeps the document undated (sorted last). Undated documents are counted in metadata.
+    undated: str = "error"
 
 
 @dataclass(frozen=True)
@@ -334,6 +337,8 @@ def _validate(s: Settings) -> None:
         raise ConfigError(f"data.source must be 'demo' or 'lamp', got {s.data.source!r}")
     if s.data.source == "lamp" and not s.data.lamp_dir:
         raise ConfigError("data.source = 'lamp' needs data.lamp_dir (the folder with the LaMP files)")
+    if s.data.undated not in ("error", "keep"):
+        raise ConfigError(f"data.undated must be 'error' or 'keep', got {s.data.undated!r}")
     if s.generator.backend not in {"llama_cpp", "transformers", "openai", "vllm", "fake"}:
         raise ConfigError(f"generator.backend unknown: {s.generator.backend!r}")
     if s.generator.llama_cpp_weights not in LLAMA_CPP_WEIGHTS:

@@ -1,17 +1,25 @@
-"""DuckDB storage helpers: partition-replacing writes, reads, and vector columns as fixed-size float arrays."""
+"""DuckDB storage helpers: partition-replacing writes, reads, and vector columns as fixed-size float arrays.
+
+Writers go first: a process that opens the file for writing holds a shared ``flock`` on ``<file>.writer`` while it
+waits for and holds the file, and read-only opens step aside while that lock is held (``read_connection`` reads the
+published snapshot, ``connect(read_only=True)`` waits), so a reader opening the file in a loop never starves a run.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import duckdb
 import numpy as np
 import pandas as pd
+
+from prag_models.faults import maybe_fail
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -47,23 +55,67 @@ def lock_holder(message: str) -> str:
     return f"pid {pid} ({cmd[:160]})" + (f", Dagster run {run}" if run else "")
 
 
+def writer_lock_path(path: str | Path) -> Path:
+    """The file whose shared flock says "a writer waits for or holds this DuckDB file" (``<file>.writer``)."""
+    p = Path(path)
+    return p.with_name(p.name + ".writer")
+
+
+@contextmanager
+def _writer_intent(path: Path) -> Iterator[None]:
+    """Hold a shared flock on the writer file while a writer waits for and uses the DuckDB file."""
+    try:
+        handle = open(writer_lock_path(path), "a+")  # noqa: SIM115 - closed in finally
+    except OSError:  # e.g. a read-only folder: no intent to announce, DuckDB's own lock still applies
+        yield
+        return
+    try:
+        fcntl.flock(handle, fcntl.LOCK_SH)
+        yield
+    finally:
+        handle.close()  # closing the file releases the flock
+
+
+def writer_active(path: str | Path) -> bool:
+    """Whether a process waits for or holds the DuckDB file for writing (its writer flock is held)."""
+    lock = writer_lock_path(path)
+    if not lock.exists():
+        return False
+    try:
+        with open(lock, "a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    except OSError:
+        return False
+    return False
+
+
 def _open(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
-    """Open the file, retrying with exponential backoff (0.05 s … 2 s) while another process holds its lock."""
+    """Open the file, retrying with exponential backoff (0.05 s … 2 s) while another process holds its lock; a
+    read-only open also waits while a writer waits for the file (writers go first)."""
     deadline, delay = time.monotonic() + timeout_s, 0.05
     while True:
-        try:
-            return duckdb.connect(str(path), read_only=read_only)
-        except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower():
-                raise
-            if time.monotonic() + delay > deadline:
-                raise DuckDBBusyError(
-                    f"{path} is locked by {lock_holder(str(exc))} for more than {timeout_s:.0f} s "
-                    f"({'read' if read_only else 'write'} access); retry when it is done "
-                    "(PRAG_DUCKDB_LOCK_TIMEOUT_S sets the wait)"
-                ) from exc
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
+        cause: Exception | None = None
+        if read_only and writer_active(path):
+            holder = "a writer (a process that waits for or holds it for writing)"
+        else:
+            try:
+                return duckdb.connect(str(path), read_only=read_only)
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower():
+                    raise
+                holder, cause = lock_holder(str(exc)), exc
+        if time.monotonic() + delay > deadline:
+            raise DuckDBBusyError(
+                f"{path} is locked by {holder} for more than {timeout_s:.0f} s "
+                f"({'read' if read_only else 'write'} access); retry when it is done "
+                "(PRAG_DUCKDB_LOCK_TIMEOUT_S sets the wait)"
+            ) from cause
+        time.sleep(delay)
+        delay = min(delay * 2, 2.0)
 
 
 @contextmanager
@@ -79,11 +131,14 @@ def connect(
         p.parent.mkdir(parents=True, exist_ok=True)
     elif not p.exists():
         raise FileNotFoundError(f"DuckDB file {p} does not exist yet: materialize the upstream assets first")
-    con = _open(p, read_only, LOCK_TIMEOUT_S if timeout_s is None else timeout_s)
-    try:
-        yield con
-    finally:
-        con.close()
+    with ExitStack() as stack:
+        if not read_only:
+            stack.enter_context(_writer_intent(p))
+        con = _open(p, read_only, LOCK_TIMEOUT_S if timeout_s is None else timeout_s)
+        try:
+            yield con
+        finally:
+            con.close()
 
 
 def table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
@@ -147,7 +202,7 @@ def publish_snapshot(path: str | Path) -> Path:
         con.execute(f"ATTACH '{tmp}' AS prag_snapshot")
         try:
             (name,) = con.execute("SELECT current_database()").fetchone()
-            con.execute(f"COPY FROM DATABASE \"{name}\" TO prag_snapshot")
+            con.execute(f'COPY FROM DATABASE "{name}" TO prag_snapshot')
         finally:
             con.execute("DETACH prag_snapshot")
     os.replace(tmp, target)
@@ -157,15 +212,17 @@ def publish_snapshot(path: str | Path) -> Path:
 @contextmanager
 def read_connection(path: str | Path, wait_s: float = 2.0) -> Iterator[tuple[duckdb.DuckDBPyConnection, str]]:
     """A read-only connection for readers (reports, serving): the live file when it is free within ``wait_s``, else
-    the last published snapshot; yields (connection, "live" | "snapshot <path>"). Readers never wait on a run."""
-    try:
-        with connect(path, read_only=True, timeout_s=wait_s) as con:
-            yield con, "live"
-            return
-    except DuckDBBusyError:
-        snap = snapshot_path(path)
-        if not snap.exists():
-            raise
+    the last published snapshot; yields (connection, "live" | "snapshot <path>"). Readers never wait on a run: while
+    a writer waits for or holds the file they go straight to the snapshot when there is one."""
+    snap = snapshot_path(path)
+    if not (snap.exists() and writer_active(path)):
+        try:
+            with connect(path, read_only=True, timeout_s=wait_s) as con:
+                yield con, "live"
+                return
+        except DuckDBBusyError:
+            if not snap.exists():
+                raise
     with connect(snap, read_only=True, timeout_s=wait_s) as con:
         yield con, f"snapshot {snap}"
 
@@ -191,6 +248,7 @@ def replace_many(
                 con.execute(f"DELETE FROM {table}")
             cols = ", ".join(f'"{_ident(c)}"' for c in df.columns)
             con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {name}")
+        maybe_fail("table_write", [table for table, _, _ in writes])  # reliability tests: die before the commit
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")

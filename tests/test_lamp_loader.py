@@ -151,7 +151,7 @@ def test_profile_sorted_by_date_stable_with_undated_last(tmp_path: Path) -> None
     dates = ["2015-03-01", None, "2012", "Mon Apr 06 22:19:45 PDT 2009", "2015-03-01", None, "not a date", "2014-07"]
     docs = [_doc("LaMP-7", f"d{i}", d) for i, d in enumerate(dates)]
     qpath, _ = _write(tmp_path, "dev", "LaMP-7", [{"id": "1", "input": INPUTS["LaMP-7"], "profile": docs}], None)
-    (sample,) = load_lamp_split(qpath, None, "LaMP-7", "dev")
+    (sample,) = load_lamp_split(qpath, None, "LaMP-7", "dev", undated="keep")  # "not a date" kept as undated
     assert [d.doc_id for d in sample.profile] == ["d3", "d2", "d7", "d0", "d4", "d1", "d5", "d6"]
 
 
@@ -200,7 +200,7 @@ def test_unlabeled_split_has_gold_none(tmp_path: Path) -> None:
     train, _ = lamp_split_paths(tmp_path, task, "train")
     test, _ = lamp_split_paths(tmp_path, task, "test")
     _write(train.parent, "train", task, questions, [{"id": "1", "output": "comedy"}])
-    _write(test.parent, "test", task, questions, None)
+    _write(test.parent, "test", task, [{**questions[0], "id": "2"}], None)  # sample ids are unique across splits
     loaded = load_lamp_task(tmp_path, task, splits=("train", "test"))
     assert loaded["train"][0].gold == "comedy"
     assert loaded["test"][0].gold is None and loaded["test"][0].split == "test"

@@ -5,6 +5,7 @@ import dagster as dg
 from prag_assets.common import preview, run_tasks
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
+from prag_models.data.lamp import undated_documents
 from prag_models.data.source import (
     demo_truth_frames,
     load_task_samples,
@@ -23,8 +24,9 @@ GROUP = "lamp_data"
     backfill_policy=single_run,
     pool=DUCKDB_POOL,
     kinds={"duckdb"},
-    description="LaMP questions and golds of the train and dev splits (demo or LaMP folder), validated on load; "
-    "for the demo also its planted truth (tables relevance_labels, planted_communities).",
+    description="LaMP questions and golds of the train and dev splits (demo or LaMP folder), validated on load "
+    "(every task's files before anything is written); for the demo also its planted truth (tables "
+    "relevance_labels, planted_communities). Metadata counts the undated profile documents per task.",
 )
 def lamp_samples(
     context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
@@ -33,6 +35,9 @@ def lamp_samples(
     settings = prag_settings.get()
     loaded = {task: load_task_samples(settings, task) for task in run_tasks(context, settings)}
     counts: dict[str, int] = {}
+    undated = {
+        task: undated_documents(s for samples in splits.values() for s in samples) for task, splits in loaded.items()
+    }
     writes = []  # every table of every task, built (and validated) before anything is written
     for task, splits in loaded.items():
         relevance, communities = demo_truth_frames(settings, task)
@@ -52,6 +57,8 @@ def lamp_samples(
         metadata={
             "samples": dg.MetadataValue.json(counts),
             "source": settings.data.source,
+            "undated_documents": dg.MetadataValue.json(undated),
+            "undated_policy": settings.data.undated,
             "preview": preview(last) if last is not None else "_no task_",
         }
     )

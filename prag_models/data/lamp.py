@@ -1,21 +1,24 @@
 """LaMP loader with strict validation (docs/methods.md §1).
 
 Every ``LampDataError`` message has the form ``<file>: <record>: field '<name>': <problem>`` where ``<record>`` is
-``record id '<id>'`` or ``record #<index>`` when the id itself is missing or unusable.
+``record id '<id>'`` or ``record #<index>`` when the id itself is missing or unusable. Besides types and labels,
+every id and text must be encodable as UTF-8 without NUL characters (no lone surrogates such as ``"\\ud800"``), a
+question list must not be empty, a sample id may appear in only one split of a task, and a profile date must be in
+one of the accepted formats (``parse_date``): an unparseable date fails unless ``undated = "keep"`` (then the document
+is undated, sorted last); a document without a date is undated. ``undated_documents`` counts them.
 """
 
 from __future__ import annotations
 
-import email.utils
 import hashlib
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from prag_models.data.dates import parse_date
 from prag_models.data.tasks import (
     LABELS,
     PROFILE_FIELDS,
@@ -37,7 +40,9 @@ __all__ = [
     "load_lamp_task",
     "parse_date",
     "task_from_name",
+    "undated_documents",
 ]
+UNDATED_POLICIES = ("error", "keep")
 
 
 @dataclass(frozen=True)
@@ -69,61 +74,6 @@ PROFILE_LABELS: dict[tuple[str, str], tuple[str, ...]] = {
     ("LaMP-2", "tag"): LABELS["LaMP-2"],
     ("LaMP-3", "score"): LABELS["LaMP-3"],
 }
-_YEAR = re.compile(r"^(\d{4})$")
-_YEAR_MONTH = re.compile(r"^(\d{4})[-/](\d{1,2})$")
-_TZ_WORD = re.compile(r"\s[A-Z]{3,4}(?=\s\d{4}$)")
-_FORMATS = (
-    "%Y/%m/%d",
-    "%Y/%m/%d %H:%M:%S",
-    "%m/%d/%Y",
-    "%m/%d/%Y %H:%M:%S",
-    "%d.%m.%Y",
-    "%B %d, %Y",
-    "%b %d, %Y",
-    "%d %B %Y",
-    "%d %b %Y",
-    "%a %b %d %H:%M:%S %z %Y",
-    "%a %b %d %H:%M:%S %Y",
-    "%Y%m%d",
-)
-
-
-def _naive_utc(value: datetime) -> datetime:
-    """Drop the time zone after converting to UTC (naive datetimes are kept as they are)."""
-    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
-
-
-def parse_date(value: str | int | float | None) -> datetime | None:
-    """Parse a LaMP date ("YYYY", "YYYY-MM", ISO, Twitter/RFC-2822 style, epoch seconds); None if unparseable."""
-    if value is None or isinstance(value, bool):
-        return None
-    text = str(int(value)) if isinstance(value, int | float) else str(value).strip()
-    if not text:
-        return None
-    if m := _YEAR.match(text):
-        return datetime(int(m.group(1)), 1, 1)
-    if m := _YEAR_MONTH.match(text):
-        month = int(m.group(2))
-        return datetime(int(m.group(1)), month, 1) if 1 <= month <= 12 else None
-    if text.isdigit() and len(text) >= 9:
-        try:
-            return datetime.fromtimestamp(int(text), UTC).replace(tzinfo=None)
-        except (OverflowError, OSError, ValueError):
-            return None
-    try:
-        return _naive_utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
-    except ValueError:
-        pass
-    candidate = _TZ_WORD.sub("", text)  # "Mon Apr 06 22:19:45 PDT 2009" -> without the zone word
-    for fmt in _FORMATS:
-        try:
-            return _naive_utc(datetime.strptime(candidate, fmt))
-        except ValueError:
-            continue
-    try:
-        return _naive_utc(email.utils.parsedate_to_datetime(text))
-    except (TypeError, ValueError, IndexError):
-        return None
 
 
 def derive_user_id(doc_ids: Iterable[str]) -> str:
@@ -132,9 +82,34 @@ def derive_user_id(doc_ids: Iterable[str]) -> str:
     return "p" + digest[:12]
 
 
+def _printable(text: str) -> str:
+    """The text with lone surrogates and NUL escaped (``\\ud800``, ``\\x00``), so that a message can be printed."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
 def _fail(path: Path, where: str, field: str, problem: str) -> LampDataError:
-    """Build the error with the standard ``file: record: field: problem`` message."""
-    return LampDataError(f"{path}: {where}: field '{field}': {problem}")
+    """Build the error with the standard ``file: record: field: problem`` message (always printable)."""
+    return LampDataError(_printable(f"{path}: {where}: field '{field}': {problem}"))
+
+
+def text_problem(value: str) -> str | None:
+    """Why a string cannot be stored as text (a NUL character, a lone surrogate), or None when it can."""
+    if "\x00" in value:
+        return f"contains a NUL character at position {value.index(chr(0))}"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(value[exc.start])
+        return f"contains a lone surrogate U+{code:04X} at position {exc.start} (not encodable as UTF-8)"
+    return None
+
+
+def _text(path: Path, where: str, field: str, value: str) -> str:
+    """The value, or a LampDataError when it cannot be stored as text."""
+    problem = text_problem(value)
+    if problem is not None:
+        raise _fail(path, where, field, problem)
+    return value
 
 
 def _read_json(path: Path) -> Any:
@@ -167,7 +142,7 @@ def _as_id(value: Any) -> str | None:
 def _record(obj: Any, index: int, what: str = "record") -> str:
     """How an error message refers to a record: by id when it has one, else by index."""
     rid = _as_id(obj.get("id")) if isinstance(obj, dict) else None
-    return f"{what} id '{rid}'" if rid is not None else f"{what} #{index}"
+    return f"{what} id '{rid}'" if rid is not None and text_problem(rid) is None else f"{what} #{index}"
 
 
 def _field_text(task: str, name: str, value: Any) -> str | None:
@@ -182,7 +157,26 @@ def _field_text(task: str, name: str, value: Any) -> str | None:
     return None
 
 
-def _profile(path: Path, where: str, task: str, docs: Any) -> tuple[ProfileDoc, ...]:
+def check_date(path: Path, where: str, field: str, date: Any, undated: str) -> str | None:
+    """A document's date as text (None when it has none); LampDataError for a wrong type, a text that cannot be
+    stored, or a date in no accepted format unless the policy is ``keep``."""
+    if date is None:
+        return None
+    if isinstance(date, bool) or not isinstance(date, str | int):
+        raise _fail(path, where, field, f"wrong type {type(date).__name__}")
+    text = _text(path, where, field, str(date))
+    if undated != "keep" and parse_date(text) is None:
+        problem = f'{text!r} is not a date in an accepted format (set data.undated = "keep" to keep it undated)'
+        raise _fail(path, where, field, problem)
+    return text
+
+
+def undated_documents(samples: Iterable[LampSample]) -> int:
+    """How many distinct (user, document) pairs of these samples have no parseable date (in any listing)."""
+    return len({(s.user_id, d.doc_id) for s in samples for d in s.profile if parse_date(d.date) is None})
+
+
+def _profile(path: Path, where: str, task: str, docs: Any, undated: str = "error") -> tuple[ProfileDoc, ...]:
     """Validate one question's profile and return it sorted by date (stable; undated docs last)."""
     if not isinstance(docs, list):
         raise _fail(path, where, "profile", f"must be a list, got {type(docs).__name__}")
@@ -197,6 +191,7 @@ def _profile(path: Path, where: str, task: str, docs: Any) -> tuple[ProfileDoc, 
         if doc_id is None:
             problem = "is missing" if "id" not in doc else f"must be a non-empty string or int, got {doc['id']!r}"
             raise _fail(path, where, f"profile[{j}].id", problem)
+        _text(path, where, f"profile[{j}].id", doc_id)
         if doc_id in seen:
             raise _fail(path, where, f"profile[{j}].id", f"duplicate document id '{doc_id}' in this profile")
         seen.add(doc_id)
@@ -207,15 +202,14 @@ def _profile(path: Path, where: str, task: str, docs: Any) -> tuple[ProfileDoc, 
             value = _field_text(task, name, doc[name])
             if value is None:
                 raise _fail(path, where, f"profile doc '{doc_id}'.{name}", f"wrong type {type(doc[name]).__name__}")
+            _text(path, where, f"profile doc '{doc_id}'.{name}", value)
             allowed = PROFILE_LABELS.get((task, name))
             if allowed is not None and value.strip() not in allowed:
                 problem = f"{value!r} is not a {task} label {list(allowed)}"
                 raise _fail(path, where, f"profile doc '{doc_id}'.{name}", problem)
             fields[name] = value
-        date = doc.get("date")
-        if date is not None and (isinstance(date, bool) or not isinstance(date, str | int)):
-            raise _fail(path, where, f"profile doc '{doc_id}'.date", f"wrong type {type(date).__name__}")
-        out.append(ProfileDoc(doc_id, None if date is None else str(date), fields, render_document(task, fields)))
+        date = check_date(path, where, f"profile doc '{doc_id}'.date", doc.get("date"), undated)
+        out.append(ProfileDoc(doc_id, date, fields, render_document(task, fields)))
     parsed = [parse_date(d.date) for d in out]
     order = sorted(range(len(out)), key=lambda i: (0, parsed[i], i) if parsed[i] is not None else (1, datetime.min, i))
     return tuple(out[i] for i in order)
@@ -247,6 +241,7 @@ def _golds(path: Path, task: str) -> dict[str, str]:
         gid = _as_id(gold.get("id"))
         if gid is None:
             raise _fail(path, where, "id", "is missing" if "id" not in gold else f"bad id {gold['id']!r}")
+        _text(path, where, "id", gid)
         if "output" not in gold:
             raise _fail(path, where, "output", "is missing")
         output = gold["output"]
@@ -254,6 +249,7 @@ def _golds(path: Path, task: str) -> dict[str, str]:
             output = str(output)
         if not isinstance(output, str):
             raise _fail(path, where, "output", f"wrong type {type(output).__name__}")
+        _text(path, where, "output", output)
         if labels is not None and output.strip() not in labels:
             raise _fail(path, where, "output", f"{output!r} is not a {task} label {list(labels)}")
         if gid in out:
@@ -263,9 +259,14 @@ def _golds(path: Path, task: str) -> dict[str, str]:
 
 
 def load_lamp_split(
-    questions_path: str | Path, outputs_path: str | Path | None, task: str, split: str
+    questions_path: str | Path, outputs_path: str | Path | None, task: str, split: str, undated: str = "error"
 ) -> list[LampSample]:
-    """Load and validate one split (questions + optional outputs); LampDataError on any malformed input."""
+    """Load and validate one split (questions + optional outputs); LampDataError on any malformed input.
+
+    ``undated``: what an unparseable profile date does, ``error`` (the default) or ``keep`` (the document is undated).
+    """
+    if undated not in UNDATED_POLICIES:
+        raise ValueError(f"undated must be one of {list(UNDATED_POLICIES)}, got {undated!r}")
     qpath = Path(questions_path)
     try:
         task = task_from_name(task)
@@ -274,6 +275,8 @@ def load_lamp_split(
     data = _read_json(qpath)
     if not isinstance(data, list):
         raise _fail(qpath, "top level", "<root>", f"must be a list of questions, got {type(data).__name__}")
+    if not data:
+        raise _fail(qpath, "top level", "<root>", "is an empty list (a split needs at least one question)")
     golds = _golds(Path(outputs_path), task) if outputs_path is not None else None
     samples: list[LampSample] = []
     seen: set[str] = set()
@@ -284,6 +287,7 @@ def load_lamp_split(
         sid = _as_id(question.get("id"))
         if sid is None:
             raise _fail(qpath, where, "id", "is missing" if "id" not in question else f"bad id {question['id']!r}")
+        _text(qpath, where, "id", sid)
         if sid in seen:
             raise _fail(qpath, where, "id", "duplicate sample id")
         seen.add(sid)
@@ -294,13 +298,15 @@ def load_lamp_split(
             raise _fail(qpath, where, "input", f"wrong type {type(text).__name__}")
         if not text.strip():
             raise _fail(qpath, where, "input", "is empty")
+        _text(qpath, where, "input", text)
         if "profile" not in question:
             raise _fail(qpath, where, "profile", "is missing")
-        profile = _profile(qpath, where, task, question["profile"])
+        profile = _profile(qpath, where, task, question["profile"], undated)
         if question.get("user_id") is not None:
             user_id = _as_id(question["user_id"])
             if user_id is None:
                 raise _fail(qpath, where, "user_id", f"must be a non-empty string or int, got {question['user_id']!r}")
+            _text(qpath, where, "user_id", user_id)
         else:
             user_id = derive_user_id(d.doc_id for d in profile)
         gold = golds.get(sid) if golds is not None else None
@@ -335,11 +341,22 @@ def lamp_split_paths(root: str | Path, task: str, split: str, split_kind: str = 
 
 
 def load_lamp_task(
-    root: str | Path, task: str, splits: Iterable[str] = ("train", "dev"), split_kind: str = "time"
+    root: str | Path,
+    task: str,
+    splits: Iterable[str] = ("train", "dev"),
+    split_kind: str = "time",
+    undated: str = "error",
 ) -> dict[str, list[LampSample]]:
-    """Load several splits of one task; a split without an outputs file is unlabeled (gold None)."""
+    """Load several splits of one task; a split without an outputs file is unlabeled (gold None). A sample id in
+    two splits is an error naming both files."""
     out: dict[str, list[LampSample]] = {}
+    first: dict[str, Path] = {}  # sample id -> questions file of the split that has it
     for split in splits:
         questions, outputs = lamp_split_paths(root, task, split, split_kind)
-        out[split] = load_lamp_split(questions, outputs if outputs.exists() else None, task, split)
+        out[split] = load_lamp_split(questions, outputs if outputs.exists() else None, task, split, undated)
+        for sample in out[split]:
+            if sample.sample_id in first:
+                problem = f"duplicate sample id: also in {first[sample.sample_id]}"
+                raise _fail(questions, f"record id '{sample.sample_id}'", "id", problem)
+        first.update(dict.fromkeys((sample.sample_id for sample in out[split]), questions))
     return out

@@ -43,7 +43,7 @@ def lamp_root(settings: Settings) -> Path:
 def load_task_samples(settings: Settings, task: str) -> dict[str, list[LampSample]]:
     """Train and dev samples of one task from the configured source."""
     split_kind = "time" if settings.data.source == "demo" else settings.data.split_kind
-    splits = load_lamp_task(lamp_root(settings), task, splits=("train", "dev"), split_kind=split_kind)
+    splits = load_lamp_task(lamp_root(settings), task, ("train", "dev"), split_kind, settings.data.undated)
     if settings.data.max_eval_samples and "dev" in splits:
         splits["dev"] = splits["dev"][: settings.data.max_eval_samples]
     return splits

@@ -8,6 +8,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from prag_models.faults import maybe_fail
 from prag_models.text.embedder import content_hash
 
 CACHE_TABLE = "embedding_cache"
@@ -62,6 +63,7 @@ def embed_with_cache(
             con.unregister("_prag_new")
         if progress:
             progress(min(start + chunk_size, len(missing)), len(missing))
+        maybe_fail("embedding_chunk")  # reliability tests (prag_models/faults.py): die after a committed chunk
     return lookup_embeddings(con, model_id, hashes), hashes, len(missing)
 
 

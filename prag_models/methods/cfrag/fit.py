@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from prag_models.config import CfragSettings
+from prag_models.faults import maybe_fail
 
 ProgressFn = Callable[[int, int], None]
 
@@ -118,6 +119,7 @@ def fit(
         with torch.no_grad():
             kl, score = evaluate(model, judge)
         result.history.append(EpochRecord(epoch, float(np.mean(losses)) if losses else math.nan, kl, score))
+        maybe_fail("training_epoch")  # reliability tests (prag_models/faults.py): die after an epoch
         if kl < result.history[result.best_epoch].val_kl - 1e-9:
             result.best_epoch, best_state, since_best = epoch, copy.deepcopy(model.state_dict()), 0
         else:

@@ -1,0 +1,1 @@
+"""Reliability tests (issue 15): bad input through the real asset, crashes and faults, readers during runs, inbox."""

@@ -155,7 +155,7 @@ def _ingest(args: argparse.Namespace) -> int:
     try:
         task = task_from_name(args.task)
         with connect(settings.duckdb_path) as con:
-            result = ingest_files(con, args.files, task)
+            result = ingest_files(con, args.files, task, settings.data.undated)
     except LampDataError as exc:
         print(f"prag ingest: {exc}\nnothing was written", file=sys.stderr)
         return 2
@@ -310,19 +310,26 @@ def _answer(args: argparse.Namespace) -> int:
     return 0
 
 
-def dagster_env(settings: Settings) -> dict[str, str]:
+def dagster_env(settings: Settings, warn: bool = True) -> dict[str, str]:
     """The environment of a dagster subprocess: the project's dagster.yaml, run storage under the prag home.
 
-    Variables already set (e.g. by scripts/env.sh) win.
+    prag's instance always wins: an inherited ``DAGSTER_HOME`` (or ``PRAG_DAGSTER_STORAGE`` / ``PRAG_DAGSTER_LOGS``)
+    that points elsewhere is reported on stderr, naming both, and replaced, so that the runs, the pool slots that
+    ``prag doctor`` releases and the home's lock all belong to the same home.
     """
     storage = settings.home_path / "dagster"
     (storage / "logs").mkdir(parents=True, exist_ok=True)
-    defaults = {
+    ours = {
         "DAGSTER_HOME": str(PROJECT_ROOT),
         "PRAG_DAGSTER_STORAGE": str(storage),
         "PRAG_DAGSTER_LOGS": str(storage / "logs"),
     }
-    return {**defaults, **os.environ}
+    for name, value in ours.items():
+        inherited = os.environ.get(name)
+        if warn and inherited and Path(inherited).expanduser().resolve() != Path(value).resolve():
+            print(f"[prag] warning: ignoring the inherited {name}={inherited}: prag's Dagster instance for home "
+                  f"{settings.home_path} uses {name}={value}", file=sys.stderr, flush=True)  # fmt: skip
+    return {**os.environ, **ours}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,9 @@
 ``profile_history_sensor`` (default RUNNING) notices new rows of ``profile_history`` since its cursor that are still
 pending and new files in the drop folders ``<home>/inbox/<task>/``; it launches ONE run of
 ``incremental_update_job`` for the whole batch of changes (a single task partition, or a task range) and none when
-nothing changed. ``full_reclustering_schedule`` (default STOPPED) re-clusters every configured task weekly and
+nothing changed. The sensor never reads a file's content (invalid files are the run's to reject) and never follows a
+symbolic link in a drop folder (such entries are logged and the run moves them to ``rejected/``).
+``full_reclustering_schedule`` (default STOPPED) re-clusters every configured task weekly and
 reports the drift against the clustering in effect before (asset ``cluster_drift``).
 """
 
@@ -87,6 +89,7 @@ class Changes:
     files: dict[str, list[str]]
     cursor: HistoryCursor
     waiting: dict[str, str] = field(default_factory=dict)  # task -> why its pending history cannot be applied yet
+    refused: dict[str, list[str]] = field(default_factory=dict)  # task -> "<name>: <reason>" (the run rejects them)
 
     @property
     def tasks(self) -> list[str]:
@@ -96,15 +99,20 @@ class Changes:
 
 def scan_changes(settings: Settings, cursor: HistoryCursor) -> Changes:
     """Pending history rows after the cursor and new drop-folder files, per configured task (DuckDB read-only)."""
-    from prag_models.data.history import HISTORY_TABLE, file_signature, has_table, inbox_files
+    from prag_models.data.history import HISTORY_TABLE, file_signature, has_table, inbox_entries
     from prag_models.store import connect
     from prag_models.users.incremental import pending_history
 
     tasks = [t for t in ALL_TASKS if t in settings.data.tasks]
-    seen, files = {}, {}
+    seen, files, refused = {}, {}, {}
     for task in tasks:
-        for path in inbox_files(settings.home_path, task):
-            name, sig = f"{task}/{path.name}", file_signature(path)
+        accepted, bad = inbox_entries(settings.home_path, task)  # symbolic links are listed, never followed
+        refused[task] = [f"{path.name}: {reason}" for path, reason in bad]
+        for path in accepted + [path for path, _ in bad]:
+            try:
+                name, sig = f"{task}/{path.name}", file_signature(path)
+            except OSError:  # moved away meanwhile
+                continue
             seen[name] = sig
             if cursor.files.get(name) != sig:
                 files.setdefault(task, []).append(path.name)
@@ -125,7 +133,7 @@ def scan_changes(settings: Settings, cursor: HistoryCursor) -> Changes:
                     else:
                         changed[task] = sorted(pending["user_id"].unique())
                         seq[task] = latest[task]
-    return Changes(changed, files, HistoryCursor(seq, seen), waiting)
+    return Changes(changed, files, HistoryCursor(seq, seen), waiting, {t: r for t, r in refused.items() if r})
 
 
 def _clustered(con, task: str) -> bool:
@@ -158,6 +166,8 @@ def profile_history_sensor(
         changes = scan_changes(prag_settings.get(), cursor)
     except (duckdb.IOException, DuckDBBusyError) as exc:  # another process holds the DuckDB file for writing
         return dg.SkipReason(f"DuckDB file busy, checking again later: {exc}")
+    for task, entries in changes.refused.items():
+        context.log.warning(f"{task}: drop-folder entries refused (the run moves them to rejected/): {entries}")
     if not changes.tasks:
         reason = "no new history rows or drop-folder files"
         if changes.waiting:

@@ -7,25 +7,30 @@ Group ``users``: ``cluster_drift`` and ``cluster_state``, which follow every ful
 """
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import dagster as dg
+import duckdb as duckdb_lib
 import pandas as pd
 
 from prag_assets.assets.users import similar_users, user_clusters, user_embeddings
 from prag_assets.common import preview, run_tasks
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
+from prag_models.config import Settings
 from prag_models.data.history import (
     HISTORY_TABLE,
+    IngestResult,
     append_history,
     archive_file,
     ensure_history_table,
     has_table,
     inbox_dir,
-    inbox_files,
+    inbox_entries,
     parse_history_file,
 )
 from prag_models.data.tasks import LampDataError
+from prag_models.store import DuckDBBusyError
 from prag_models.users.incremental import (
     STATE_TABLE,
     NotMaterializedError,
@@ -42,6 +47,42 @@ _DRIFT_DDL = (
     "removed_users BIGINT, clusters_before BIGINT, clusters_after BIGINT, changed_share DOUBLE, adjusted_rand DOUBLE"
 )
 _UPDATED_TABLES = ("profile_documents", "document_embeddings", "user_embeddings", "user_clusters")
+
+
+def _reject(context: dg.AssetExecutionContext, path: Path, error: str) -> None:
+    """Move a drop-folder entry to rejected/ with its error beside it; a failed move is logged, never raised."""
+    error = error.encode("utf-8", "backslashreplace").decode("utf-8")
+    context.log.error(f"rejected {path.name}: {error}")
+    try:
+        archive_file(path, "rejected", error)
+    except OSError as exc:
+        context.log.error(f"could not move {path} to rejected/: {exc}")
+
+
+def _ingest_inbox(
+    context: dg.AssetExecutionContext, con: duckdb_lib.DuckDBPyConnection, settings: Settings, task: str
+) -> tuple[list[IngestResult], list[tuple[Path, str]]]:
+    """Ingest each regular file of a task's drop folder on its own (one transaction per file); every failing or refused
+    entry goes to rejected/ with the reason, and the others are still ingested. (ingest results, [(path, error)])."""
+    files, refused = inbox_entries(settings.home_path, task)
+    bad: list[tuple[Path, str]] = list(refused)
+    results = []
+    for path in files:
+        try:
+            batch = parse_history_file(path, task, settings.data.undated)
+            results.append(append_history(con, [batch]))
+        except (duckdb_lib.IOException, DuckDBBusyError):
+            raise  # the DuckDB file, not this file, is the problem: the file stays for the next run
+        except (LampDataError, OSError, ValueError, duckdb_lib.Error) as exc:
+            bad.append((path, str(exc) or type(exc).__name__))
+            continue
+        try:
+            archive_file(path, "done")
+        except OSError as exc:
+            context.log.error(f"could not move {path} to done/: {exc} (a later run skips it: same batch id)")
+    for path, error in bad:
+        _reject(context, path, error)
+    return results, bad
 
 
 @dg.asset(
@@ -68,27 +109,16 @@ def profile_history(
     with duckdb.connect() as con:
         ensure_history_table(con)
         for task in run_tasks(context, settings):
-            good, bad = [], []
-            for path in inbox_files(settings.home_path, task):
-                try:
-                    good.append((path, parse_history_file(path, task)))
-                except LampDataError as exc:
-                    bad.append((path, str(exc)))
-            result = append_history(con, [batch for _, batch in good])
-            for path, _ in good:
-                archive_file(path, "done")
-            for path, error in bad:
-                context.log.error(f"rejected {path.name}: {error}")
-                rejected.append(f"{task}/{path.name}: {error}")
-                archive_file(path, "rejected", error)
+            ingested, bad = _ingest_inbox(context, con, settings, task)
+            rejected += [f"{task}/{path.name}: {error}" for path, error in bad]
             total, users = con.execute(
                 f"SELECT count(*), count(DISTINCT user_id) FROM {HISTORY_TABLE} WHERE task = ?", [task]
             ).fetchall()[0]
             stats[task] = {
-                "files_ingested": sum(1 for _, _, n in result.batches if n),
-                "rows_appended": sum(n for _, _, n in result.batches),
+                "files_ingested": sum(1 for r in ingested for _, _, n in r.batches if n),
+                "rows_appended": sum(n for r in ingested for _, _, n in r.batches),
                 "files_rejected": len(bad),
-                "new_users": len(result.new_users),
+                "new_users": len({u for r in ingested for u in r.new_users}),
                 "history_rows": int(total),
                 "history_users": int(users),
                 "inbox": str(inbox_dir(settings.home_path, task)),

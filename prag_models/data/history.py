@@ -9,7 +9,8 @@ File format (UTF-8 JSON, one task per file; the task comes from ``--task`` or fr
     ]
 
 A top-level list of flat records: ``user_id`` and ``id`` (non-empty strings or ints), an optional ``date`` (string or
-int, as in LaMP profiles) and every profile field of the task with the LaMP rules (docs/methods.md §1): LaMP-1 title,
+int in an accepted format, as in LaMP profiles; ``data.undated = "keep"`` keeps an unparseable one undated) and every
+profile field of the task with the LaMP rules (docs/methods.md §1; ids and texts encodable, no NUL): LaMP-1 title,
 abstract · LaMP-2 description, tag · LaMP-3 text, score (a number is accepted for the score) · LaMP-4 title, text ·
 LaMP-5 title, abstract · LaMP-7 text. Other keys are ignored, as in LaMP profiles. A record whose rendered text is
 blank, or a (user_id, id) pair listed twice in a file, is rejected. A document id a user already has replaces that
@@ -17,12 +18,16 @@ document (an edit); any other id adds a document; an unknown user id creates a n
 
 Errors are ``LampDataError``s of the form ``<file>: record #<i> (user '<u>', id '<d>'): field '<name>': <problem>``;
 a file (or a set of files) is validated completely before anything is written.
+
+The drop folder ``<home>/inbox/<task>/`` takes regular ``*.json`` files only: a symbolic link, or an entry that
+resolves outside the folder, is refused (never read or followed) and moved to ``rejected/`` like an invalid file.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -33,7 +38,16 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from prag_models.data.lamp import _as_id, _fail, _field_text, _read_json
+from prag_models.data.lamp import (
+    PROFILE_LABELS,
+    _as_id,
+    _fail,
+    _field_text,
+    _read_json,
+    _text,
+    check_date,
+    text_problem,
+)
 from prag_models.data.tasks import PROFILE_FIELDS, RENDER_FIELDS, LampDataError, render_document, task_from_name
 from prag_models.text.embedder import content_hash
 
@@ -87,11 +101,11 @@ def _where(index: int, record: Any) -> str:
     if not isinstance(record, dict):
         return f"record #{index}"
     named = [(key, _as_id(record.get(name))) for key, name in (("user", "user_id"), ("id", "id"))]
-    known = [f"{key} '{value}'" for key, value in named if value is not None]
+    known = [f"{key} '{value}'" for key, value in named if value is not None and text_problem(value) is None]
     return f"record #{index}" + (f" ({', '.join(known)})" if known else "")
 
 
-def parse_history_records(data: Any, path: Path, task: str) -> tuple[HistoryDoc, ...]:
+def parse_history_records(data: Any, path: Path, task: str, undated: str = "error") -> tuple[HistoryDoc, ...]:
     """Validate decoded JSON against the format above; LampDataError naming file, record and field."""
     if not isinstance(data, list):
         raise _fail(path, "top level", "<root>", f"must be a list of documents, got {type(data).__name__}")
@@ -111,7 +125,7 @@ def parse_history_records(data: Any, path: Path, task: str) -> tuple[HistoryDoc,
                     "is missing" if name not in record else f"must be a non-empty string or int, got {record[name]!r}"
                 )
                 raise _fail(path, where, name, problem)
-            ids[name] = value
+            ids[name] = _text(path, where, name, value)
         key = (ids["user_id"], ids["id"])
         if key in seen:
             raise _fail(path, where, "id", f"duplicate document id '{key[1]}' for user '{key[0]}' in this file")
@@ -123,26 +137,26 @@ def parse_history_records(data: Any, path: Path, task: str) -> tuple[HistoryDoc,
             value = _field_text(task, name, record[name])
             if value is None:
                 raise _fail(path, where, name, f"wrong type {type(record[name]).__name__}")
-            fields[name] = value
-        date = record.get("date")
-        if date is not None and (isinstance(date, bool) or not isinstance(date, str | int)):
-            raise _fail(path, where, "date", f"wrong type {type(date).__name__}")
+            allowed = PROFILE_LABELS.get((task, name))
+            if allowed is not None and value.strip() not in allowed:
+                raise _fail(path, where, name, f"{value!r} is not a {task} label {list(allowed)}")
+            fields[name] = _text(path, where, name, value)
+        date_text = check_date(path, where, "date", record.get("date"), undated)
         text = render_document(task, fields)
         if not any(fields[n].strip() for n in RENDER_FIELDS[task]):
             raise _fail(path, where, "/".join(RENDER_FIELDS[task]), "is blank (the document would have no text)")
-        date_text = None if date is None else str(date)
         out.append(HistoryDoc(ids["user_id"], ids["id"], date_text, fields, text, content_hash(text)))
     return tuple(out)
 
 
-def parse_history_file(path: str | Path, task: str) -> HistoryBatch:
+def parse_history_file(path: str | Path, task: str, undated: str = "error") -> HistoryBatch:
     """Read and validate one history file for a task (canonical or LaMP_X spelling)."""
     p = Path(path)
     try:
         task = task_from_name(task)
     except LampDataError as exc:
         raise LampDataError(f"{p}: {exc}") from None
-    docs = parse_history_records(_read_json(p), p, task)
+    docs = parse_history_records(_read_json(p), p, task, undated)
     digest = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
     return HistoryBatch(str(p), task, f"{task}-{digest}", docs)
 
@@ -217,9 +231,11 @@ def append_history(
     return IngestResult(tuple(report), tuple(users), tuple(new_users))
 
 
-def ingest_files(con: duckdb.DuckDBPyConnection, paths: Iterable[str | Path], task: str) -> IngestResult:
+def ingest_files(
+    con: duckdb.DuckDBPyConnection, paths: Iterable[str | Path], task: str, undated: str = "error"
+) -> IngestResult:
     """Validate every file first (nothing is written if one is bad), then append them as one batch each."""
-    batches = [parse_history_file(p, task) for p in paths]
+    batches = [parse_history_file(p, task, undated) for p in paths]
     return append_history(con, batches)
 
 
@@ -228,18 +244,37 @@ def inbox_dir(home: str | Path, task: str) -> Path:
     return Path(home) / INBOX / task_from_name(task)
 
 
-def inbox_files(home: str | Path, task: str) -> list[Path]:
-    """The JSON files waiting in a task's drop folder, oldest first (name order on ties)."""
+def inbox_entries(home: str | Path, task: str) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """The drop folder's ``*.json`` entries: regular files to ingest, oldest first (name order on ties), and the
+    refused ones with the reason (symbolic links and entries resolving outside the folder are never followed)."""
     folder = inbox_dir(home, task)
     if not folder.is_dir():
-        return []
-    files = [p for p in folder.glob("*.json") if p.is_file()]
-    return sorted(files, key=lambda p: (p.stat().st_mtime_ns, p.name))
+        return [], []
+    real = folder.resolve()
+    files: list[tuple[int, str, Path]] = []
+    refused: list[tuple[Path, str]] = []
+    for p in sorted(folder.glob("*.json")):
+        try:
+            st = p.lstat()
+            if p.is_symlink():
+                refused.append((p, f"refused: a symbolic link (to {os.readlink(p)}), never followed"))
+            elif p.resolve().parent != real:
+                refused.append((p, f"refused: resolves outside the drop folder {folder}"))
+            elif p.is_file():
+                files.append((st.st_mtime_ns, p.name, p))
+        except OSError:  # gone meanwhile (moved by a run): nothing to do
+            continue
+    return [p for _, _, p in sorted(files)], refused
+
+
+def inbox_files(home: str | Path, task: str) -> list[Path]:
+    """The regular JSON files waiting in a task's drop folder, oldest first (symbolic links are not listed)."""
+    return inbox_entries(home, task)[0]
 
 
 def file_signature(path: Path) -> str:
-    """Size and modification time of a file: a changed file is seen as a new one."""
-    stat = path.stat()
+    """Size and modification time of a file (of a link itself, never its target): a changed file is a new one."""
+    stat = path.lstat()
     return f"{stat.st_size}:{stat.st_mtime_ns}"
 
 
@@ -249,7 +284,12 @@ def archive_file(path: Path, outcome: str, note: str = "") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
     target = folder / f"{stamp}_{path.name}"
-    shutil.move(str(path), target)
+    if path.is_symlink():
+        os.rename(path, target)  # moves the link itself, never what it points to
+    else:
+        shutil.move(str(path), target)
     if note:
-        target.with_name(target.name + ".error.txt").write_text(note + "\n", encoding="utf-8")
+        target.with_name(target.name + ".error.txt").write_text(
+            note + "\n", encoding="utf-8", errors="backslashreplace"
+        )
     return target

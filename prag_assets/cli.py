@@ -370,3 +370,6 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+from prag_assets.sql_command import with_sql_command  # noqa: E402, I001 - the `sql` subcommand
+main = with_sql_command(main)

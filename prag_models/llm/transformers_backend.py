@@ -10,6 +10,7 @@ from typing import Any
 from prag_models.config import GeneratorSettings
 from prag_models.llm.base import GenerationError, Generator, answer_continuation
 from prag_models.llm.packaged import resolve_generator_model, split_gguf
+from prag_models.text.loading import quiet_loading
 
 
 class TransformersGenerator(Generator):
@@ -38,8 +39,9 @@ class TransformersGenerator(Generator):
         torch.manual_seed(settings.seed)
         self._device = "cuda" if torch.cuda.is_available() else "cpu"
         try:
-            self._tokenizer: Any = AutoTokenizer.from_pretrained(source, **kwargs)
-            self._model: Any = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+            with quiet_loading():
+                self._tokenizer: Any = AutoTokenizer.from_pretrained(source, **kwargs)
+                self._model: Any = AutoModelForCausalLM.from_pretrained(source, **kwargs)
         except (OSError, ValueError) as exc:
             raise GenerationError(
                 f"transformers could not load {settings.model!r} (from {resolved!r}): {exc}"

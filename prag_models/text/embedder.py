@@ -49,11 +49,14 @@ class Embedder:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         from sentence_transformers import SentenceTransformer
 
+        from prag_models.text.loading import quiet_loading
+
         self.settings = settings
         self.model_id = settings.model
         path = resolve_embedder_path(settings.model)
         try:
-            self._model = SentenceTransformer(path, device=settings.device)
+            with quiet_loading():
+                self._model = SentenceTransformer(path, device=settings.device)
         except OSError as exc:
             raise RuntimeError(f"cannot load embedder {settings.model!r} (resolved to {path!r}): {exc}") from None
         self._model.max_seq_length = settings.max_seq_length
@@ -66,7 +69,11 @@ class Embedder:
         for start in range(0, len(texts), step):
             chunk = list(texts[start : start + step])
             out[start : start + len(chunk)] = self._model.encode(
-                chunk, batch_size=self.settings.batch_size, normalize_embeddings=True, convert_to_numpy=True
+                chunk,
+                batch_size=self.settings.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
             )
             if progress:
                 progress(min(start + step, len(texts)), len(texts))

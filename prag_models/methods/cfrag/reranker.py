@@ -51,10 +51,13 @@ class PersonalizedReranker(nn.Module):
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-        if pretrained:
-            self.encoder = AutoModel.from_pretrained(encoder_path)
-        else:  # architecture only; the serializer loads the weights afterwards
-            self.encoder = AutoModel.from_config(AutoConfig.from_pretrained(encoder_path))
+        from prag_models.text.loading import quiet_loading
+
+        with quiet_loading():
+            if pretrained:
+                self.encoder = AutoModel.from_pretrained(encoder_path)
+            else:  # architecture only; the serializer loads the weights afterwards
+                self.encoder = AutoModel.from_config(AutoConfig.from_pretrained(encoder_path))
         self.encoder.float()
         self.tokenizer = AutoTokenizer.from_pretrained(encoder_path)
         self.user_dim, self.max_length = int(user_dim), int(max_length)

@@ -1,0 +1,70 @@
+"""`prag sql "<query>"`: one read-only SQL query on the prag home's DuckDB file, printed as a table.
+
+The `duckdb` CLI on PyPI cannot open a file written by DuckDB 2.0, so prag ships its own reader: it opens the file
+read-only through ``prag_models.store.read_connection`` (the last published snapshot while a run holds the file), so
+a query can never change a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+FORMATS = ("table", "csv", "json")
+
+
+def run_sql(query: str, fmt: str = "table", max_rows: int = 200) -> int:
+    """Run one query read-only on the configured DuckDB file and print its result; 0 on success, 1 on error."""
+    import duckdb
+
+    from prag_models.config import load_settings
+    from prag_models.store import read_connection
+
+    path = load_settings().duckdb_path
+    if not path.exists():
+        print(f"prag sql: {path} does not exist yet: run `prag materialize` first", file=sys.stderr)
+        return 1
+    try:
+        with read_connection(path) as (con, source):
+            frame = con.execute(query).df()
+    except duckdb.Error as exc:
+        print(f"prag sql: {exc}", file=sys.stderr)
+        return 1
+    if source != "live":
+        print(f"(a run holds the DuckDB file: reading the last published {source})", file=sys.stderr)
+    if fmt == "csv":
+        print(frame.to_csv(index=False), end="")
+    elif fmt == "json":
+        print(frame.to_json(orient="records", date_format="iso"))
+    else:
+        shown = frame.head(max_rows)
+        print(shown.to_markdown(index=False) if len(shown.columns) else "(no columns)")
+        if len(frame) > max_rows:
+            print(f"... {len(frame) - max_rows} more rows (--max-rows, or --format csv for all)")
+    return 0
+
+
+def sql_main(argv: Sequence[str]) -> int:
+    """Parse `prag sql` arguments and run the query."""
+    parser = argparse.ArgumentParser(prog="prag sql", description=__doc__.splitlines()[0])
+    parser.add_argument("query", help='SQL, e.g. "select * from lamp_evaluation limit 5"')
+    parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+    parser.add_argument("--max-rows", type=int, default=200, help="rows printed in table format (default: 200)")
+    args = parser.parse_args(list(argv))
+    return run_sql(args.query, args.format, args.max_rows)
+
+
+def with_sql_command(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
+    """The prag entry point extended by the `sql` subcommand (every other command goes to main)."""
+
+    def entry(argv: list[str] | None = None) -> int:
+        args = sys.argv[1:] if argv is None else list(argv)
+        if args[:1] == ["sql"]:
+            return sql_main(args[1:])
+        if args[:1] in (["-h"], ["--help"]):
+            print('prag sql "<query>" [--format table|csv|json]: a read-only SQL query on the DuckDB file\n')
+        return main(argv)
+
+    entry.__doc__ = main.__doc__
+    return entry

@@ -1,0 +1,53 @@
+"""`prag sql`: a read-only query on the home's DuckDB file, printed as a table, CSV or JSON."""
+
+import json
+
+import duckdb
+import pytest
+
+from prag_assets import cli
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A prag home whose DuckDB file holds a small lamp_evaluation table."""
+    home = tmp_path / "home"
+    home.mkdir()
+    with duckdb.connect(str(home / "prag.duckdb")) as con:
+        con.execute("CREATE TABLE lamp_evaluation (task VARCHAR, method VARCHAR, value DOUBLE)")
+        con.execute("INSERT INTO lamp_evaluation VALUES ('LaMP-2', 'dense', 0.5), ('LaMP-2', 'random', 0.25)")
+    monkeypatch.setenv("PRAG_HOME", str(home))
+    return home
+
+
+def test_query_prints_a_table(home, capsys) -> None:
+    """The result reads as a markdown table with the selected rows."""
+    assert cli.main(["sql", "select method, value from lamp_evaluation order by value desc"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert "method" in lines[0] and "value" in lines[0]
+    assert "dense" in lines[2] and "random" in lines[3] and len(lines) == 4
+
+
+def test_csv_and_json_formats(home, capsys) -> None:
+    """--format csv and json give machine-readable output."""
+    assert cli.main(["sql", "select method from lamp_evaluation order by method", "--format", "csv"]) == 0
+    assert capsys.readouterr().out == "method\ndense\nrandom\n"
+    assert cli.main(["sql", "select count(*) as n from lamp_evaluation", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"n": 2}]
+
+
+def test_writes_are_refused_and_change_nothing(home, capsys) -> None:
+    """The file is opened read-only: a DELETE fails with DuckDB's message and the rows stay."""
+    assert cli.main(["sql", "delete from lamp_evaluation"]) == 1
+    assert "read-only" in capsys.readouterr().err.lower()
+    with duckdb.connect(str(home / "prag.duckdb"), read_only=True) as con:
+        assert con.execute("select count(*) from lamp_evaluation").fetchone()[0] == 2
+
+
+def test_missing_file_and_bad_sql_fail_clearly(tmp_path, home, capsys, monkeypatch) -> None:
+    """A wrong query names DuckDB's error; a home without a file says to materialize first."""
+    assert cli.main(["sql", "select * from no_such_table"]) == 1
+    assert "no_such_table" in capsys.readouterr().err
+    monkeypatch.setenv("PRAG_HOME", str(tmp_path / "empty"))
+    assert cli.main(["sql", "select 1"]) == 1
+    assert "prag materialize" in capsys.readouterr().err

@@ -47,3 +47,37 @@ def table_metadata(con, table: str, tasks: list[str] | None) -> dict[str, dg.Met
         "dagster/column_schema": dg.MetadataValue.table_schema(schema),
         "duckdb_table": dg.MetadataValue.text(table),
     }
+
+
+def _column_type(dtype: object) -> str:
+    """The Dagster column type of a pandas dtype."""
+    kind = getattr(dtype, "kind", "O")
+    return {"b": "bool", "i": "int", "u": "int", "f": "float", "M": "datetime"}.get(kind, "string")
+
+
+def _cell(value: object, kind: str) -> object:
+    """One cell as a JSON scalar (floats rounded to 4 places, missing values as None)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    return {"bool": bool, "int": int, "float": lambda v: round(float(v), 4)}.get(kind, str)(value)
+
+
+def frame_table(df: pd.DataFrame, descriptions: dict[str, str] | None = None) -> dg.MetadataValue:
+    """A DataFrame as a Dagster table with its column schema, so it reads as a table in the UI."""
+    kinds = {c: _column_type(df[c].dtype) for c in df.columns}
+    schema = dg.TableSchema(
+        columns=[dg.TableColumn(c, kinds[c], description=(descriptions or {}).get(c)) for c in df.columns]
+    )
+    records = [dg.TableRecord({c: _cell(v, kinds[c]) for c, v in zip(df.columns, row, strict=True)})
+               for row in df.itertuples(index=False)]  # fmt: skip
+    return dg.MetadataValue.table(records=records, schema=schema)
+
+
+#: The columns of an evaluation table shown in the UI and what the interval columns mean.
+TABLE_COLUMNS = ["task", "method", "metric", "value", "ci_low", "ci_high", "n_samples"]
+INTERVAL = {"ci_low": "95 % bootstrap interval, low", "ci_high": "95 % bootstrap interval, high"}
+
+
+def evaluation_table_metadata(table: pd.DataFrame) -> dg.MetadataValue:
+    """The evaluation rows as a Dagster table (shown as a table in the UI, with its column schema)."""
+    return frame_table(table.reindex(columns=TABLE_COLUMNS), INTERVAL)

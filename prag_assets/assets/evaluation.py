@@ -6,9 +6,10 @@ import dagster as dg
 import pandas as pd
 
 from prag_assets.assets.generation import generations
-from prag_assets.common import run_tasks
+from prag_assets.common import evaluation_table_metadata, run_tasks, table_metadata
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
+from prag_assets.task_table import CODE_VERSION
 from prag_models.llm_evaluation import EVALUATION_COLUMNS, compare_with_baselines, evaluate_generations
 from prag_models.report import comparisons_markdown, evaluation_chart, evaluation_markdown
 from prag_models.store import read_rows, replace_many, table_exists
@@ -23,6 +24,7 @@ GROUP = "evaluation"
     backfill_policy=single_run,
     pool=DUCKDB_POOL,
     kinds={"duckdb"},
+    code_version=CODE_VERSION,
     description="One row per (task, method, metric) with LaMP's official metric semantics, n and a 95 % bootstrap "
     "interval; table lamp_evaluation_comparisons holds each method's paired difference against random and "
     "dense_global (same transaction).",
@@ -33,14 +35,16 @@ def lamp_evaluation(
     """Score the generations of each task."""
     settings = prag_settings.get()
     frames, comparisons = [], []
+    tasks = run_tasks(context, settings)
     with duckdb.connect() as con:
-        for task in run_tasks(context, settings):
+        for task in tasks:
             gens = read_rows(con, "generations", {"task": task})
             frame, comparison = evaluate_generations(task, gens), compare_with_baselines(task, gens)
             where = {"task": task}
             replace_many(con, [("lamp_evaluation", frame, where), ("lamp_evaluation_comparisons", comparison, where)])
             frames.append(frame)
             comparisons.append(comparison)
+        written = table_metadata(con, "lamp_evaluation", tasks)
     table = pd.concat(frames) if frames else pd.DataFrame(columns=EVALUATION_COLUMNS)
     comparison = pd.concat(comparisons) if comparisons else pd.DataFrame()
     return dg.MaterializeResult(
@@ -48,37 +52,9 @@ def lamp_evaluation(
             "table": evaluation_table_metadata(table),
             "markdown": dg.MetadataValue.md(evaluation_markdown(table)),
             "comparisons": dg.MetadataValue.md(comparisons_markdown(comparison)),
-            "dagster/row_count": len(table),
+            **written,
         }
     )
-
-
-def evaluation_table_metadata(table: pd.DataFrame) -> dg.MetadataValue:
-    """The evaluation rows as a Dagster table (shown as a table in the UI, with its column schema)."""
-    columns = [
-        dg.TableColumn("task", "string"),
-        dg.TableColumn("method", "string"),
-        dg.TableColumn("metric", "string"),
-        dg.TableColumn("value", "float"),
-        dg.TableColumn("ci_low", "float", description="95 % bootstrap interval, low"),
-        dg.TableColumn("ci_high", "float", description="95 % bootstrap interval, high"),
-        dg.TableColumn("n_samples", "int"),
-    ]
-    records = [
-        dg.TableRecord(
-            {
-                "task": r.task,
-                "method": r.method,
-                "metric": r.metric,
-                "value": round(float(r.value), 4),
-                "ci_low": round(float(r.ci_low), 4),
-                "ci_high": round(float(r.ci_high), 4),
-                "n_samples": int(r.n_samples),
-            }  # fmt: skip
-        )
-        for r in table.itertuples()
-    ]
-    return dg.MetadataValue.table(records=records, schema=dg.TableSchema(columns=columns))
 
 
 @dg.asset(
@@ -87,6 +63,7 @@ def evaluation_table_metadata(table: pd.DataFrame) -> dg.MetadataValue:
     backfill_policy=single_run,
     pool=DUCKDB_POOL,
     kinds={"duckdb"},
+    code_version=CODE_VERSION,
     description="The evaluation of every task as one markdown table and a bar chart of each task's primary metric.",
 )
 def lamp_evaluation_report(

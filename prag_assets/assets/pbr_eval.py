@@ -17,11 +17,12 @@ import numpy as np
 import pandas as pd
 
 from prag_assets.assets.pbr_lamp import CachedEmbedder, CachedGenerator
-from prag_assets.common import preview, progress_logger
+from prag_assets.common import frame_table, preview, progress_logger, table_metadata
 from prag_assets.partitions import DUCKDB_POOL, single_run
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
+from prag_assets.task_table import CODE_VERSION
 from prag_models.config import PbrSettings, Settings
-from prag_models.data.personabench import RetrievalQuestion, Segment
+from prag_models.data.personabench import RetrievalQuestion
 from prag_models.llm.base import Generator
 from prag_models.methods import query_expansion as qe
 from prag_models.methods.pbr import NEEDS_EXPANSION, PBR_METHODS, PbrExpansion, validate_pbr_settings
@@ -35,6 +36,7 @@ from prag_models.methods.pbr_eval import (
 )
 from prag_models.methods.pbr_report import retrieval_markdown
 from prag_models.metrics_retrieval import KS
+from prag_models.stages.real_data import ensure_table, read_corpus
 from prag_models.store import read_rows, replace_rows
 from prag_models.text.embedder import content_hash
 
@@ -45,15 +47,14 @@ P_PRF = "p_prf"  # expansion method name of PBR's pseudo utterances + pseudo rea
 REPLAY_SOURCE = "replay:pbr_cached_expansions.json"
 #: Datasets with the PBR authors' cached P-PRF expansions (pbr.expansion_source = auto | replay replays them).
 REPLAYABLE = ("personabench",)
-_DDL = {
-    "query_expansions": "dataset VARCHAR, q_id VARCHAR, user_id VARCHAR, method VARCHAR, source VARCHAR, "
-    "utterances_json VARCHAR, text VARCHAR, parse_fallback VARCHAR",
-    "retrieval_runs": "dataset VARCHAR, method VARCHAR, q_id VARCHAR, user_id VARCHAR, rank INTEGER, "
-    "segment_id VARCHAR",
-    "retrieval_evaluation": "dataset VARCHAR, method VARCHAR, category VARCHAR, metric VARCHAR, k INTEGER, "
-    "value DOUBLE, n_questions BIGINT, ci_low DOUBLE, ci_high DOUBLE",
-}
-_COMMON = dict(group_name=GROUP, backfill_policy=single_run, pool=DUCKDB_POOL, output_required=False)
+_COMMON = dict(group_name=GROUP, backfill_policy=single_run, pool=DUCKDB_POOL, output_required=False,
+               code_version=CODE_VERSION)
+
+
+def _written(duckdb: DuckDBResource, table: str) -> dict[str, dg.MetadataValue]:
+    """Row count and column schema of a retrieval_eval table (every dataset)."""
+    with duckdb.connect() as con:
+        return table_metadata(con, table, None)
 
 
 def run_datasets(context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext, settings: Settings) -> list[str]:
@@ -112,26 +113,6 @@ def dataset_settings(pbr: PbrSettings, dataset: str) -> PbrSettings:
     return pbr
 
 
-def ensure_table(con, table: str) -> None:
-    """Create one of the group's tables with its schema (so empty results still have typed columns)."""
-    con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({_DDL[table]})")
-    if table == "retrieval_evaluation":  # stores written before the intervals existed
-        for column in ("ci_low", "ci_high"):
-            con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} DOUBLE")
-
-
-def read_corpus(con, dataset: str) -> tuple[list[RetrievalQuestion], dict[str, list[Segment]]]:
-    """Questions and per-user segments of a dataset, in the loader's order, from the personal_corpora tables."""
-    segs = read_rows(con, "personal_segments", {"dataset": dataset}, order_by="user_position, position")
-    by_user: dict[str, list[Segment]] = {}
-    for r in segs.itertuples():
-        by_user.setdefault(r.user_id, []).append(Segment(r.user_id, r.segment_id, r.text, r.source))
-    qs = read_rows(con, "personal_questions", {"dataset": dataset}, order_by="position")
-    questions = [RetrievalQuestion(dataset, r.user_id, r.q_id, r.question, json.loads(r.gold_json), r.category,
-                                   r.answer) for r in qs.itertuples()]
-    return questions, by_user
-
-
 def seeded_cache(con, dataset: str, settings: Settings, models: ModelsResource) -> EmbeddingCache:
     """An EmbeddingCache holding the dataset's segment_embeddings; other texts go through embedding_cache."""
     rows = con.execute(
@@ -180,7 +161,8 @@ def personal_corpora(
             stats[dataset] = {"segments": len(seg_frame), "users": len(segments), "questions": len(last),
                               "categories": last["category"].value_counts().to_dict(), "skipped": skipped}
             context.log.info(f"{dataset}: {stats[dataset]}")
-    yield dg.MaterializeResult(metadata={"per_dataset": dg.MetadataValue.json(stats), "root": str(root),
+    written = _written(duckdb, "personal_segments")
+    yield dg.MaterializeResult(metadata={**written, "per_dataset": dg.MetadataValue.json(stats), "root": str(root),
                                          "questions_preview": preview(last.drop(columns="gold_json"))})
 
 
@@ -208,7 +190,8 @@ def segment_embeddings(
                 model_id=settings.embedder.model, embedding=list(matrix))
             replace_rows(con, "segment_embeddings", frame, {"dataset": dataset})
             stats[dataset] = {"segments": len(frame), "newly_embedded": emb.new, "dim": emb.dim}
-    yield dg.MaterializeResult(metadata={"per_dataset": dg.MetadataValue.json(stats),
+    written = _written(duckdb, "segment_embeddings")
+    yield dg.MaterializeResult(metadata={**written, "per_dataset": dg.MetadataValue.json(stats),
                                          "newly_embedded": sum(s["newly_embedded"] for s in stats.values()),
                                          "embedder": settings.embedder.model})
 
@@ -293,8 +276,9 @@ def query_expansions(
                               "parse_fallbacks": {f"{m}:{f}": int(n) for (m, f), n in fallbacks.items()},
                               "sources": sorted(frame["source"].unique().tolist())}
             context.log.info(f"{dataset}: {stats[dataset]}")
-    yield dg.MaterializeResult(metadata={"per_dataset": dg.MetadataValue.json(stats), "generator": gen.model_id
-                                         if gen else "none (replay only)",
+    written = _written(duckdb, "query_expansions")
+    yield dg.MaterializeResult(metadata={**written, "per_dataset": dg.MetadataValue.json(stats),
+                                         "generator": gen.model_id if gen else "none (replay only)",
                                          "generated_now": sum(s["generated_now"] for s in stats.values())})
 
 
@@ -346,7 +330,8 @@ def retrieval_runs(
             replace_rows(con, "retrieval_runs", frame, {"dataset": dataset})
             stats[dataset] = {"methods": methods, "skipped": skipped, "questions": len(questions),
                               "rows": len(frame), "newly_embedded": cache.embedder.new}
-    yield dg.MaterializeResult(metadata={"per_dataset": dg.MetadataValue.json(stats)})
+    written = _written(duckdb, "retrieval_runs")
+    yield dg.MaterializeResult(metadata={**written, "per_dataset": dg.MetadataValue.json(stats)})
 
 
 @dg.asset(deps=[retrieval_runs], kinds={"duckdb"}, description="R@K (PersonaBench best-combination recall, "
@@ -383,6 +368,8 @@ def retrieval_evaluation(
     report = settings.home_path / "reports" / "retrieval_evaluation.md"
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text(markdown + "\n", encoding="utf-8")
-    context.log.info("\n" + markdown)
-    yield dg.MaterializeResult(metadata={"table": dg.MetadataValue.md(markdown), "rows": len(table),
+    context.log.info(f"retrieval evaluation: {len(table)} rows, table in {report}")
+    written = _written(duckdb, "retrieval_evaluation")
+    yield dg.MaterializeResult(metadata={**written, "table": frame_table(table),
+                                         "markdown": dg.MetadataValue.md(markdown),
                                          "report_path": dg.MetadataValue.path(str(report))})

@@ -21,9 +21,10 @@ import pandas as pd
 
 from prag_assets.assets.embeddings import document_embeddings, query_embeddings
 from prag_assets.assets.retrieval import RETRIEVAL_COLUMNS, load_task_inputs
-from prag_assets.common import progress_logger, run_tasks
+from prag_assets.common import progress_logger, run_tasks, table_metadata
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
+from prag_assets.task_table import CODE_VERSION
 from prag_models.config import PbrSettings
 from prag_models.data.source import llm_eval_sample_ids
 from prag_models.llm.base import Generator
@@ -157,6 +158,7 @@ def pbr_lamp_rows(
     backfill_policy=single_run,
     pool=DUCKDB_POOL,
     kinds={"duckdb"},
+    code_version=CODE_VERSION,
     description="PBR query side over the user's own profile: pbr (P-PRF via the configured LLM + P-Anchor fusion) "
     "and pbr_anchor_only (q + g, no LLM); top-k by inner product; pbr on the LLM-evaluation samples "
     "(data.llm_eval_samples), pbr_anchor_only on every dev sample.",
@@ -199,7 +201,9 @@ def pbr_lamp_retrievals(
                 "parse_fallbacks": dict(Counter(e.parse_fallback for e in expansions.values())),
             }
             context.log.info(f"{task}: {stats[task]}")
+        written = table_metadata(con, TABLE, list(stats))
     return dg.MaterializeResult(metadata={
+        **written,
         "per_task": dg.MetadataValue.json(stats),
         "generator": gen.model_id if gen else "none",
         "generated_now": sum(s["generated_now"] for s in stats.values()),

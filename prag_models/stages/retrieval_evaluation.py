@@ -1,0 +1,71 @@
+"""Stage 6a (retrieval evaluation): every LaMP retrieval path scored without an LLM (docs/methods.md §6)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+
+from prag_models import retrieval_eval as rev
+from prag_models.stages.generation import RETRIEVAL_TABLES
+from prag_models.store import read_rows, table_exists
+
+
+def load_runs(con, task: str) -> tuple[pd.DataFrame, dict[str, list[str]]]:
+    """Every retrieval row of a task, and per method the samples it ran on: those its table covers (a table runs all
+    its methods on the same samples, so a sample a method returned nothing for still counts, as a miss), except the
+    methods that run on the LLM-evaluation samples only."""
+    frames, method_samples = [], {}
+    for table in RETRIEVAL_TABLES:
+        if not table_exists(con, table):
+            continue
+        frame = read_rows(con, table, {"task": task})
+        samples = sorted(frame["sample_id"].astype(str).unique())
+        method_samples |= {m: samples for m in frame["method"].unique()}
+        for method in set(rev.LLM_SUBSET_METHODS) & set(frame["method"]):  # run on the LLM-evaluation samples only
+            method_samples[method] = sorted(frame.loc[frame["method"] == method, "sample_id"].astype(str).unique())
+        frames.append(frame)
+    runs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["method", "sample_id"])
+    runs["sample_id"] = runs["sample_id"].astype(str)
+    return runs, method_samples
+
+
+def load_truth(con, task: str) -> tuple[dict[str, set[str]] | None, dict[str, str] | None, dict[str, str]]:
+    """Relevant docs per dev sample (None without relevance labels), doc labels (None for tasks without) and golds
+    in the labels' terms (rev.document_label / rev.gold_label)."""
+    samples = con.execute(
+        "SELECT sample_id, input, gold FROM lamp_samples WHERE task = ? AND split = 'dev'", [task]
+    ).fetchall()
+    golds = {str(s): rev.gold_label(task, str(text), str(g)) for s, text, g in samples}
+    relevant: dict[str, set[str]] | None = None
+    if table_exists(con, "relevance_labels"):
+        pairs = con.execute("SELECT sample_id, doc_id FROM relevance_labels WHERE task = ?", [task]).fetchall()
+        if pairs:
+            relevant = {}
+            for sample, doc in pairs:
+                relevant.setdefault(str(sample), set()).add(str(doc))
+    labels = None
+    if task in rev.LABEL_FIELDS:
+        rows = con.execute("SELECT doc_id, fields_json FROM profile_documents WHERE task = ?", [task]).fetchall()
+        labels = {str(d): rev.document_label(task, json.loads(f)) for d, f in rows}
+    return relevant, labels, {s: g for s, g in golds.items() if g is not None}
+
+
+#: (per-sample scores, summary, comparisons) of one task, or None when nothing can be scored.
+Scored = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
+
+
+def retrieval_evaluation_tables(con, task: str, k: int) -> tuple[Scored | None, dict[str, Any]]:
+    """Score a task's retrieval tables: per-sample scores, the summary with intervals, the paired comparisons."""
+    runs, method_samples = load_runs(con, task)
+    relevant, labels, golds = load_truth(con, task)
+    scores = rev.per_sample_scores(runs, method_samples, k, relevant, labels, golds)
+    if scores.empty:
+        return None, {}
+    primary = rev.primary_retrieval_metric(relevant is not None, k)
+    summary = rev.summarize(task, scores, primary)
+    comparison = rev.compare(task, scores)
+    best = summary[summary["metric"] == primary].sort_values("value", ascending=False).iloc[0]
+    stats = {"primary": primary, "methods": int(summary["method"].nunique()), "best": best["method"]}
+    return (scores.assign(task=task), summary, comparison), stats

@@ -13,6 +13,7 @@ import dagster as dg
 import pandas as pd
 
 from prag_assets.common import run_tasks, table_metadata
+from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_models.config import Settings
@@ -24,13 +25,14 @@ CODE_VERSION = "1"
 
 @dataclass
 class TaskStep:
-    """What one task's build gets: the run's context, the open DuckDB connection, the task, settings and models."""
+    """What one task's build gets: the run's context, the open DuckDB connection, the task, settings, models, MLflow."""
 
     context: dg.AssetExecutionContext
     con: Any
     task: str
     settings: Settings
     models: ModelsResource
+    mlflow: MlflowResource
 
 
 #: (one task's step) -> (the task's rows of the table, the task's statistics for the metadata).
@@ -67,12 +69,13 @@ def task_table_asset(
         prag_settings: PragSettingsResource,
         duckdb: DuckDBResource,
         models: ModelsResource,
+        mlflow: MlflowResource,
     ) -> dg.MaterializeResult:
         settings = prag_settings.get()
         stats: dict[str, dict] = {}
         with duckdb.connect() as con:
             for task in run_tasks(context, settings):
-                frame, stats[task] = build(TaskStep(context, con, task, settings, models))
+                frame, stats[task] = build(TaskStep(context, con, task, settings, models, mlflow))
                 replace_rows(con, table, frame, {"task": task})
                 context.log.info(f"{task}: {len(frame)} rows of {table}, {stats[task]}")
             metadata = table_metadata(con, table, list(stats))

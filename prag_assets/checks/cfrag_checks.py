@@ -13,8 +13,8 @@ from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.partitions import DUCKDB_POOL, task_partitions
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_models.config import Settings
-from prag_models.methods.cfrag import pipeline
-from prag_models.store import column_to_matrix, read_rows
+from prag_models.methods.cfrag import feedback_labels, probes, tables, variants
+from prag_models.store import column_to_matrix, read_rows, table_exists
 from prag_models.validation import between, matrix_problems, min_rows, not_null, unique, validate_frame
 
 #: Largest allowed difference between the scores of a trained model and of its copy loaded back from MLflow.
@@ -58,10 +58,10 @@ def _retrieval_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> li
     if missing:
         problems.append(f"{missing} retrieved documents do not exist in profile_documents")
     allowed = {
-        "encoder": cfrag.neighbour_lists(con, task),
-        "mean": cfrag.mean_embedding_neighbours(con, task, settings),
+        "encoder": tables.neighbour_lists(con, task),
+        "mean": tables.mean_embedding_neighbours(con, task, settings),
     }
-    users_of = {v.method: v.users for v in pipeline.VARIANTS}
+    users_of = {v.method: v.users for v in variants.VARIANTS}
     bad = []
     for r in df.itertuples(index=False):
         kind = users_of.get(r.method)
@@ -74,7 +74,7 @@ def _retrieval_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> li
             bad.append(f"{r.method}/{r.sample_id}: doc {r.doc_id} of user {r.source_user_id}")
     if bad:
         problems.append(f"{len(bad)} documents come from users the method may not use, e.g. {bad[:3]}")
-    expected = set(pipeline.CFRAG_METHODS)
+    expected = set(variants.CFRAG_METHODS)
     if set(df["method"]) != expected:
         problems.append(f"methods {sorted(set(df['method']))} != {sorted(expected)}")
     return problems
@@ -82,12 +82,12 @@ def _retrieval_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> li
 
 def _feedback_result(con, task: str, settings: Settings, generator_id: str) -> tuple[list[str], list[str], dict]:
     """(errors, warnings, info) of a task's labels: schema, key, score range; degenerate samples of this generator."""
-    exists = cfrag_users.has_table(con, "feedback_labels")
+    exists = table_exists(con, "feedback_labels")
     df = read_rows(con, "feedback_labels", {"task": task}) if exists else pd.DataFrame()
-    version = pipeline.feedback_prompt_version(task, settings)
+    version = feedback_labels.feedback_prompt_version(task, settings)
     if len(df):  # labels of other generators / prompt versions / signals are kept for re-use, not judged here
         df = df[(df["generator_id"] == generator_id) & (df["prompt_version"] == version)]
-    low, high = pipeline.score_range(task, settings.cfrag.feedback_signal)
+    low, high = feedback_labels.score_range(task, settings.cfrag.feedback_signal)
     suite = [
         *not_null("sample_id", "doc_id", "source_user_id", "generator_id", "prompt_version", "score"),
         unique("sample_id", "doc_id", "source_user_id", "generator_id", "prompt_version"),
@@ -98,7 +98,7 @@ def _feedback_result(con, task: str, settings: Settings, generator_id: str) -> t
     warnings: list[str] = []
     info: dict = {"labels": len(df)}
     if len(df):
-        degenerate, n = pipeline.degenerate_samples(df)
+        degenerate, n = feedback_labels.degenerate_samples(df)
         info |= {"generator": generator_id, "prompt_version": version, "samples": n, "degenerate_samples": degenerate}
         info["degenerate_share"] = round(degenerate / n, 3) if n else None
         if not n:
@@ -158,7 +158,7 @@ def _model_check(
         outcomes: dict[str, TaskOutcome] = {}
         with duckdb.connect() as con:
             for task in run_tasks(context, settings):
-                probe = cfrag_users.load_probe(con, task)
+                probe = tables.load_probe(con, task)
                 outcome = outcomes[task] = TaskOutcome()
                 for kind in kinds:
                     problems, info = _model_problems(con, mlflow, task, kind, probe, must_decrease)
@@ -170,12 +170,12 @@ def _model_check(
 
 
 def _model_problems(
-    con, mlflow: MlflowResource, task: str, kind: str, probe: pipeline.Probe, must_decrease: bool
+    con, mlflow: MlflowResource, task: str, kind: str, probe: probes.Probe, must_decrease: bool
 ) -> tuple[list[str], dict]:
     """Problems of one registered model and what was measured."""
-    row = cfrag_users.model_row(con, task, kind)
+    row = tables.model_row(con, task, kind)
     curve = np.asarray(row["loss_curve"], dtype=np.float64)
-    start, end = pipeline.loss_trend(curve.tolist())
+    start, end = probes.loss_trend(curve.tolist())
     info = {
         "registered": f"{row['registered_name']}/{row['version']}",
         "steps": len(curve),
@@ -188,7 +188,7 @@ def _model_problems(
     elif must_decrease and not end < start:
         problems.append(f"loss did not decrease: start {start:.4f}, end {end:.4f}")
     model, _ = mlflow.load(row["registered_name"], version=int(row["version"]))
-    again = pipeline.probe_scores(kind, model, probe)
+    again = probes.probe_scores(kind, model, probe)
     stored = np.asarray(row["probe_scores"], dtype=np.float32)
     diff = float(np.max(np.abs(again - stored))) if again.shape == stored.shape and len(stored) else float("inf")
     info["probe_scores"], info["roundtrip_max_abs_diff"] = len(stored), diff
@@ -253,7 +253,7 @@ cfrag_checks = [
         lambda t, s: [
             *not_null("method", "sample_id", "user_id", "doc_id", "source_user_id", "score"),
             unique("method", "sample_id", "rank"),
-            between("rank", 1, pipeline.final_k(s)),
+            between("rank", 1, variants.final_k(s)),
             min_rows(1),
         ],
         _retrieval_extra,

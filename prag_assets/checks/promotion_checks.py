@@ -5,7 +5,7 @@ import math
 import dagster as dg
 import pandas as pd
 
-from prag_assets.assets.cfrag_promotion import EVAL_TABLE, METHOD, cfrag_model_evaluation
+from prag_assets.assets.cfrag_promotion import cfrag_model_evaluation
 from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report
 from prag_assets.common import run_tasks
 from prag_assets.mlflow_resource import MlflowResource
@@ -14,6 +14,7 @@ from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_models.metrics import metric_bounds, primary_metric
 from prag_models.promotion import KINDS
 from prag_models.registry import make_client
+from prag_models.stages.cfrag_evaluation import EVAL_TABLE, METHOD
 from prag_models.store import read_rows, table_exists
 
 

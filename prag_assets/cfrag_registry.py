@@ -1,0 +1,92 @@
+"""CFRAG models in MLflow for the assets: save a trained model, log and register it (MlflowResource), record its
+``cfrag_models`` row; load the version a training asset registered or the challenger; loss curves as metadata."""
+
+from typing import Any
+
+import dagster as dg
+import numpy as np
+
+from prag_assets.mlflow_resource import MlflowResource
+from prag_models.config import Settings
+from prag_models.methods.cfrag.probes import loss_trend, probe_scores
+from prag_models.methods.cfrag.tables import MODELS_TABLE, load_probe, model_dir, model_row, models_row
+from prag_models.methods.cfrag.training import Trained
+from prag_models.registry import CHALLENGER, model_aliases, registered_name
+from prag_models.store import replace_rows
+
+
+def record_model(con, mlflow: MlflowResource, settings: Settings, task: str, trained: Trained) -> dict[str, Any]:
+    """Save a trained model, log + register it in MLflow (with the per-epoch validation record of a FitResult when
+    there is one), write its ``cfrag_models`` row; returns a metadata entry."""
+    from prag_models.methods.cfrag.serialization import save_model
+
+    kind, curve = trained.kind, trained.curve
+    folder = save_model(trained.model, model_dir(settings, task, kind))
+    probe = probe_scores(kind, trained.model, load_probe(con, task))
+    start, end = loss_trend(curve)
+    name = registered_name(kind, task)
+    tags = {"task": task, "kind": kind}
+    epochs = None
+    summary: dict[str, Any] = {}
+    if trained.fitted is not None:
+        summary = trained.fitted.summary()
+        tags |= {f"training.{k}": str(v).lower() if isinstance(v, bool) else str(v) for k, v in summary.items()}
+        history = trained.fitted.history
+        epochs = {
+            "train_loss": [h.train_loss for h in history],
+            "val_kl": [h.val_kl for h in history],
+            "val_ndcg": [h.val_ndcg for h in history],
+        }
+    entry = mlflow.log_and_register(
+        folder, name, trained.params, curve, trained.data_version, tags=tags, epoch_metrics=epochs
+    )
+    row = models_row(task, kind, entry, trained.data_version, curve, probe, trained.seconds, folder)
+    replace_rows(con, MODELS_TABLE, row, {"task": task, "kind": kind})
+    return {
+        "registered": f"{name}/{entry.version}",
+        "aliases": list(entry.aliases),
+        "data_version": trained.data_version,
+        "steps": len(curve),
+        "loss_first": round(curve[0], 5) if curve else None,
+        "loss_last": round(curve[-1], 5) if curve else None,
+        "loss_start_mean": round(start, 5),
+        "loss_end_mean": round(end, 5),
+        "train_seconds": round(trained.seconds, 2),
+        **summary,
+    }
+
+
+def load_registered_model(con, mlflow: MlflowResource, task: str, kind: str) -> tuple[Any, dict[str, Any]]:
+    """Load from MLflow the exact version the training asset registered (version number from ``cfrag_models``)."""
+    row = model_row(con, task, kind)
+    model, _ = mlflow.load(row["registered_name"], version=int(row["version"]))
+    return model, row
+
+
+def load_challenger(con, mlflow: MlflowResource, task: str, kind: str) -> tuple[object, dict]:
+    """The ``challenger`` version of a model kind; the version in ``cfrag_models`` when the alias does not exist."""
+    row = model_row(con, task, kind)
+    name = row["registered_name"]
+    if CHALLENGER in model_aliases(mlflow.target(), name):
+        model, entry = mlflow.load(name, alias=CHALLENGER)
+        return model, {"registered_name": name, "version": entry.version, "loaded_by": f"alias {CHALLENGER}"}
+    model, _ = load_registered_model(con, mlflow, task, kind)
+    return model, {"registered_name": name, "version": int(row["version"]), "loaded_by": "cfrag_models version"}
+
+
+def loss_curve_markdown(curves: dict[str, list[float]], points: int = 12) -> dg.MetadataValue:
+    """A compact markdown table of loss curves (about ``points`` evenly spaced steps per task)."""
+    lines = ["| task | step: loss |", "|---|---|"]
+    for task, curve in curves.items():
+        steps = sorted({int(i) for i in np.linspace(0, len(curve) - 1, min(points, len(curve)))}) if curve else []
+        lines.append(f"| {task} | " + ", ".join(f"{s}: {curve[s]:.4f}" for s in steps) + " |")
+    return dg.MetadataValue.md("\n".join(lines))
+
+
+def training_metadata(stats: dict[str, dict], curves: dict[str, list[float]]) -> dict[str, dg.MetadataValue]:
+    """The metadata of a training asset: per-task entries, loss curves and the registered versions."""
+    return {
+        "per_task": dg.MetadataValue.json(stats),
+        "loss_curves": loss_curve_markdown(curves),
+        "registered_versions": dg.MetadataValue.json({t: s["registered"] for t, s in stats.items()}),
+    }

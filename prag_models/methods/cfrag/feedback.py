@@ -1,0 +1,185 @@
+"""The CFRAG feedback loop (docs/methods.md §2.4–2.6): candidates of the selected train samples, their LLM feedback
+labels (reused when stored, each finished batch written at once) and the training set the retriever and reranker
+learn from."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from prag_models.config import Settings
+from prag_models.generation import lamp_prompt
+from prag_models.methods.cfrag.candidates import cosine_scorer, per_user_top_k, select_feedback_samples
+from prag_models.methods.cfrag.feedback_labels import (
+    degenerate_samples,
+    feedback_max_new_tokens,
+    feedback_prompt_version,
+    feedback_scores,
+)
+from prag_models.methods.cfrag.tables import model_row, neighbour_lists
+from prag_models.methods.cfrag.training_set import TrainingSet, training_set
+from prag_models.methods.profiles import ProfileIndex, Retrieved
+from prag_models.prompts import prompt_document
+from prag_models.store import column_to_matrix, read_rows, table_exists
+
+FEEDBACK_TABLE = "feedback_labels"
+FEEDBACK_KEY = ["task", "sample_id", "doc_id", "source_user_id", "generator_id", "prompt_version"]
+FEEDBACK_COLUMNS = [*FEEDBACK_KEY, "output", "score"]
+
+
+@dataclass
+class FeedbackInputs:
+    """A task's profile index, the selected training samples and their m·k candidates (§2.4–2.5)."""
+
+    index: ProfileIndex
+    prompt_docs: list[str]  # each index row as the prompt shows it
+    samples: pd.DataFrame  # sample_id, user_id, input, query, gold, embedding
+    candidates: dict[str, list[Retrieved]]
+
+
+def load_feedback_inputs(con, task: str, settings: Settings) -> FeedbackInputs:
+    """Selected train samples and their candidates: top-k docs by base dense cosine from each of the m similar users."""
+    docs = con.execute(
+        "SELECT p.doc_id, p.user_id, p.text, p.fields_json, e.embedding FROM profile_documents p "
+        "JOIN document_embeddings e USING (task, user_id, doc_id) WHERE task = ? ORDER BY p.user_id, p.position",
+        [task],
+    ).df()
+    index = ProfileIndex(
+        docs["doc_id"].tolist(),
+        docs["user_id"].tolist(),
+        docs["text"].tolist(),
+        column_to_matrix(docs["embedding"].tolist()),
+    )
+    prompt_docs = [
+        prompt_document(task, t, json.loads(f)) for t, f in zip(docs["text"], docs["fields_json"], strict=True)
+    ]
+    train = con.execute(
+        "SELECT s.sample_id, s.user_id, s.input, s.query, s.gold, q.embedding FROM lamp_samples s "
+        "JOIN query_embeddings q USING (task, sample_id) WHERE task = ? AND s.split = 'train' ORDER BY s.sample_id",
+        [task],
+    ).df()
+    c = settings.cfrag
+    chosen = set(select_feedback_samples(train["sample_id"].tolist(), c.max_feedback_samples, c.seed))
+    samples = train[train["sample_id"].isin(chosen)].reset_index(drop=True)
+    neighbours = neighbour_lists(con, task)
+    candidates = {
+        s.sample_id: per_user_top_k(
+            index, neighbours.get(s.user_id, [s.user_id]), c.docs_per_user, cosine_scorer(index, s.embedding)
+        )
+        for s in samples.itertuples(index=False)
+    }
+    return FeedbackInputs(index, prompt_docs, samples, candidates)
+
+
+def existing_labels(con, task: str, generator_id: str, prompt_version: str) -> pd.DataFrame:
+    """The feedback labels already stored for this task, generator and prompt version."""
+    if not table_exists(con, FEEDBACK_TABLE):
+        return pd.DataFrame(columns=FEEDBACK_COLUMNS)
+    return read_rows(
+        con, FEEDBACK_TABLE, {"task": task, "generator_id": generator_id, "prompt_version": prompt_version}
+    )
+
+
+def append_labels(con, frame: pd.DataFrame) -> None:
+    """Insert finished labels at once (creating the table), so an interrupted run keeps them."""
+    con.register("_feedback_incoming", frame)
+    try:
+        if not table_exists(con, FEEDBACK_TABLE):
+            con.execute(f"CREATE TABLE {FEEDBACK_TABLE} AS SELECT * FROM _feedback_incoming")
+        else:
+            con.execute(f"INSERT INTO {FEEDBACK_TABLE} BY NAME SELECT * FROM _feedback_incoming")
+    finally:
+        con.unregister("_feedback_incoming")
+
+
+def label_task(
+    con, task: str, settings: Settings, generator: Any, log: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
+    """Generate and score the missing feedback labels of one task, a batch at a time; returns its statistics."""
+    batch = max(1, settings.generator.batch_size)
+    inputs = load_feedback_inputs(con, task, settings)
+    version = feedback_prompt_version(task, settings)
+    max_new = feedback_max_new_tokens(task, settings)
+    have = existing_labels(con, task, generator.model_id, version)
+    done = set(zip(have["sample_id"], have["source_user_id"], have["doc_id"], strict=True))
+    todo = [
+        (s, c)
+        for s in inputs.samples.itertuples(index=False)
+        for c in inputs.candidates[s.sample_id]
+        if (s.sample_id, c.source_user_id, c.doc_id) not in done
+    ]
+    total = sum(len(v) for v in inputs.candidates.values())
+    log(f"{task} feedback: {total - len(todo)}/{total} labels exist, {len(todo)} to generate")
+    started, generated = time.perf_counter(), 0
+    for start in range(0, len(todo), batch):
+        chunk = todo[start : start + batch]
+        prompts = [
+            lamp_prompt(task, s.input, [inputs.prompt_docs[c.row]], generator, settings.prompt) for s, c in chunk
+        ]
+        golds = [s.gold for s, _ in chunk]
+        scores, outputs, new = feedback_scores(task, generator, prompts, golds, settings, con, max_new)
+        generated += new
+        rows = [
+            (task, s.sample_id, c.doc_id, c.source_user_id, generator.model_id, version, out, score)
+            for (s, c), out, score in zip(chunk, outputs, scores, strict=True)
+        ]
+        append_labels(con, pd.DataFrame(rows, columns=FEEDBACK_COLUMNS))
+        finished = start + len(chunk)
+        rate = finished / max(time.perf_counter() - started, 1e-9)
+        log(f"{task} feedback: {finished}/{len(todo)} new labels ({rate:.2f} labels/s)")
+    seconds = time.perf_counter() - started
+    labels = existing_labels(con, task, generator.model_id, version)
+    labels = labels[labels["sample_id"].isin(set(inputs.samples["sample_id"]))]
+    degenerate, n_samples = degenerate_samples(labels)
+    return {
+        "samples": len(inputs.samples),
+        "candidates_per_sample": round(total / max(len(inputs.samples), 1), 2),
+        "labels": total,
+        "reused": total - len(todo),
+        "labelled_now": len(todo),
+        "llm_generations_now": generated,
+        "seconds": round(seconds, 2),
+        "labels_per_second": round(len(todo) / seconds, 2) if todo and seconds > 0 else None,
+        "mean_score": round(float(labels["score"].mean()), 4) if len(labels) else None,
+        "degenerate_share": round(degenerate / n_samples, 3) if n_samples else None,
+        "prompt_version": version,
+        "signal": settings.cfrag.feedback_signal,
+    }
+
+
+def load_training_set(
+    con, task: str, settings: Settings, generator_id: str
+) -> tuple[FeedbackInputs, TrainingSet, pd.DataFrame, str]:
+    """The labelled candidate lists of a task, the label rows used, and the encoder version behind e_u."""
+    inputs = load_feedback_inputs(con, task, settings)
+    labels = existing_labels(con, task, generator_id, feedback_prompt_version(task, settings))
+    labels = labels[labels["sample_id"].isin(set(inputs.samples["sample_id"]))]
+    users = read_rows(con, "cfrag_user_embeddings", {"task": task})
+    emb = dict(zip(users["user_id"], users["embedding"], strict=True))
+    ts = training_set(inputs.index, inputs.samples, inputs.candidates, labels, emb)
+    if not ts.sample_ids:
+        raise LookupError(f"{task}: no feedback labels for {generator_id}: materialize feedback_labels first")
+    encoder = model_row(con, task, "user_encoder")
+    used = labels[["sample_id", "source_user_id", "doc_id", "score"]].sort_values(
+        ["sample_id", "source_user_id", "doc_id"]
+    )
+    return inputs, ts, used.reset_index(drop=True), f"{encoder['registered_name']}/{encoder['version']}"
+
+
+def projection_targets(con, task: str) -> tuple[np.ndarray, np.ndarray]:
+    """(e_u, z_u) of every user: the CFRAG user embeddings and the unit mean document embeddings (W's start)."""
+    from prag_models.users.embeddings import normalize_rows
+
+    rows = con.execute(
+        "SELECT c.embedding AS e, u.embedding AS z FROM cfrag_user_embeddings c JOIN user_embeddings u "
+        "USING (task, user_id) WHERE task = ? ORDER BY user_id",
+        [task],
+    ).fetchall()
+    e = column_to_matrix([r[0] for r in rows])
+    return e, normalize_rows(column_to_matrix([r[1] for r in rows]))

@@ -1,0 +1,163 @@
+"""What CFRAG reads from and writes to DuckDB: user histories, the load-back probe, neighbour lists, CFRAG user
+embeddings and similar users, and the ``cfrag_models`` rows of registered models (docs/methods.md §2.1–2.3)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from prag_models.config import Settings
+from prag_models.methods.cfrag.candidates import user_histories
+from prag_models.methods.cfrag.probes import PROBE_DOCS, PROBE_ROWS, Probe, loss_trend
+from prag_models.store import column_to_matrix, read_rows, table_exists
+
+MODELS_TABLE = "cfrag_models"
+
+
+def model_dir(settings: Settings, task: str, kind: str) -> Path:
+    """Local folder of a trained model: ``<home>/models/<task>/<kind>/``."""
+    return settings.home_path / "models" / task / kind
+
+
+def task_histories(con, task: str) -> tuple[list[str], dict[str, list[int]], np.ndarray, pd.DataFrame]:
+    """Users of the task (with documents or samples), their histories (rows in profile order) and the doc matrix."""
+    docs = read_rows(con, "document_embeddings", {"task": task}, order_by="user_id, position")
+    histories = user_histories(docs["user_id"].tolist())
+    sample_users = {
+        u for (u,) in con.execute("SELECT DISTINCT user_id FROM lamp_samples WHERE task = ?", [task]).fetchall()
+    }
+    users = sorted(set(histories) | sample_users)
+    return users, histories, column_to_matrix(docs["embedding"].tolist()), docs
+
+
+def load_probe(con, task: str) -> Probe:
+    """The load-back probe of a task: first users' histories, first dev queries, first documents, CFRAG e_u."""
+    users, histories, matrix, _ = task_histories(con, task)
+    dev = con.execute(
+        "SELECT s.sample_id, s.user_id, s.query, q.embedding FROM lamp_samples s JOIN query_embeddings q "
+        "USING (task, sample_id) WHERE task = ? AND s.split = 'dev' ORDER BY s.sample_id LIMIT ?",
+        [task, PROBE_ROWS],
+    ).df()
+    texts = [
+        t
+        for (t,) in con.execute(
+            "SELECT text FROM profile_documents WHERE task = ? ORDER BY user_id, position LIMIT ?", [task, PROBE_DOCS]
+        ).fetchall()
+    ]
+    emb = {}
+    if table_exists(con, "cfrag_user_embeddings"):
+        frame = read_rows(con, "cfrag_user_embeddings", {"task": task})
+        emb = dict(zip(frame["user_id"], frame["embedding"], strict=True))
+    user_emb = (
+        np.stack([np.asarray(emb[u], dtype=np.float32) for u in dev["user_id"]])
+        if emb and all(u in emb for u in dev["user_id"])
+        else np.zeros((0, 0), dtype=np.float32)
+    )
+    return Probe(
+        histories=[histories.get(u, []) for u in users[:PROBE_ROWS]],
+        queries=column_to_matrix(dev["embedding"].tolist()),
+        query_texts=dev["query"].tolist(),
+        user_emb=user_emb,
+        doc_vectors=matrix[:PROBE_DOCS],
+        doc_texts=texts,
+    )
+
+
+def model_row(con, task: str, kind: str) -> dict[str, Any]:
+    """The ``cfrag_models`` row of the model a training asset registered last for the task."""
+    if not table_exists(con, MODELS_TABLE):
+        raise LookupError(f"table {MODELS_TABLE} does not exist: materialize the CFRAG training assets first")
+    frame = read_rows(con, MODELS_TABLE, {"task": task, "kind": kind})
+    if frame.empty:
+        raise LookupError(f"no {kind} registered for {task}: materialize its training asset first")
+    return frame.iloc[0].to_dict()
+
+
+def models_row(
+    task: str,
+    kind: str,
+    entry: Any,
+    version_of_data: str,
+    curve: Sequence[float],
+    probe: Sequence[float],
+    seconds: float,
+    folder: Path,
+) -> pd.DataFrame:
+    """The ``cfrag_models`` row of a registered version (entry: prag_models.registry.RegisteredVersion)."""
+    start, end = loss_trend(curve)
+    return pd.DataFrame(
+        [
+            {
+                "task": task,
+                "kind": kind,
+                "registered_name": entry.name,
+                "version": entry.version,
+                "run_id": entry.run_id,
+                "aliases": ",".join(entry.aliases),
+                "data_version": version_of_data,
+                "steps": len(curve),
+                "loss_start": start,
+                "loss_end": end,
+                "loss_curve": [float(v) for v in curve],
+                "probe_scores": [float(v) for v in probe],
+                "train_seconds": round(seconds, 3),
+                "local_path": str(folder),
+                "trained_at": pd.Timestamp.now(tz="UTC").tz_localize(None),
+            }
+        ]
+    )
+
+
+def neighbour_lists(con, task: str) -> dict[str, list[str]]:
+    """Each user's CFRAG similar users in rank order (the user itself first with include_self)."""
+    out: dict[str, list[str]] = {}
+    for user, nb in con.execute(
+        "SELECT user_id, neighbour_id FROM cfrag_similar_users WHERE task = ? ORDER BY user_id, rank", [task]
+    ).fetchall():
+        out.setdefault(user, []).append(nb)
+    return out
+
+
+def mean_embedding_neighbours(con, task: str, settings: Settings) -> dict[str, list[str]]:
+    """Top-m users by the MEAN-of-documents user embeddings (table user_embeddings): ablation §2.8."""
+    from prag_models.methods.cfrag.user_encoder import top_m_similar_users
+
+    users = read_rows(con, "user_embeddings", {"task": task}, order_by="user_id")
+    ids = users["user_id"].tolist()
+    found, _ = top_m_similar_users(
+        column_to_matrix(users["embedding"].tolist()), settings.cfrag.top_m_users, settings.cfrag.include_self
+    )
+    return {ids[i]: [ids[int(j)] for j in found[i]] for i in range(len(ids))}
+
+
+def cfrag_user_embedding_rows(con, task: str, model: Any) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """e_u of every user of the task from a (registered) user encoder."""
+    from prag_models.methods.cfrag.probes import single_thread
+    from prag_models.methods.cfrag.user_encoder import encode_users
+
+    users, histories, _, _ = task_histories(con, task)
+    with single_thread():
+        vectors = encode_users(model, [histories.get(u, []) for u in users])
+    frame = pd.DataFrame({"task": task, "user_id": users, "embedding": list(vectors)})
+    return frame, {"users": len(users), "without_history": sum(1 for u in users if u not in histories)}
+
+
+def cfrag_similar_user_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Top-m users by cosine of CFRAG user embeddings (FAISS), the user itself first with include_self (§2.3)."""
+    from prag_models.methods.cfrag.user_encoder import top_m_similar_users
+
+    c = settings.cfrag
+    users = read_rows(con, "cfrag_user_embeddings", {"task": task}, order_by="user_id")
+    ids = users["user_id"].tolist()
+    found, scores = top_m_similar_users(column_to_matrix(users["embedding"].tolist()), c.top_m_users, c.include_self)
+    rows = [
+        (task, ids[i], ids[int(j)], rank, float(s))
+        for i in range(len(ids))
+        for rank, (j, s) in enumerate(zip(found[i], scores[i], strict=True), 1)
+    ]
+    frame = pd.DataFrame(rows, columns=["task", "user_id", "neighbour_id", "rank", "similarity"])
+    return frame, {"users": len(ids), "pairs": len(frame), "m": int(found.shape[1])}

@@ -1,0 +1,84 @@
+"""CFRAG stage 3 (docs/methods.md §2.3–2.8): retrieval for the dev samples with given models — full CFRAG and the
+ablations — into rows shaped like the other retrieval tables, with agreement statistics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from prag_models.config import Settings
+from prag_models.methods.cfrag import inference
+from prag_models.methods.cfrag.tables import mean_embedding_neighbours, neighbour_lists
+from prag_models.methods.cfrag.variants import CFRAG_METHODS, VARIANTS
+from prag_models.methods.profiles import ProfileIndex
+from prag_models.stages.retrieval import RETRIEVAL_COLUMNS, load_task_inputs
+from prag_models.store import read_rows
+
+
+def retrieve_variants(
+    settings: Settings,
+    task: str,
+    index: ProfileIndex,
+    samples: pd.DataFrame,
+    user_emb: dict[str, np.ndarray],
+    neighbours: dict[str, dict[str, list[str]]],
+    models: dict,
+) -> list[tuple]:
+    """Rows of every CFRAG variant for every dev sample (prag_models.methods.cfrag.inference)."""
+    queries = [
+        inference.CfragQuery(
+            s.sample_id,
+            s.user_id,
+            s.query,
+            np.asarray(s.embedding, dtype=np.float32),
+            np.asarray(user_emb[s.user_id], dtype=np.float32),
+        )  # fmt: skip
+        for s in samples.itertuples(index=False)
+    ]
+    found = inference.retrieve(index, queries, neighbours, models, settings)
+    return [
+        (task, v.method, q.sample_id, q.user_id, rank, r.doc_id, r.source_user_id, r.score)
+        for q in queries
+        for v in VARIANTS
+        for rank, r in enumerate(found[(q.sample_id, v.method)], 1)
+    ]
+
+
+def agreement(frame: pd.DataFrame, a: str, b: str) -> float | None:
+    """Share of samples whose doc lists are identical under methods a and b."""
+    lists = {m: g.sort_values("rank").groupby("sample_id")["doc_id"].apply(tuple) for m, g in frame.groupby("method")}
+    if a not in lists or b not in lists:
+        return None
+    joined = pd.concat([lists[a], lists[b]], axis=1, keys=[a, b]).dropna()
+    return round(float((joined[a] == joined[b]).mean()), 3) if len(joined) else None
+
+
+def foreign_share(frame: pd.DataFrame, method: str) -> float | None:
+    """Share of a method's retrieved documents that come from other users."""
+    rows = frame[frame["method"] == method]
+    return round(float((rows["source_user_id"] != rows["user_id"]).mean()), 3) if len(rows) else None
+
+
+def cfrag_retrieval_rows(con, task: str, settings: Settings, models: dict) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The cfrag_retrievals rows of one task with the given retriever / rerankers, and their statistics."""
+    index, samples, _ = load_task_inputs(con, task, with_neighbours=False)
+    users = read_rows(con, "cfrag_user_embeddings", {"task": task})
+    user_emb = dict(zip(users["user_id"], users["embedding"], strict=True))
+    neighbours = {"encoder": neighbour_lists(con, task), "mean": mean_embedding_neighbours(con, task, settings)}
+    frame = pd.DataFrame(
+        retrieve_variants(settings, task, index, samples, user_emb, neighbours, models), columns=RETRIEVAL_COLUMNS
+    )
+    stats = {
+        "samples": int(frame["sample_id"].nunique()),
+        "docs_per_sample": round(len(frame) / max(frame["sample_id"].nunique() * len(VARIANTS), 1), 2),
+        "foreign_doc_share": foreign_share(frame, "cfrag"),
+        "same_as_cfrag": {m: agreement(frame, "cfrag", m) for m in CFRAG_METHODS[1:]},
+        "coinciding_by_construction": {
+            f"{a} = {b}": {"same_lists": agreement(frame, a, b), "why": why}
+            for (a, b), why in inference.COINCIDENCES.items()
+        },
+        "inference_docs_per_user": inference.docs_per_user(settings),
+    }
+    return frame, stats

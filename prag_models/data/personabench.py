@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prag_models.methods.pbr import PbrExpansion, expansions_from_records
+from prag_models.data.pbr_expansions import PbrExpansion, expansions_from_records
 
 #: Private-data sources of a person, in the order the authors' code indexes them (docs/methods.md §4.5).
 SOURCES: tuple[str, ...] = ("conversation", "user_ai_interaction", "purchase_history")

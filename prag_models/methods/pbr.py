@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from prag_models.config import PbrSettings
+from prag_models.data.pbr_expansions import PbrExpansion, expansions_from_records  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
     from scipy.sparse import csr_matrix
@@ -26,16 +26,6 @@ if TYPE_CHECKING:
 PBR_METHODS: tuple[str, ...] = ("base", "pbr", "pbr_wo_anchor", "pbr_wo_prf")
 #: Methods that need P-PRF expansions (pseudo utterances + pseudo reasoning).
 NEEDS_EXPANSION: frozenset[str] = frozenset({"pbr", "pbr_wo_anchor"})
-
-
-@dataclass(frozen=True)
-class PbrExpansion:
-    """P-PRF output for one question: m pseudo utterances and one pseudo reasoning (docs/methods.md §4.1)."""
-
-    pseudo_utterances: tuple[str, ...]
-    reasoning: str
-    source: str = "replay"  # replay | generate
-    parse_fallback: str = "json"  # how the utterances were parsed, see parse_candidates
 
 
 def validate_pbr_settings(settings: PbrSettings) -> None:
@@ -337,14 +327,3 @@ def faiss_top_k(doc_emb: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
     index.add(docs)
     _, idx = index.search(qs, k)
     return idx
-
-
-def expansions_from_records(records: Mapping[str, Mapping[str, Any]], where: str) -> dict[str, PbrExpansion]:
-    """Cached expansions from q_id -> {"fake_10": [...], "reason": "..."} records (the authors' format)."""
-    out: dict[str, PbrExpansion] = {}
-    for q_id, rec in records.items():
-        fake, reason = rec.get("fake_10"), rec.get("reason")
-        if not isinstance(fake, list) or not isinstance(reason, str):
-            raise ValueError(f"{where}: question {q_id!r} needs a list 'fake_10' and a string 'reason'")
-        out[q_id] = PbrExpansion(tuple(str(x) for x in fake), reason, "replay", "json")
-    return out

@@ -1,4 +1,7 @@
-"""MLflow as a Dagster resource: tracking + registry in a sqlite store under the prag home (or a configured URI)."""
+"""MLflow as a Dagster resource: tracking + registry in a sqlite store under the prag home (or a configured URI).
+
+Every CFRAG model it registers is an MLflow pyfunc model (``prag_models.methods.cfrag.pyfunc_model``) whose
+predict serves (task, user_id, query) rows from this home's DuckDB file."""
 
 from __future__ import annotations
 
@@ -38,11 +41,30 @@ class MlflowResource(dg.ConfigurableResource):
         tags: Mapping[str, str] | None = None,
         epoch_metrics: Mapping[str, Sequence[float]] | None = None,
     ) -> RegisteredVersion:
-        """Log a saved model folder with its training record and register it as a new version of ``name``."""
+        """Log a saved model folder with its training record and register it as a new version of ``name``: a pyfunc
+        model when ``tags`` name the task and a CFRAG model kind."""
+        from functools import partial
+
+        from prag_models.methods.cfrag import pyfunc_model
         from prag_models.registry import log_and_register
 
+        target, tags = self.target(), dict(tags or {})
+        package = None
+        if tags.get("task") and tags.get("kind") in pyfunc_model.KIND_VARIANTS:
+            config = pyfunc_model.model_config(
+                tags["task"], tags["kind"], name, self.settings.get(), target.tracking_uri
+            )
+            package = partial(pyfunc_model.save_pyfunc, weights=model_dir, config=config)
         return log_and_register(
-            self.target(), model_dir, name, params, loss_curve, data_version, tags, epoch_metrics=epoch_metrics
+            target,
+            model_dir,
+            name,
+            params,
+            loss_curve,
+            data_version,
+            tags,
+            epoch_metrics=epoch_metrics,
+            package=package,
         )
 
     def load(self, name: str, version: int | None = None, alias: str = "") -> tuple[nn.Module, RegisteredVersion]:

@@ -3,9 +3,13 @@
 A trained model is saved with ``prag_models.methods.cfrag.serialization.save_model`` (``config.json`` +
 ``model.safetensors``, never a pickle). :func:`log_and_register` logs that folder with ``log_artifacts`` in a new run
 (params, the loss curve as metric ``loss`` by step, ``final_loss``, the data version as a tag) and registers it as a
-new version of a registered model. New versions get alias ``challenger``; the first version of a model that has no
-``champion`` yet also becomes ``champion`` (promotion rules live elsewhere). :func:`load_registered` downloads a
-version's folder and loads it with ``load_model`` (safetensors only).
+new version of a registered model. Given a ``package`` (``methods.cfrag.pyfunc_model.save_pyfunc``), the logged
+folder is an MLflow pyfunc model (``MLmodel``, signature, input example) holding the weights under ``artifacts/``.
+Registered models and versions get descriptions (what the model is, task, data version, training metrics); the
+experiment gets tag ``mlflow.experimentKind = custom_model_development`` so the MLflow 3 UI opens it as classic ML.
+New versions get alias ``challenger``; the first version of a model that has no ``champion`` yet also becomes
+``champion`` (promotion rules live elsewhere). :func:`load_registered` downloads a version's folder and loads its
+weights with ``load_model`` (safetensors only).
 
 Every call goes through an explicit ``MlflowClient`` (no global tracking URI is set). mlflow and torch are imported
 inside the functions, so importing this module is cheap.
@@ -17,7 +21,7 @@ import hashlib
 import os
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +41,20 @@ MODEL_NAMES: dict[str, str] = {
     "reranker": "prag-reranker",
     "reranker_no_eu": "prag-reranker-no-eu",
 }
+#: What each model kind is (registered-model descriptions), docs/methods.md §2.
+KIND_DESCRIPTIONS: dict[str, str] = {
+    "user_encoder": "CFRAG user encoder (docs/methods.md §2.1–2.2): the user's document history -> e_u, trained "
+    "contrastively; e_u selects the top-m similar users.",
+    "retriever": "CFRAG personalized retriever (§2.4): (1-α)·cos(q, d) + α·cos(W e_u, d), trained from LLM feedback; "
+    "k documents per similar user.",
+    "reranker": "CFRAG personalized reranker (§2.7): cross-encoder CLS ⊕ W₂e_u -> MLP, residual on cos(q, d), "
+    "trained from LLM feedback; the final top-k. The serving model of full CFRAG.",
+    "reranker_no_eu": "CFRAG reranker without e_u (§2.8 ablation 'w/o e_u in reranker').",
+}
+#: Experiment tag that makes the MLflow 3 UI open the experiment in classic ML (custom model development) mode.
+EXPERIMENT_KIND_TAG = ("mlflow.experimentKind", "custom_model_development")
+#: A ``log_and_register`` packager: (run id, scratch folder) -> the folder to log as the version's model.
+Packager = Callable[[str, Path], Path]
 
 
 @dataclass(frozen=True)
@@ -97,23 +115,62 @@ def make_client(target: MlflowTarget) -> MlflowClient:
 def experiment_id(client: MlflowClient, target: MlflowTarget) -> str:
     """The id of the target's experiment, created (with its artifact location) if missing."""
     found = client.get_experiment_by_name(target.experiment)
+    key, value = EXPERIMENT_KIND_TAG
     if found is not None:
+        if key not in found.tags:  # a kind chosen in the UI is left alone
+            client.set_experiment_tag(found.experiment_id, key, value)
         return found.experiment_id
     location = target.artifact_location
     if location and "://" not in location:
         Path(location).mkdir(parents=True, exist_ok=True)
         location = Path(location).resolve().as_uri()
-    return client.create_experiment(target.experiment, artifact_location=location or None)
+    return client.create_experiment(target.experiment, artifact_location=location or None, tags={key: value})
 
 
-def _ensure_registered_model(client: MlflowClient, name: str) -> None:
-    """Create the registered model if it does not exist."""
+def _ensure_registered_model(client: MlflowClient, name: str, description: str = "") -> None:
+    """Create the registered model if it does not exist; set its description when given and different."""
     from mlflow.exceptions import MlflowException
 
     try:
-        client.get_registered_model(name)
+        found = client.get_registered_model(name)
     except MlflowException:
-        client.create_registered_model(name)
+        client.create_registered_model(name, description=description or None)
+        return
+    if description and found.description != description:
+        client.update_registered_model(name, description=description)
+
+
+def model_description(name: str, tags: Mapping[str, str], pyfunc: bool) -> str:
+    """The registered model's description: what it is, its task, how to load or serve it."""
+    kind, task = tags.get("kind", ""), tags.get("task", "")
+    what = KIND_DESCRIPTIONS.get(kind, f"prag model {name}.")
+    lines = [what, f"Task: {task}." if task else "", "Aliases: champion (served), challenger (newest version)."]
+    if pyfunc:
+        lines.append("MLflow pyfunc: predict(rows of task, user_id, query) -> ranked doc_ids, source_user_ids, scores.")
+        lines.append(f'Serve: mlflow models serve -m "models:/{name}@champion" --env-manager local.')
+    lines.append("Weights: safetensors + JSON config (nothing unpickled).")
+    return "\n".join(line for line in lines if line)
+
+
+def version_description(
+    name: str, tags: Mapping[str, str], data_version: str, curve: Sequence[float],
+    epoch_metrics: Mapping[str, Sequence[float]] | None, pyfunc: bool,
+) -> str:  # fmt: skip
+    """A version's description: model, task, data version, training metrics (loss, validation KL/NDCG, best epoch)."""
+    kind, task = tags.get("kind", name), tags.get("task", "")
+    lines = [f"{kind} for {task}" if task else kind, f"data version {data_version}"]
+    if curve:
+        lines.append(f"training loss {float(curve[0]):.4f} -> {float(curve[-1]):.4f} over {len(curve)} steps")
+    for key, values in (epoch_metrics or {}).items():
+        finite = [float(v) for v in values if v == v]
+        if finite:
+            lines.append(f"{key}: epoch 0 {finite[0]:.4f}, last {finite[-1]:.4f}")
+    training = {k.removeprefix("training."): v for k, v in tags.items() if k.startswith("training.")}
+    if training:
+        lines.append("training: " + ", ".join(f"{k} = {v}" for k, v in sorted(training.items())))
+    if pyfunc:
+        lines.append("pyfunc model: predict(task, user_id, query) -> ranked documents with scores")
+    return "; ".join(lines)
 
 
 def model_aliases(target: MlflowTarget, name: str) -> dict[str, int]:
@@ -142,10 +199,12 @@ def log_and_register(
     tags: Mapping[str, str] | None = None,
     run_name: str = "",
     epoch_metrics: Mapping[str, Sequence[float]] | None = None,
+    package: Packager | None = None,
 ) -> RegisteredVersion:
     """Log a saved model folder with its training record in a new run and register it as a new version of ``name``.
 
-    ``epoch_metrics`` (e.g. train_loss, val_kl, val_ndcg) are logged with step = epoch (0 = before training)."""
+    ``epoch_metrics`` (e.g. train_loss, val_kl, val_ndcg) are logged with step = epoch (0 = before training).
+    ``package(run_id, scratch)`` turns the folder into the model folder to log (the CFRAG pyfunc model)."""
     from mlflow.entities import Metric, Param, RunTag
 
     folder = Path(model_dir)
@@ -169,11 +228,14 @@ def log_and_register(
             client.log_batch(run_id, params=param_list[start : start + 100])
         for start in range(0, len(metrics), 1000):
             client.log_batch(run_id, metrics=metrics[start : start + 1000])
-        client.log_artifacts(run_id, str(folder), ARTIFACT_PATH)
+        with tempfile.TemporaryDirectory(prefix="prag-package-") as scratch:
+            logged = package(run_id, Path(scratch)) if package is not None else folder
+            client.log_artifacts(run_id, str(logged), ARTIFACT_PATH)
         source = f"{client.get_run(run_id).info.artifact_uri.rstrip('/')}/{ARTIFACT_PATH}"
-        _ensure_registered_model(client, name)
         version_tags = {"data_version": data_version, **dict(tags or {})}
-        mv = client.create_model_version(name, source=source, run_id=run_id, tags=version_tags)
+        _ensure_registered_model(client, name, model_description(name, version_tags, package is not None))
+        text = version_description(name, version_tags, data_version, curve, epoch_metrics, package is not None)
+        mv = client.create_model_version(name, source=source, run_id=run_id, tags=version_tags, description=text)
         version = int(mv.version)
         aliases = assign_new_version_aliases(client, name, version)
         client.log_batch(run_id, tags=[RunTag("registered_model", f"{name}/{version}")])
@@ -205,6 +267,46 @@ def download_version(target: MlflowTarget, entry: RegisteredVersion, dst: str | 
     return Path(path)
 
 
+def weights_folder(folder: str | Path) -> Path:
+    """The safetensors folder of a downloaded version: the pyfunc model's ``weights`` artifact, or the folder itself."""
+    path = Path(folder)
+    if not (path / "MLmodel").is_file():
+        return path
+    from mlflow.models import Model
+
+    artifacts = Model.load(str(path)).flavors.get("python_function", {}).get("artifacts", {})
+    return path / artifacts["weights"]["path"]
+
+
+def find_run_version(target: MlflowTarget, name: str, run_id: str) -> tuple[RegisteredVersion, dict[str, str]]:
+    """The version of ``name`` that run ``run_id`` registered, with its tags."""
+    client = make_client(target)
+    found = [mv for mv in client.search_model_versions(f"name = '{name}'") if mv.run_id == run_id]
+    if not found:
+        raise LookupError(f"no version of {name} was registered by run {run_id}")
+    mv = client.get_model_version(name, found[0].version)  # search results omit aliases
+    entry = RegisteredVersion(name, int(mv.version), run_id, mv.source, tuple(sorted(mv.aliases or ())))
+    return entry, dict(mv.tags)
+
+
+def resolve_bundle(
+    target: MlflowTarget, name: str, run_id: str, kind: str, task: str, companions: Sequence[str]
+) -> tuple[dict[str, RegisteredVersion], str]:
+    """The bundle a version belongs to: itself (as ``kind``) and the ``companions`` kinds' versions holding the same
+    alias (champion first, then challenger), else those of its ``eval.bundle`` tag. Returns (kind -> version, how)."""
+    own, tags = find_run_version(target, name, run_id)
+    for alias in (CHAMPION, CHALLENGER):
+        if alias in own.aliases:
+            found = {k: get_version(target, registered_name(k, task), alias=alias) for k in companions}
+            return {kind: own, **found}, f"alias {alias}"
+    recorded = dict(part.split(":") for part in tags.get("eval.bundle", "").split(",") if ":" in part)
+    if all(recorded.get(k, "").isdigit() for k in companions):
+        found = {k: get_version(target, registered_name(k, task), int(recorded[k])) for k in companions}
+        return {kind: own, **found}, "eval.bundle tag"
+    raise LookupError(f"{name} version {own.version} holds no alias and no eval.bundle tag: its "
+                      f"{', '.join(companions)} cannot be chosen; serve it by alias or evaluate it first")  # fmt: skip
+
+
 def load_registered(
     target: MlflowTarget, name: str, version: int | None = None, alias: str = ""
 ) -> tuple[nn.Module, RegisteredVersion]:
@@ -213,7 +315,7 @@ def load_registered(
 
     entry = get_version(target, name, version, alias)
     with tempfile.TemporaryDirectory(prefix="prag-model-") as tmp:
-        model = load_model(download_version(target, entry, tmp))
+        model = load_model(weights_folder(download_version(target, entry, tmp)))
     return model, entry
 
 

@@ -89,6 +89,49 @@ def task_documents(task: str, docs: pd.DataFrame) -> TaskDocuments:
     return TaskDocuments(index, shown)
 
 
+_DOCS_SQL = (
+    "SELECT p.doc_id, p.user_id, p.text, p.fields_json, e.embedding, e.model_id FROM profile_documents p "
+    "JOIN document_embeddings e USING (task, user_id, doc_id) WHERE task = ? ORDER BY p.user_id, p.position"
+)
+
+
+def read_task_documents(con: duckdb.DuckDBPyConnection, task: str) -> pd.DataFrame:
+    """A task's documents with their embeddings and embedder id, in user/profile order (``task_documents``' input)."""
+    return con.execute(_DOCS_SQL, [task]).df()
+
+
+def encode_task_users(
+    con: duckdb.DuckDBPyConnection, task: str, encoder: Any, settings: Settings
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """e_u of every user of the task by ``encoder`` and their top-m similar users, computed as the graph's
+    ``cfrag_user_embeddings`` and ``cfrag_similar_users`` do (docs/methods.md §2.1, §2.3)."""
+    from prag_models.methods.cfrag.pipeline import single_thread, user_histories
+    from prag_models.methods.cfrag.user_encoder import encode_users, top_m_similar_users
+
+    owners = [
+        u
+        for (u,) in con.execute(
+            "SELECT user_id FROM document_embeddings WHERE task = ? ORDER BY user_id, position", [task]
+        ).fetchall()
+    ]
+    if len(owners) > encoder.num_docs:
+        raise LookupError(f"{task} has {len(owners)} documents, the user encoder was trained on {encoder.num_docs}: "
+                          "retrain the user encoder (materialize cfrag_user_encoder) before serving")  # fmt: skip
+    histories = user_histories(owners)
+    asking = {u for (u,) in con.execute("SELECT DISTINCT user_id FROM lamp_samples WHERE task = ?", [task]).fetchall()}
+    users = sorted(set(histories) | asking)
+    with single_thread():
+        vectors = encode_users(encoder, [histories.get(u, []) for u in users])
+    c = settings.cfrag
+    found, scores = top_m_similar_users(vectors, c.top_m_users, c.include_self)
+    similar = pd.DataFrame(
+        [(users[i], users[int(j)], rank, float(s)) for i in range(len(users))
+         for rank, (j, s) in enumerate(zip(found[i], scores[i], strict=True), 1)],
+        columns=["user_id", "neighbour_id", "rank", "similarity"],
+    )  # fmt: skip
+    return pd.DataFrame({"user_id": users, "embedding": list(vectors)}), similar
+
+
 def _ranked(frame: pd.DataFrame, user_id: str) -> list[str]:
     """A user's neighbours from a similar-users table (user_id, neighbour_id, rank) in rank order."""
     rows = frame[frame["user_id"] == user_id].sort_values("rank")

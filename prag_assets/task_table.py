@@ -39,6 +39,14 @@ class TaskStep:
 TaskBuild = Callable[[TaskStep], tuple[pd.DataFrame, dict[str, Any]]]
 
 
+def task_asset(group: str, **kwargs: Any) -> Callable[..., dg.AssetsDefinition]:
+    """`dg.asset` for a task-partitioned stage: one run per task range, a DuckDB pool slot, the code version."""
+    kwargs.setdefault("code_version", CODE_VERSION)
+    return dg.asset(
+        group_name=group, partitions_def=task_partitions, backfill_policy=single_run, pool=DUCKDB_POOL, **kwargs
+    )
+
+
 def task_table_asset(
     *,
     name: str,
@@ -53,17 +61,7 @@ def task_table_asset(
 ) -> dg.AssetsDefinition:
     """A task-partitioned asset writing `table` from `build` per task (summary: extra run-level metadata)."""
 
-    @dg.asset(
-        name=name,
-        group_name=group,
-        deps=list(deps),
-        partitions_def=task_partitions,
-        backfill_policy=single_run,
-        pool=DUCKDB_POOL,
-        kinds=set(kinds),
-        code_version=code_version,
-        description=description,
-    )
+    @task_asset(group, name=name, deps=list(deps), kinds=set(kinds), code_version=code_version, description=description)
     def _asset(
         context: dg.AssetExecutionContext,
         prag_settings: PragSettingsResource,

@@ -11,26 +11,21 @@ from prag_assets.assets.users import user_embeddings
 from prag_assets.cfrag_registry import load_challenger
 from prag_assets.common import run_tasks, table_metadata
 from prag_assets.mlflow_resource import MlflowResource
-from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
-from prag_assets.task_table import CODE_VERSION
+from prag_assets.task_table import task_asset
 from prag_models.methods.cfrag.tables import model_row
 from prag_models.stages.cfrag_evaluation import BUNDLE_TABLE
 from prag_models.stages.cfrag_retrieval import cfrag_retrieval_rows
 from prag_models.store import replace_many
 
 
-@dg.asset(
+@task_asset(
+    GROUP,
     deps=[cfrag_retriever, cfrag_reranker, cfrag_similar_users, user_embeddings],
     kinds={"duckdb", "pytorch", "mlflow"},
     description="CFRAG retrieval for every dev sample with the registered models (loaded from MLflow by alias "
     "'challenger', else the version in cfrag_models): top-m users, top-k docs of each by the retriever, reranked to "
     "the final k; plus the §2.8 ablations. The versions used go to table cfrag_retrieval_models.",
-    group_name=GROUP,
-    partitions_def=task_partitions,
-    backfill_policy=single_run,
-    pool=DUCKDB_POOL,
-    code_version=CODE_VERSION,
 )
 def cfrag_retrievals(
     context: dg.AssetExecutionContext,

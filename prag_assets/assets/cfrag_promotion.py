@@ -7,23 +7,18 @@ from prag_assets.assets.cfrag import cfrag_retrievals
 from prag_assets.assets.evaluation import lamp_evaluation
 from prag_assets.common import run_tasks, table_metadata
 from prag_assets.mlflow_resource import MlflowResource
-from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
-from prag_assets.task_table import CODE_VERSION
+from prag_assets.task_table import task_asset
 from prag_models.stages.cfrag_evaluation import EVAL_TABLE, record_task_evaluation
 
 
-@dg.asset(
+@task_asset(
+    "evaluation",  # after lamp_evaluation: drawn with the evaluation group, so the cfrag group precedes generation
     deps=[lamp_evaluation, cfrag_retrievals],
     kinds={"duckdb", "mlflow"},
     description="The `cfrag` metrics of lamp_evaluation recorded on every MLflow version of the bundle "
     "cfrag_retrievals used (tags eval.<metric>, eval.data_version, eval.bundle; metrics eval.<metric> on the runs) "
     "and in table cfrag_model_evaluations: the input of the promotion gate (prag promote).",
-    group_name="evaluation",  # after lamp_evaluation: the graph draws it with the evaluation group
-    partitions_def=task_partitions,
-    backfill_policy=single_run,
-    pool=DUCKDB_POOL,
-    code_version=CODE_VERSION,
 )
 def cfrag_model_evaluation(
     context: dg.AssetExecutionContext,

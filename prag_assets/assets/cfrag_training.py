@@ -7,32 +7,21 @@ import dagster as dg
 from prag_assets.assets.cfrag_users import GROUP, cfrag_similar_users, cfrag_user_embeddings
 from prag_assets.assets.lamp_data import lamp_samples
 from prag_assets.assets.users import user_embeddings
-from prag_assets.cfrag_registry import record_model, training_metadata
+from prag_assets.cfrag_registry import training_asset
 from prag_assets.common import run_tasks, table_metadata
-from prag_assets.mlflow_resource import MlflowResource
-from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
-from prag_assets.task_table import CODE_VERSION
+from prag_assets.task_table import task_asset
 from prag_models.methods.cfrag.feedback import FEEDBACK_TABLE, label_task
-from prag_models.methods.cfrag.tables import MODELS_TABLE
 from prag_models.methods.cfrag.training import train_task_rerankers, train_task_retriever
 
-_COMMON = dict(
-    group_name=GROUP,
-    partitions_def=task_partitions,
-    backfill_policy=single_run,
-    pool=DUCKDB_POOL,
-    code_version=CODE_VERSION,
-)
 
-
-@dg.asset(
+@task_asset(
+    GROUP,
     deps=[cfrag_similar_users, lamp_samples],
     kinds={"duckdb"},
     description="LLM feedback (§2.5): for each selected TRAIN sample and each of its m·k candidates, the output "
     "generated with a prompt holding only that doc, scored against the gold (accuracy, -|error|, ROUGE-1). Keyed by "
     "(task, sample, doc, generator, prompt version): existing labels are reused, each batch is written when done.",
-    **_COMMON,
 )
 def feedback_labels(
     context: dg.AssetExecutionContext,
@@ -54,59 +43,18 @@ def feedback_labels(
     )
 
 
-@dg.asset(
+cfrag_retriever = training_asset(
+    name="cfrag_retriever",
     deps=[feedback_labels, cfrag_user_embeddings, user_embeddings],
-    kinds={"duckdb", "pytorch", "mlflow"},
     description="Personalized retriever S = (1-α)cos(q,d) + α cos(W e_u, d) (§2.4) distilled from the feedback "
     "labels with KL at T = 1 (§2.6); registered in MLflow.",
-    **_COMMON,
+    train=lambda step: [train_task_retriever(step.con, step.task, step.settings, step.models.generator().model_id)],
 )
-def cfrag_retriever(
-    context: dg.AssetExecutionContext,
-    prag_settings: PragSettingsResource,
-    duckdb: DuckDBResource,
-    models: ModelsResource,
-    mlflow: MlflowResource,
-) -> dg.MaterializeResult:
-    """Train and register one retriever per task."""
-    settings = prag_settings.get()
-    generator_id = models.generator().model_id
-    stats, curves = {}, {}
-    with duckdb.connect() as con:
-        for task in run_tasks(context, settings):
-            trained = train_task_retriever(con, task, settings, generator_id)
-            stats[task] = record_model(con, mlflow, settings, task, trained)
-            curves[task] = trained.curve
-            context.log.info(f"{task} retriever: {stats[task]}")
-        written = table_metadata(con, MODELS_TABLE, list(stats))
-    return dg.MaterializeResult(metadata={**training_metadata(stats, curves), **written})
 
-
-@dg.asset(
+cfrag_reranker = training_asset(
+    name="cfrag_reranker",
     deps=[feedback_labels, cfrag_user_embeddings],
-    kinds={"duckdb", "pytorch", "mlflow"},
     description="Personalized reranker MLP([CLS(q,d) ⊕ W2 e_u]) over a cross-encoder (§2.7) distilled from the "
     "feedback labels with KL at T = 0.1; plus the ablation reranker trained without e_u (§2.8). Both registered.",
-    **_COMMON,
+    train=lambda step: train_task_rerankers(step.con, step.task, step.settings, step.models.generator().model_id),
 )
-def cfrag_reranker(
-    context: dg.AssetExecutionContext,
-    prag_settings: PragSettingsResource,
-    duckdb: DuckDBResource,
-    models: ModelsResource,
-    mlflow: MlflowResource,
-) -> dg.MaterializeResult:
-    """Train and register the reranker (and its no-e_u ablation) per task."""
-    settings = prag_settings.get()
-    generator_id = models.generator().model_id
-    stats, curves = {}, {}
-    with duckdb.connect() as con:
-        tasks = run_tasks(context, settings)
-        for task in tasks:
-            for trained in train_task_rerankers(con, task, settings, generator_id):
-                key = f"{task}/{trained.kind}"
-                stats[key] = record_model(con, mlflow, settings, task, trained)
-                curves[key] = trained.curve
-                context.log.info(f"{task} {trained.kind}: {stats[key]}")
-        written = table_metadata(con, MODELS_TABLE, tasks)
-    return dg.MaterializeResult(metadata={**training_metadata(stats, curves), **written})

@@ -3,52 +3,27 @@
 The training and table logic is prag_models.methods.cfrag (training, tables); MLflow registration is
 prag_assets.cfrag_registry."""
 
-import dagster as dg
-
 from prag_assets.assets.embeddings import document_embeddings, query_embeddings
-from prag_assets.cfrag_registry import load_registered_model, record_model, training_metadata
-from prag_assets.common import progress_logger, run_tasks, table_metadata
-from prag_assets.mlflow_resource import MlflowResource
-from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
-from prag_assets.resources import DuckDBResource, PragSettingsResource
-from prag_assets.task_table import CODE_VERSION, TaskStep, task_table_asset
-from prag_models.methods.cfrag.tables import MODELS_TABLE, cfrag_similar_user_rows, cfrag_user_embedding_rows
+from prag_assets.cfrag_registry import load_registered_model, training_asset
+from prag_assets.common import progress_logger
+from prag_assets.task_table import TaskStep, task_table_asset
+from prag_models.methods.cfrag.tables import cfrag_similar_user_rows, cfrag_user_embedding_rows
 from prag_models.methods.cfrag.training import train_task_user_encoder
 
 GROUP = "cfrag"
-_COMMON = dict(
-    group_name=GROUP,
-    partitions_def=task_partitions,
-    backfill_policy=single_run,
-    pool=DUCKDB_POOL,
-    code_version=CODE_VERSION,
-)
 
 
-@dg.asset(
+cfrag_user_encoder = training_asset(
+    name="cfrag_user_encoder",
     deps=[document_embeddings, query_embeddings],  # query vectors: the load-back probe
-    kinds={"duckdb", "pytorch", "mlflow"},
     description="CFRAG user encoder (§2.1–2.2): doc embeddings + positions + one Transformer layer, trained with "
     "InfoNCE on two augmented views of every user's history; saved as safetensors and registered in MLflow.",
-    **_COMMON,
+    train=lambda step: [
+        train_task_user_encoder(
+            step.con, step.task, step.settings, progress_logger(step.context, f"{step.task} user encoder")
+        )
+    ],
 )
-def cfrag_user_encoder(
-    context: dg.AssetExecutionContext,
-    prag_settings: PragSettingsResource,
-    duckdb: DuckDBResource,
-    mlflow: MlflowResource,
-) -> dg.MaterializeResult:
-    """Train and register one user encoder per task on the histories of all its users."""
-    settings = prag_settings.get()
-    stats, curves = {}, {}
-    with duckdb.connect() as con:
-        for task in run_tasks(context, settings):
-            trained = train_task_user_encoder(con, task, settings, progress_logger(context, f"{task} user encoder"))
-            stats[task] = record_model(con, mlflow, settings, task, trained)
-            curves[task] = trained.curve
-            context.log.info(f"{task} user encoder: {stats[task]}")
-        written = table_metadata(con, MODELS_TABLE, list(stats))
-    return dg.MaterializeResult(metadata={**training_metadata(stats, curves), **written})
 
 
 def _user_embeddings(step: TaskStep):

@@ -7,9 +7,9 @@ import pandas as pd
 
 from prag_assets.assets.generation import generations
 from prag_assets.common import evaluation_table_metadata, run_tasks, table_metadata
-from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
+from prag_assets.partitions import DUCKDB_POOL, single_run
 from prag_assets.resources import DuckDBResource, PragSettingsResource
-from prag_assets.task_table import CODE_VERSION
+from prag_assets.task_table import CODE_VERSION, task_asset
 from prag_models.llm_evaluation import EVALUATION_COLUMNS, compare_with_baselines, evaluate_generations
 from prag_models.report import comparisons_markdown, evaluation_chart, evaluation_markdown
 from prag_models.store import read_rows, replace_many, table_exists
@@ -17,14 +17,10 @@ from prag_models.store import read_rows, replace_many, table_exists
 GROUP = "evaluation"
 
 
-@dg.asset(
-    group_name=GROUP,
+@task_asset(
+    GROUP,
     deps=[generations],
-    partitions_def=task_partitions,
-    backfill_policy=single_run,
-    pool=DUCKDB_POOL,
     kinds={"duckdb"},
-    code_version=CODE_VERSION,
     description="One row per (task, method, metric) with LaMP's official metric semantics, n and a 95 % bootstrap "
     "interval; table lamp_evaluation_comparisons holds each method's paired difference against random and "
     "dense_global (same transaction).",

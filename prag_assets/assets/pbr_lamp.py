@@ -22,9 +22,8 @@ import pandas as pd
 from prag_assets.assets.embeddings import document_embeddings, query_embeddings
 from prag_assets.assets.retrieval import RETRIEVAL_COLUMNS, load_task_inputs
 from prag_assets.common import progress_logger, run_tasks, table_metadata
-from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
-from prag_assets.task_table import CODE_VERSION
+from prag_assets.task_table import task_asset
 from prag_models.config import PbrSettings
 from prag_models.data.source import llm_eval_sample_ids
 from prag_models.llm.base import Generator
@@ -45,8 +44,10 @@ GROUP = "retrieval"
 TABLE = "pbr_lamp_retrievals"
 #: LaMP method name -> the PBR query vector it uses (prag_models.methods.pbr.pbr_query_vectors).
 LAMP_METHODS: dict[str, str] = {"pbr": "pbr", "pbr_anchor_only": "pbr_wo_prf"}
-_DDL = (f"CREATE TABLE IF NOT EXISTS {TABLE} (task VARCHAR, method VARCHAR, sample_id VARCHAR, user_id VARCHAR, "
-        "rank BIGINT, doc_id VARCHAR, source_user_id VARCHAR, score DOUBLE)")
+_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {TABLE} (task VARCHAR, method VARCHAR, sample_id VARCHAR, user_id VARCHAR, "
+    "rank BIGINT, doc_id VARCHAR, source_user_id VARCHAR, score DOUBLE)"
+)
 
 
 class CachedEmbedder:
@@ -78,8 +79,9 @@ class CachedGenerator(Generator):
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
         """Outputs through the cache; counts the prompts generated now."""
-        outputs, new = generate_cached(self.inner, list(prompts), max_new_tokens, self.con, self.batch_size,
-                                       self.progress)
+        outputs, new = generate_cached(
+            self.inner, list(prompts), max_new_tokens, self.con, self.batch_size, self.progress
+        )
         self.generated += new
         return outputs
 
@@ -123,8 +125,9 @@ def pbr_lamp_rows(
     embed: Callable[[Sequence[str]], np.ndarray],
 ) -> list[tuple]:
     """Rows (RETRIEVAL_COLUMNS) of the top-k own-profile documents by inner product with each method's q*."""
-    texts = list(dict.fromkeys(t for e in expansions.values() for t in (*e.pseudo_utterances, e.reasoning)
-                               if t.strip()))
+    texts = list(
+        dict.fromkeys(t for e in expansions.values() for t in (*e.pseudo_utterances, e.reasoning) if t.strip())
+    )
     vecs = dict(zip(texts, embed(texts), strict=True))
     anchors: dict[str, np.ndarray] = {}
     out: list[tuple] = []
@@ -146,19 +149,26 @@ def pbr_lamp_rows(
         for m in methods:
             scores = docs @ vectors[LAMP_METHODS[m]]
             order = np.argsort(-scores, kind="stable")[:k]
-            out += [(task, m, s.sample_id, s.user_id, rank, index.doc_ids[rows[i]], index.user_ids[rows[i]],
-                     float(scores[i])) for rank, i in enumerate(order, 1)]
+            out += [
+                (
+                    task,
+                    m,
+                    s.sample_id,
+                    s.user_id,
+                    rank,
+                    index.doc_ids[rows[i]],
+                    index.user_ids[rows[i]],
+                    float(scores[i]),
+                )
+                for rank, i in enumerate(order, 1)
+            ]
     return out
 
 
-@dg.asset(
-    group_name=GROUP,
+@task_asset(
+    GROUP,
     deps=[document_embeddings, query_embeddings],
-    partitions_def=task_partitions,
-    backfill_policy=single_run,
-    pool=DUCKDB_POOL,
     kinds={"duckdb"},
-    code_version=CODE_VERSION,
     description="PBR query side over the user's own profile: pbr (P-PRF via the configured LLM + P-Anchor fusion) "
     "and pbr_anchor_only (q + g, no LLM); top-k by inner product; pbr on the LLM-evaluation samples "
     "(data.llm_eval_samples), pbr_anchor_only on every dev sample.",
@@ -180,8 +190,9 @@ def pbr_lamp_retrievals(
         con.execute(_DDL)
         gen = None
         if "pbr" in methods:
-            gen = CachedGenerator(models.generator(), con, settings.generator.batch_size,
-                                  progress_logger(context, "PBR P-PRF generation"))
+            gen = CachedGenerator(
+                models.generator(), con, settings.generator.batch_size, progress_logger(context, "PBR P-PRF generation")
+            )
         emb = CachedEmbedder(con, models, settings.embedder.model)
         for task in run_tasks(context, settings):
             index, samples, _ = load_task_inputs(con, task, with_neighbours=False)
@@ -196,15 +207,20 @@ def pbr_lamp_retrievals(
             replace_rows(con, TABLE, frame, {"task": task})
             stats[task] = {
                 "samples": len(samples),
-                "pbr_samples": len(subset), "rows": len(frame), "methods": methods,
-                "p_prf_prompts": 2 * len(expansions), "generated_now": (gen.generated if gen else 0) - before,
+                "pbr_samples": len(subset),
+                "rows": len(frame),
+                "methods": methods,
+                "p_prf_prompts": 2 * len(expansions),
+                "generated_now": (gen.generated if gen else 0) - before,
                 "parse_fallbacks": dict(Counter(e.parse_fallback for e in expansions.values())),
             }
             context.log.info(f"{task}: {stats[task]}")
         written = table_metadata(con, TABLE, list(stats))
-    return dg.MaterializeResult(metadata={
-        **written,
-        "per_task": dg.MetadataValue.json(stats),
-        "generator": gen.model_id if gen else "none",
-        "generated_now": sum(s["generated_now"] for s in stats.values()),
-    })
+    return dg.MaterializeResult(
+        metadata={
+            **written,
+            "per_task": dg.MetadataValue.json(stats),
+            "generator": gen.model_id if gen else "none",
+            "generated_now": sum(s["generated_now"] for s in stats.values()),
+        }
+    )

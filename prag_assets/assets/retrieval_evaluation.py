@@ -7,9 +7,8 @@ from prag_assets.assets.cfrag import cfrag_retrievals
 from prag_assets.assets.pbr_lamp import pbr_lamp_retrievals
 from prag_assets.assets.retrieval import baseline_retrievals, clusterrag_retrievals
 from prag_assets.common import evaluation_table_metadata, run_tasks, table_metadata
-from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
-from prag_assets.task_table import CODE_VERSION
+from prag_assets.task_table import task_asset
 from prag_models import retrieval_eval as rev
 from prag_models.stages.retrieval_evaluation import retrieval_evaluation_tables
 from prag_models.store import replace_many
@@ -17,14 +16,10 @@ from prag_models.store import replace_many
 GROUP = "evaluation"
 
 
-@dg.asset(
-    group_name=GROUP,
+@task_asset(
+    GROUP,
     deps=[baseline_retrievals, clusterrag_retrievals, cfrag_retrievals, pbr_lamp_retrievals],
-    partitions_def=task_partitions,
-    backfill_policy=single_run,
-    pool=DUCKDB_POOL,
     kinds={"duckdb"},
-    code_version=CODE_VERSION,
     description="Every retrieval path scored with no LLM on every dev sample it ran on: R@k (capped), NDCG@k, MRR "
     "against the demo's relevance labels, label-hit@k for LaMP-1/2/3; n, 95 % bootstrap intervals and paired "
     "differences against random and dense_global.",

@@ -7,10 +7,9 @@ import pandas as pd
 
 from prag_assets.assets import cfrag, cfrag_training, cfrag_users
 from prag_assets.checks.lamp_checks import table_check
-from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report
+from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report, task_check
 from prag_assets.common import run_tasks
 from prag_assets.mlflow_resource import MlflowResource
-from prag_assets.partitions import DUCKDB_POOL, task_partitions
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_models.config import Settings
 from prag_models.methods.cfrag import feedback_labels, probes, tables, variants
@@ -111,16 +110,13 @@ def _feedback_result(con, task: str, settings: Settings, generator_id: str) -> t
     return errors, warnings, info
 
 
-@dg.asset_check(
-    asset=cfrag_training.feedback_labels,
-    name="feedback_not_degenerate",
-    description="ERROR (blocks training) when the current labels (generator, prompt version, signal) are missing, "
+@task_check(
+    cfrag_training.feedback_labels,
+    "feedback_not_degenerate",
+    "ERROR (blocks training) when the current labels (generator, prompt version, signal) are missing, "
     "duplicated per (sample, doc) or outside the signal's range ([0, 1], [-4, 0] for negated LaMP-3 MAE, <= 0 for a "
     "gold log-likelihood). Reports the share of samples whose candidates all scored the same (they only teach a "
     "uniform distribution); above 50 % the check fails with WARN severity, which does not block.",
-    blocking=True,
-    partitions_def=task_partitions,
-    pool=DUCKDB_POOL,
 )
 def feedback_not_degenerate(
     context: dg.AssetCheckExecutionContext,
@@ -144,9 +140,7 @@ def _model_check(
 ) -> dg.AssetChecksDefinition:
     """A blocking check of trained models: finite loss curve (decreasing if asked), MLflow load-back scores equal."""
 
-    @dg.asset_check(
-        asset=asset, name=name, description=description, blocking=True, partitions_def=task_partitions, pool=DUCKDB_POOL
-    )
+    @task_check(asset, name, description)
     def _check(
         context: dg.AssetCheckExecutionContext,
         prag_settings: PragSettingsResource,

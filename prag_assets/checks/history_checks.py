@@ -5,9 +5,8 @@ from collections.abc import Callable
 import dagster as dg
 
 from prag_assets.assets import history
-from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report
+from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report, task_check
 from prag_assets.common import run_tasks
-from prag_assets.partitions import DUCKDB_POOL, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_models.config import Settings
 from prag_models.data.history import HISTORY_TABLE, has_table
@@ -82,14 +81,7 @@ def tables_check(
 ) -> dg.AssetChecksDefinition:
     """A check running a probe over each task of the run (tables missing = nothing to check)."""
 
-    @dg.asset_check(
-        asset=asset,
-        name=name,
-        description=description,
-        blocking=blocking,
-        partitions_def=task_partitions,
-        pool=DUCKDB_POOL,
-    )
+    @task_check(asset, name, description, blocking)
     def _check(
         context: dg.AssetCheckExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
     ) -> CheckEvents:

@@ -6,9 +6,8 @@ import dagster as dg
 import pandas as pd
 
 from prag_assets.assets import embeddings, evaluation, generation, lamp_data, retrieval, users
-from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report
+from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report, task_check
 from prag_assets.common import run_tasks
-from prag_assets.partitions import DUCKDB_POOL, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_models.config import Settings
 from prag_models.data.source import llm_eval_sample_ids
@@ -41,9 +40,7 @@ def table_check(
 ) -> dg.AssetChecksDefinition:
     """A blocking check that runs a GX suite (and optional extra checks) on each task's rows, reported per task."""
 
-    @dg.asset_check(
-        asset=asset, name=name, description=description, blocking=True, partitions_def=task_partitions, pool=DUCKDB_POOL
-    )
+    @task_check(asset, name, description)
     def _check(
         context: dg.AssetCheckExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
     ) -> CheckEvents:

@@ -75,3 +75,17 @@ def report(context: dg.AssetCheckExecutionContext, outcomes: Mapping[str, TaskOu
     for task, outcome in outcomes.items():
         yield evaluation(context, task, outcome)
     yield dg.Output(None, output_name=context.op_def.output_defs[0].name)
+
+
+def task_check(asset: Any, name: str, description: str, blocking: bool = True) -> Any:
+    """`dg.asset_check` for a check of a task-partitioned asset (a DuckDB pool slot; blocking unless told)."""
+    from prag_assets.partitions import DUCKDB_POOL, task_partitions
+
+    return dg.asset_check(
+        asset=asset,
+        name=name,
+        description=description,
+        blocking=blocking,
+        partitions_def=task_partitions,
+        pool=DUCKDB_POOL,
+    )

@@ -6,10 +6,9 @@ import dagster as dg
 import pandas as pd
 
 from prag_assets.assets.cfrag_promotion import cfrag_model_evaluation
-from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report
+from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report, task_check
 from prag_assets.common import run_tasks
 from prag_assets.mlflow_resource import MlflowResource
-from prag_assets.partitions import DUCKDB_POOL, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_models.metrics import metric_bounds, primary_metric
 from prag_models.promotion import KINDS
@@ -44,15 +43,12 @@ def _task_problems(con, client, task: str) -> tuple[list[str], dict]:
     return sorted(set(problems)), info
 
 
-@dg.asset_check(
-    asset=cfrag_model_evaluation,
-    name="recorded_metrics_in_bounds",
-    description="Every model kind of the bundle has the task's metrics recorded, the primary one included; each "
+@task_check(
+    cfrag_model_evaluation,
+    "recorded_metrics_in_bounds",
+    "Every model kind of the bundle has the task's metrics recorded, the primary one included; each "
     "value is finite and within the metric's bounds ([0, 1], MAE/RMSE [0, 4]) and equals the eval.<metric> tag of "
     "its MLflow version. Tasks without `cfrag` in retrieval.methods are skipped.",
-    blocking=True,
-    partitions_def=task_partitions,
-    pool=DUCKDB_POOL,
 )
 def recorded_metrics_in_bounds(
     context: dg.AssetCheckExecutionContext,

@@ -11,7 +11,7 @@ pytest.importorskip("mlflow")
 from prag_models import registry  # noqa: E402
 from prag_models.config import CfragSettings  # noqa: E402
 from prag_models.methods.cfrag.retriever import PersonalizedRetriever, retriever_scores  # noqa: E402
-from prag_models.methods.cfrag.serialization import save_model  # noqa: E402
+from prag_models.methods.cfrag.serialization import save_model, state_dicts_equal  # noqa: E402
 
 
 @pytest.fixture
@@ -111,3 +111,85 @@ def test_data_version_is_stable_and_sensitive() -> None:
     assert registry.data_version(frame, "enc/1") != registry.data_version(frame, "enc/2")
     assert registry.data_version(frame) != registry.data_version(frame.assign(score=[0.5, 0.0]))
     assert registry.registered_name("user_encoder", "LaMP-7") == "prag-user-encoder-LaMP-7"
+
+
+# ---------------------------------------------------------------- pyfunc packaging, descriptions, bundles
+
+
+def _register_pyfunc(target, tmp_path, model, kind: str, task: str = "LaMP-2"):
+    """Register a saved model as the CFRAG pyfunc model of ``kind`` (what MlflowResource does for the assets)."""
+    from functools import partial
+
+    from prag_models.config import Settings
+    from prag_models.methods.cfrag import pyfunc_model
+
+    name = registry.registered_name(kind, task)
+    folder = save_model(model, tmp_path / f"saved-{kind}-{len(registry.version_numbers(target, name))}")
+    config = pyfunc_model.model_config(task, kind, name, Settings(home=str(tmp_path / "home")), target.tracking_uri)
+    package = partial(pyfunc_model.save_pyfunc, weights=folder, config=config)
+    tags = {"task": task, "kind": kind, "training.improved": "true"}
+    epochs = {"val_kl": [0.9, 0.5], "val_ndcg": [0.4, float("nan")]}
+    return registry.log_and_register(target, folder, name, {}, [1.0, 0.25], "dv9", tags, "", epochs, package=package)
+
+
+def test_pyfunc_version_has_mlmodel_signature_example_descriptions(target, tmp_path, monkeypatch) -> None:
+    """A packaged version is a pyfunc model logged from code (no pickle), with signature, input example, pinned pip
+    requirements and the weights as an artifact that load_registered reads; descriptions and the experiment kind."""
+    import mlflow
+    from mlflow.models import Model
+
+    from prag_models.methods.cfrag.user_encoder import UserEncoder
+
+    torch.manual_seed(0)
+    encoder = UserEncoder(12, 6)
+    entry = _register_pyfunc(target, tmp_path, encoder, "user_encoder")
+    local = registry.download_version(target, entry, tmp_path / "dl")
+    meta = Model.load(str(local))
+    flavor = meta.flavors["python_function"]
+    assert flavor["model_code_path"] and not list(local.rglob("*.pkl"))  # models-from-code: nothing pickled
+    assert [c.name for c in meta.signature.inputs] == ["task", "user_id", "query"]
+    assert {c.name for c in meta.signature.outputs} >= {"doc_ids", "scores", "source_user_ids"}
+    assert meta.load_input_example(str(local)).columns.tolist() == ["task", "user_id", "query"]
+    requirements = (local / "requirements.txt").read_text()
+    assert f"mlflow=={mlflow.__version__}" in requirements and "torch==" in requirements
+    weights = registry.weights_folder(local)
+    assert {p.name for p in weights.iterdir()} == {"config.json", "model.safetensors"}
+    loaded, _ = registry.load_registered(target, entry.name, version=entry.version)
+    assert state_dicts_equal(encoder, loaded)
+
+    client = registry.make_client(target)
+    model_text = client.get_registered_model(entry.name).description
+    assert "user encoder" in model_text and "LaMP-2" in model_text and "mlflow models serve" in model_text
+    version_text = client.get_model_version(entry.name, str(entry.version)).description
+    assert "data version dv9" in version_text and "1.0000 -> 0.2500" in version_text and "val_kl" in version_text
+    assert "improved = true" in version_text
+    assert client.get_experiment_by_name("test").tags["mlflow.experimentKind"] == "custom_model_development"
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", target.tracking_uri)
+    mlflow.set_registry_uri(target.tracking_uri)
+    served = mlflow.pyfunc.load_model(f"models:/{entry.name}@champion")  # no DuckDB needed until predict
+    assert served.metadata.get_input_schema() == meta.signature.inputs
+
+
+def test_resolve_bundle_by_alias_then_eval_bundle(target, tmp_path) -> None:
+    """The retriever's companions: the user encoder holding the same alias, else the recorded eval.bundle version."""
+    from prag_models.methods.cfrag.user_encoder import UserEncoder
+
+    torch.manual_seed(0)
+    _register_pyfunc(target, tmp_path, UserEncoder(12, 6), "user_encoder")  # v1 champion + challenger
+    first = _register_pyfunc(target, tmp_path, _retriever(1), "retriever")
+    _register_pyfunc(target, tmp_path, UserEncoder(12, 6), "user_encoder")  # v2 challenger
+    bundle, how = registry.resolve_bundle(target, first.name, first.run_id, "retriever", "LaMP-2", ["user_encoder"])
+    assert how == "alias champion" and bundle["user_encoder"].version == 1 and bundle["retriever"].version == 1
+
+    second = _register_pyfunc(target, tmp_path, _retriever(2), "retriever")  # challenger -> encoder v2
+    bundle, how = registry.resolve_bundle(target, second.name, second.run_id, "retriever", "LaMP-2", ["user_encoder"])
+    assert how == "alias challenger" and bundle["user_encoder"].version == 2
+
+    third = _register_pyfunc(target, tmp_path, _retriever(3), "retriever")  # takes challenger: v2 has no alias
+    with pytest.raises(LookupError, match="holds no alias and no eval.bundle"):
+        registry.resolve_bundle(target, second.name, second.run_id, "retriever", "LaMP-2", ["user_encoder"])
+    client = registry.make_client(target)
+    client.set_model_version_tag(second.name, "2", "eval.bundle", "retriever:2,user_encoder:1")
+    bundle, how = registry.resolve_bundle(target, second.name, second.run_id, "retriever", "LaMP-2", ["user_encoder"])
+    assert how == "eval.bundle tag" and bundle["user_encoder"].version == 1 and third.version == 3

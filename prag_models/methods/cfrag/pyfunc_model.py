@@ -225,8 +225,7 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
             self._data = (key, read_task_data(path, self.task, encoder, self.refs["user_encoder"], self.settings))
         return self._data[1]
 
-    def predict(self, context: Any, model_input, params: dict[str, Any] | None = None) -> pd.DataFrame:  # noqa: ANN001
-        # model_input is left unannotated: MLflow would read a type hint as a schema and warn about it.
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
         """Ranked documents (ids, source users, scores) for each (task, user_id, query) row."""
         from prag_models import serving
         from prag_models.data.tasks import extract_query

@@ -16,7 +16,6 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
-from prag_assets.assets.pbr_lamp import CachedEmbedder, CachedGenerator
 from prag_assets.common import frame_table, preview, progress_logger, table_metadata
 from prag_assets.partitions import DUCKDB_POOL, single_run
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
@@ -36,6 +35,7 @@ from prag_models.methods.pbr_eval import (
 )
 from prag_models.methods.pbr_report import retrieval_markdown
 from prag_models.metrics_retrieval import KS
+from prag_models.stages.pbr_lamp import CachedEmbedder, CachedGenerator
 from prag_models.stages.real_data import ensure_table, read_corpus
 from prag_models.store import read_rows, replace_rows
 from prag_models.text.embedder import content_hash
@@ -122,7 +122,7 @@ def seeded_cache(con, dataset: str, settings: Settings, models: ModelsResource) 
     if stale or not rows:
         raise ValueError(f"{dataset}: segment_embeddings missing or made with {sorted(stale)}, not "
                          f"{settings.embedder.model!r}: materialize segment_embeddings first")
-    cache = EmbeddingCache(CachedEmbedder(con, models, settings.embedder.model, len(rows[0][2])))
+    cache = EmbeddingCache(CachedEmbedder(con, models.embedder, settings.embedder.model, len(rows[0][2])))
     cache.vectors.update({text: np.asarray(vec, dtype=np.float32) for text, _, vec in rows})
     return cache
 
@@ -183,7 +183,7 @@ def segment_embeddings(
     with duckdb.connect() as con:
         for dataset in datasets:
             segs = read_rows(con, "personal_segments", {"dataset": dataset}, order_by="user_position, position")
-            emb = CachedEmbedder(con, models, settings.embedder.model,
+            emb = CachedEmbedder(con, models.embedder, settings.embedder.model,
                                  progress=progress_logger(context, f"embedding {dataset} segments"))
             matrix = emb.embed(segs["text"].tolist())
             frame = segs[["dataset", "user_id", "segment_id", "content_hash"]].assign(

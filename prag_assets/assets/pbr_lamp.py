@@ -11,158 +11,30 @@ on the embedded demo (about 0.6 s each with the packaged SmolLM2 on 2 cores: ~1 
 (a re-run generates none).
 """
 
-import dataclasses
 from collections import Counter
-from collections.abc import Callable, Sequence
 
 import dagster as dg
-import numpy as np
 import pandas as pd
 
 from prag_assets.assets.embeddings import document_embeddings, query_embeddings
-from prag_assets.assets.retrieval import RETRIEVAL_COLUMNS, load_task_inputs
 from prag_assets.common import progress_logger, run_tasks, table_metadata
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_assets.task_table import task_asset
-from prag_models.config import PbrSettings
 from prag_models.data.source import llm_eval_sample_ids
-from prag_models.llm.base import Generator
-from prag_models.llm.cache import generate_cached
-from prag_models.methods.pbr import (
-    PbrExpansion,
-    anchor_vector,
-    generate_expansions,
-    pbr_query_vectors,
-    top_k_prf,
-    validate_pbr_settings,
+from prag_models.stages.pbr_lamp import (
+    DDL,
+    LAMP_METHODS,
+    TABLE,
+    CachedEmbedder,
+    CachedGenerator,
+    lamp_expansions,
+    lamp_pbr_settings,
+    pbr_lamp_rows,
 )
-from prag_models.methods.profiles import ProfileIndex
+from prag_models.stages.retrieval import RETRIEVAL_COLUMNS, load_task_inputs
 from prag_models.store import replace_rows
-from prag_models.text.embedding_cache import embed_with_cache
 
 GROUP = "retrieval"
-TABLE = "pbr_lamp_retrievals"
-#: LaMP method name -> the PBR query vector it uses (prag_models.methods.pbr.pbr_query_vectors).
-LAMP_METHODS: dict[str, str] = {"pbr": "pbr", "pbr_anchor_only": "pbr_wo_prf"}
-_DDL = (
-    f"CREATE TABLE IF NOT EXISTS {TABLE} (task VARCHAR, method VARCHAR, sample_id VARCHAR, user_id VARCHAR, "
-    "rank BIGINT, doc_id VARCHAR, source_user_id VARCHAR, score DOUBLE)"
-)
-
-
-class CachedEmbedder:
-    """Embeds through DuckDB's embedding_cache (shared with the LaMP graph); the model loads only on a miss."""
-
-    def __init__(self, con, models: ModelsResource, model_id: str, dim: int = 0, progress=None) -> None:
-        self.con, self.models, self.model_id, self.dim, self.progress = con, models, model_id, dim, progress
-        self.new = 0
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """(n, dim) embeddings of texts, looked up or embedded and cached."""
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        matrix, _, new = embed_with_cache(
-            self.con, lambda t: self.models.embedder().embed(t), self.model_id, list(texts), progress=self.progress
-        )
-        self.new += new
-        self.dim = int(matrix.shape[1])
-        return matrix
-
-
-class CachedGenerator(Generator):
-    """The configured generator behind generate_cached: a prompt already in generation_cache is not generated."""
-
-    def __init__(self, inner: Generator, con, batch_size: int = 8, progress=None) -> None:
-        self.inner, self.con, self.batch_size, self.progress = inner, con, batch_size, progress
-        self.model_id = inner.model_id
-        self.generated = 0
-
-    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
-        """Outputs through the cache; counts the prompts generated now."""
-        outputs, new = generate_cached(
-            self.inner, list(prompts), max_new_tokens, self.con, self.batch_size, self.progress
-        )
-        self.generated += new
-        return outputs
-
-    def count_tokens(self, text: str) -> int:
-        """Token count of the wrapped generator."""
-        return self.inner.count_tokens(text)
-
-    def truncate(self, text: str, max_tokens: int) -> str:
-        """Truncation of the wrapped generator."""
-        return self.inner.truncate(text, max_tokens)
-
-
-def lamp_pbr_settings(pbr: PbrSettings) -> PbrSettings:
-    """PBR settings for LaMP profiles: k1 = pbr.lamp_k1, m = pbr.lamp_num_pseudo (theta, k2 as configured)."""
-    out = dataclasses.replace(pbr, k1=pbr.lamp_k1, num_pseudo=pbr.lamp_num_pseudo)
-    validate_pbr_settings(out)
-    return out
-
-
-def lamp_expansions(
-    index: ProfileIndex, samples: pd.DataFrame, pbr: PbrSettings, generator: Generator
-) -> dict[str, PbrExpansion]:
-    """P-PRF of every dev sample with a profile: the top-k1 own documents by cosine, then the two LLM prompts."""
-    items = []
-    for s in samples.itertuples():
-        rows = index.rows_of([s.user_id])
-        if len(rows):
-            top = top_k_prf(np.asarray(s.embedding, dtype=np.float32), index.vectors[rows], pbr.k1)
-            items.append((s.sample_id, s.query, [index.texts[rows[i]] for i in top]))
-    return generate_expansions(generator, items, pbr.num_pseudo, pbr.lamp_max_new_tokens, pbr.lamp_history_tokens)
-
-
-def pbr_lamp_rows(
-    task: str,
-    index: ProfileIndex,
-    samples: pd.DataFrame,
-    methods: Sequence[str],
-    pbr: PbrSettings,
-    k: int,
-    expansions: dict[str, PbrExpansion],
-    embed: Callable[[Sequence[str]], np.ndarray],
-) -> list[tuple]:
-    """Rows (RETRIEVAL_COLUMNS) of the top-k own-profile documents by inner product with each method's q*."""
-    texts = list(
-        dict.fromkeys(t for e in expansions.values() for t in (*e.pseudo_utterances, e.reasoning) if t.strip())
-    )
-    vecs = dict(zip(texts, embed(texts), strict=True))
-    anchors: dict[str, np.ndarray] = {}
-    out: list[tuple] = []
-    for s in samples.itertuples():
-        rows = index.rows_of([s.user_id])
-        if not len(rows):
-            continue
-        docs = index.vectors[rows]
-        if s.user_id not in anchors:
-            anchors[s.user_id] = anchor_vector(docs, pbr)[0]
-        q = np.asarray(s.embedding, dtype=np.float32)
-        f_avg = r = None
-        if s.sample_id in expansions:
-            e, zero = expansions[s.sample_id], np.zeros_like(q)
-            utt = [vecs[t] for t in e.pseudo_utterances if t.strip()]
-            f_avg = np.mean(utt, axis=0) if utt else zero
-            r = vecs[e.reasoning] if e.reasoning.strip() else zero
-        vectors = pbr_query_vectors(q, anchors[s.user_id], f_avg, r, [LAMP_METHODS[m] for m in methods])
-        for m in methods:
-            scores = docs @ vectors[LAMP_METHODS[m]]
-            order = np.argsort(-scores, kind="stable")[:k]
-            out += [
-                (
-                    task,
-                    m,
-                    s.sample_id,
-                    s.user_id,
-                    rank,
-                    index.doc_ids[rows[i]],
-                    index.user_ids[rows[i]],
-                    float(scores[i]),
-                )
-                for rank, i in enumerate(order, 1)
-            ]
-    return out
 
 
 @task_asset(
@@ -187,13 +59,13 @@ def pbr_lamp_retrievals(
     pbr = lamp_pbr_settings(settings.pbr)
     stats = {}
     with duckdb.connect() as con:
-        con.execute(_DDL)
+        con.execute(DDL)
         gen = None
         if "pbr" in methods:
             gen = CachedGenerator(
                 models.generator(), con, settings.generator.batch_size, progress_logger(context, "PBR P-PRF generation")
             )
-        emb = CachedEmbedder(con, models, settings.embedder.model)
+        emb = CachedEmbedder(con, models.embedder, settings.embedder.model)
         for task in run_tasks(context, settings):
             index, samples, _ = load_task_inputs(con, task, with_neighbours=False)
             before = gen.generated if gen else 0

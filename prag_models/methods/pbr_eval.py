@@ -6,7 +6,7 @@ Each question retrieves from its own user's segments only. Segment, question and
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -71,6 +71,20 @@ class EmbeddingCache:
     __call__ = embed
 
 
+def expansion_vectors(
+    expansion: PbrExpansion | None, embed: Callable[[Sequence[str]], np.ndarray], dim: int
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(f_avg, r) of a P-PRF expansion (docs/methods.md §4.1): the mean pseudo-utterance vector and the reasoning
+    vector, zeros for empty texts; (None, None) without an expansion."""
+    if expansion is None:
+        return None, None
+    zero = np.zeros(dim, dtype=np.float32)
+    utterances = [t for t in expansion.pseudo_utterances if t.strip()]
+    f_avg = np.asarray(embed(utterances), dtype=np.float32).mean(axis=0) if utterances else zero
+    r = np.asarray(embed([expansion.reasoning]), dtype=np.float32)[0] if expansion.reasoning.strip() else zero
+    return f_avg, r
+
+
 def _check_inputs(
     questions: Sequence[RetrievalQuestion],
     segments_by_user: Mapping[str, Sequence[Segment]],
@@ -117,12 +131,8 @@ def retrieve_rankings(
     for q in questions:
         qv = cache([q.question])[0]
         pbr_methods = [m for m in methods if m in PBR_METHODS]
-        f_avg = r = None
-        if any(m in NEEDS_EXPANSION for m in pbr_methods):
-            exp = expansions[q.q_id]
-            utt = [t for t in exp.pseudo_utterances if t.strip()]
-            f_avg = cache(utt).mean(axis=0) if utt else np.zeros(embedder.dim, dtype=np.float32)
-            r = cache([exp.reasoning])[0] if exp.reasoning.strip() else np.zeros(embedder.dim, dtype=np.float32)
+        needed = any(m in NEEDS_EXPANSION for m in pbr_methods)
+        f_avg, r = expansion_vectors(expansions[q.q_id] if needed else None, cache, embedder.dim)
         g = anchors.get(q.user, np.zeros(embedder.dim, dtype=np.float32))
         vectors = pbr_query_vectors(qv, g, f_avg, r, pbr_methods)
         for m in methods:

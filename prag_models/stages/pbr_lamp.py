@@ -1,0 +1,145 @@
+"""PBR as a query-side option of LaMP retrieval (docs/methods.md §4): the user's own profile is the corpus, q*
+replaces q. ``pbr``: P-PRF from the top pbr.lamp_k1 profile documents fused with the P-Anchor, q* = q + g + w1 f_avg
++ w2 r; ``pbr_anchor_only``: q* = q + g, no LLM. Top retrieval.k by inner product."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from prag_models.config import PbrSettings
+from prag_models.llm.base import Generator
+from prag_models.llm.cache import generate_cached
+from prag_models.methods.pbr import (
+    PbrExpansion,
+    anchor_vector,
+    generate_expansions,
+    pbr_query_vectors,
+    top_k_prf,
+    validate_pbr_settings,
+)
+from prag_models.methods.pbr_eval import expansion_vectors
+from prag_models.methods.profiles import ProfileIndex
+from prag_models.text.embedding_cache import embed_with_cache
+
+TABLE = "pbr_lamp_retrievals"
+#: LaMP method name -> the PBR query vector it uses (prag_models.methods.pbr.pbr_query_vectors).
+LAMP_METHODS: dict[str, str] = {"pbr": "pbr", "pbr_anchor_only": "pbr_wo_prf"}
+_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {TABLE} (task VARCHAR, method VARCHAR, sample_id VARCHAR, user_id VARCHAR, "
+    "rank BIGINT, doc_id VARCHAR, source_user_id VARCHAR, score DOUBLE)"
+)
+
+
+class CachedEmbedder:
+    """Embeds through DuckDB's embedding_cache (shared with the LaMP graph); the model loads only on a miss."""
+
+    def __init__(self, con, load: Callable[[], Any], model_id: str, dim: int = 0, progress=None) -> None:
+        self.con, self.load, self.model_id, self.dim, self.progress = con, load, model_id, dim, progress
+        self.new = 0
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, dim) embeddings of texts, looked up or embedded and cached."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        matrix, _, new = embed_with_cache(
+            self.con, lambda t: self.load().embed(t), self.model_id, list(texts), progress=self.progress
+        )
+        self.new += new
+        self.dim = int(matrix.shape[1])
+        return matrix
+
+
+class CachedGenerator(Generator):
+    """The configured generator behind generate_cached: a prompt already in generation_cache is not generated."""
+
+    def __init__(self, inner: Generator, con, batch_size: int = 8, progress=None) -> None:
+        self.inner, self.con, self.batch_size, self.progress = inner, con, batch_size, progress
+        self.model_id = inner.model_id
+        self.generated = 0
+
+    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+        """Outputs through the cache; counts the prompts generated now."""
+        outputs, new = generate_cached(
+            self.inner, list(prompts), max_new_tokens, self.con, self.batch_size, self.progress
+        )
+        self.generated += new
+        return outputs
+
+    def count_tokens(self, text: str) -> int:
+        """Token count of the wrapped generator."""
+        return self.inner.count_tokens(text)
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        """Truncation of the wrapped generator."""
+        return self.inner.truncate(text, max_tokens)
+
+
+def lamp_pbr_settings(pbr: PbrSettings) -> PbrSettings:
+    """PBR settings for LaMP profiles: k1 = pbr.lamp_k1, m = pbr.lamp_num_pseudo (theta, k2 as configured)."""
+    out = dataclasses.replace(pbr, k1=pbr.lamp_k1, num_pseudo=pbr.lamp_num_pseudo)
+    validate_pbr_settings(out)
+    return out
+
+
+def lamp_expansions(
+    index: ProfileIndex, samples: pd.DataFrame, pbr: PbrSettings, generator: Generator
+) -> dict[str, PbrExpansion]:
+    """P-PRF of every dev sample with a profile: the top-k1 own documents by cosine, then the two LLM prompts."""
+    items = []
+    for s in samples.itertuples():
+        rows = index.rows_of([s.user_id])
+        if len(rows):
+            top = top_k_prf(np.asarray(s.embedding, dtype=np.float32), index.vectors[rows], pbr.k1)
+            items.append((s.sample_id, s.query, [index.texts[rows[i]] for i in top]))
+    return generate_expansions(generator, items, pbr.num_pseudo, pbr.lamp_max_new_tokens, pbr.lamp_history_tokens)
+
+
+def pbr_lamp_rows(
+    task: str,
+    index: ProfileIndex,
+    samples: pd.DataFrame,
+    methods: Sequence[str],
+    pbr: PbrSettings,
+    k: int,
+    expansions: dict[str, PbrExpansion],
+    embed: Callable[[Sequence[str]], np.ndarray],
+) -> list[tuple]:
+    """Rows (RETRIEVAL_COLUMNS) of the top-k own-profile documents by inner product with each method's q*."""
+    texts = list(
+        dict.fromkeys(t for e in expansions.values() for t in (*e.pseudo_utterances, e.reasoning) if t.strip())
+    )
+    vecs = dict(zip(texts, embed(texts), strict=True))
+    anchors: dict[str, np.ndarray] = {}
+    out: list[tuple] = []
+    for s in samples.itertuples():
+        rows = index.rows_of([s.user_id])
+        if not len(rows):
+            continue
+        docs = index.vectors[rows]
+        if s.user_id not in anchors:
+            anchors[s.user_id] = anchor_vector(docs, pbr)[0]
+        q = np.asarray(s.embedding, dtype=np.float32)
+        f_avg, r = expansion_vectors(expansions.get(s.sample_id), lambda t: np.stack([vecs[x] for x in t]), len(q))
+        vectors = pbr_query_vectors(q, anchors[s.user_id], f_avg, r, [LAMP_METHODS[m] for m in methods])
+        for m in methods:
+            scores = docs @ vectors[LAMP_METHODS[m]]
+            order = np.argsort(-scores, kind="stable")[:k]
+            out += [
+                (
+                    task,
+                    m,
+                    s.sample_id,
+                    s.user_id,
+                    rank,
+                    index.doc_ids[rows[i]],
+                    index.user_ids[rows[i]],
+                    float(scores[i]),
+                )
+                for rank, i in enumerate(order, 1)
+            ]
+    return out

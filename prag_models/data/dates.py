@@ -1,4 +1,9 @@
-"""LaMP profile dates: the accepted formats and their parser (docs/methods.md §1)."""
+"""LaMP profile dates: the accepted formats and their parser (docs/methods.md §1).
+
+Accepted: a year, year-month, ISO 8601 (with or without time and zone), epoch seconds, ``YYYYMMDD``, the slash, dot
+and month-name forms in ``_FORMATS``, Twitter's ``Mon Apr 06 22:19:45 PDT 2009`` and RFC 2822. Anything else is
+unparseable (``data.undated`` decides what the loader does with it).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ _FORMATS = (
     "%m/%d/%Y",
     "%m/%d/%Y %H:%M:%S",
     "%d.%m.%Y",
+    "%m %d, %Y",  # Amazon review times ("06 3, 2011")
     "%B %d, %Y",
     "%b %d, %Y",
     "%d %B %Y",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import email.utils
 import re
 from datetime import UTC, datetime
+from functools import lru_cache
 
 _YEAR = re.compile(r"^(\d{4})$")
 _YEAR_MONTH = re.compile(r"^(\d{4})[-/](\d{1,2})$")
@@ -36,6 +37,7 @@ def _naive_utc(value: datetime) -> datetime:
     return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
 
 
+@lru_cache(maxsize=1 << 16)  # a user's profile is listed again in each of their samples
 def parse_date(value: str | int | float | None) -> datetime | None:
     """Parse a LaMP date ("YYYY", "YYYY-MM", ISO, Twitter/RFC-2822 style, epoch seconds); None if unparseable."""
     if value is None or isinstance(value, bool):

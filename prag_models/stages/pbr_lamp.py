@@ -29,7 +29,7 @@ from prag_models.text.embedding_cache import embed_with_cache
 TABLE = "pbr_lamp_retrievals"
 #: LaMP method name -> the PBR query vector it uses (prag_models.methods.pbr.pbr_query_vectors).
 LAMP_METHODS: dict[str, str] = {"pbr": "pbr", "pbr_anchor_only": "pbr_wo_prf"}
-_DDL = (
+DDL = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} (task VARCHAR, method VARCHAR, sample_id VARCHAR, user_id VARCHAR, "
     "rank BIGINT, doc_id VARCHAR, source_user_id VARCHAR, score DOUBLE)"
 )

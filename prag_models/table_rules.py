@@ -1,0 +1,205 @@
+"""Data-quality rules of the LaMP tables (docs/methods.md §6): a Great Expectations suite and the cross-table rules GX
+has no expectation for, per task. The asset checks (prag_assets/checks/lamp_checks.py) run them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+
+from prag_models.config import Settings
+from prag_models.data.source import llm_eval_sample_ids
+from prag_models.data.tasks import LABELS, TASK_KIND
+from prag_models.metrics import metric_bounds
+from prag_models.store import column_to_matrix, table_exists
+from prag_models.validation import Expect, between, has_columns, in_set, matrix_problems, min_rows, not_null, unique
+
+#: (connection, task, table rows, settings) → problems that GX has no expectation for.
+Extra = Callable[[object, str, pd.DataFrame, Settings], list[str]]
+
+
+def samples_suite(task: str, settings: Settings) -> list[Expect]:
+    """Expectations of lamp_samples."""
+    return [
+        *has_columns("task", "split", "sample_id", "user_id", "input", "query", "gold"),
+        *not_null("sample_id", "user_id", "input", "query"),
+        unique("sample_id"),
+        min_rows(1),
+        in_set("split", ["train", "dev"]),
+    ]
+
+
+def samples_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
+    """Dev samples exist, have golds, and golds are in the label set."""
+    dev = df[df["split"] == "dev"]
+    problems = [] if len(dev) else ["no dev samples"]
+    if dev["gold"].isna().any():
+        problems.append(f"{int(dev['gold'].isna().sum())} dev samples have no gold output")
+    if TASK_KIND[task] != "generation":
+        bad = sorted(set(dev["gold"].dropna()) - set(LABELS[task]))
+        if bad:
+            problems.append(f"gold labels outside the label set: {bad[:5]}")
+    return problems
+
+
+def docs_suite(task: str, settings: Settings) -> list[Expect]:
+    """Expectations of profile_documents."""
+    return [
+        *not_null("user_id", "doc_id", "text", "content_hash"),
+        unique("user_id", "doc_id"),
+        min_rows(1),
+        Expect("ExpectColumnValueLengthsToBeBetween", {"column": "text", "min_value": 1}),
+    ]
+
+
+def vectors_extra(key: str) -> Extra:
+    """Finite (unit) vectors, one per document / query / user of the task."""
+
+    def extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
+        matrix = column_to_matrix(df["embedding"].tolist())
+        problems = matrix_problems(matrix, unit_norm=key != "user")
+        if key == "doc":
+            n = con.execute("SELECT count(*) FROM profile_documents WHERE task = ?", [task]).fetchone()[0]
+            if n != len(df):
+                problems.append(f"{len(df)} embeddings for {n} profile documents")
+        if key == "query":
+            n = con.execute("SELECT count(*) FROM lamp_samples WHERE task = ?", [task]).fetchone()[0]
+            if n != len(df):
+                problems.append(f"{len(df)} query embeddings for {n} samples")
+        if key == "user":
+            users_needed = {
+                u for (u,) in con.execute("SELECT DISTINCT user_id FROM lamp_samples WHERE task = ?", [task]).fetchall()
+            }
+            missing = users_needed - set(df["user_id"])
+            if missing:
+                problems.append(f"{len(missing)} users have no embedding, e.g. {sorted(missing)[:3]}")
+        return problems
+
+    return extra
+
+
+def clusters_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
+    """Every user with an embedding has a cluster."""
+    users_all = {u for (u,) in con.execute("SELECT user_id FROM user_embeddings WHERE task = ?", [task]).fetchall()}
+    missing = users_all - set(df["user_id"])
+    return [f"{len(missing)} users have no cluster, e.g. {sorted(missing)[:3]}"] if missing else []
+
+
+def neighbours_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
+    """Neighbours are other members of the same cluster."""
+    bad = con.execute(
+        "SELECT count(*) FROM similar_users s JOIN user_clusters a ON a.task = s.task AND a.user_id = s.user_id "
+        "JOIN user_clusters b ON b.task = s.task AND b.user_id = s.neighbour_id "
+        "WHERE s.task = ? AND (a.cluster <> b.cluster OR s.user_id = s.neighbour_id)",
+        [task],
+    ).fetchone()[0]
+    return [f"{bad} neighbour pairs cross clusters or pair a user with itself"] if bad else []
+
+
+def retrieval_suite(task: str, settings: Settings) -> list[Expect]:
+    """Expectations of a retrieval table."""
+    return [
+        *not_null("method", "sample_id", "user_id", "doc_id", "source_user_id"),
+        unique("method", "sample_id", "rank"),
+        between("rank", 1, settings.retrieval.k),
+    ]
+
+
+def _groups(con, table: str, column: str, task: str) -> dict[str, int]:
+    """user → group id (planted community or cluster) of a task; empty when the table does not exist."""
+    if not table_exists(con, table):
+        return {}
+    return dict(con.execute(f"SELECT user_id, {column} FROM {table} WHERE task = ?", [task]).fetchall())
+
+
+def retrieval_extra(table: str) -> Extra:
+    """Retrieved documents exist and come from users the method may use."""
+
+    def extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
+        problems = []
+        missing = con.execute(
+            f"SELECT count(*) FROM {table} r LEFT JOIN profile_documents p ON p.task = r.task "
+            "AND p.user_id = r.source_user_id AND p.doc_id = r.doc_id WHERE r.task = ? AND p.doc_id IS NULL",
+            [task],
+        ).fetchone()[0]
+        if missing:
+            problems.append(f"{missing} retrieved documents do not exist in profile_documents")
+        allowed = (
+            con.execute("SELECT user_id, neighbour_id FROM similar_users WHERE task = ?", [task]).fetchall()
+            if table != "baseline_retrievals"
+            else []
+        )
+        neighbours: dict[str, set[str]] = {}
+        for u, n in allowed:
+            neighbours.setdefault(u, set()).add(n)
+        own_only = {"random", "recency", "bm25", "dense", "clusterrag_user_only"}
+        groups = {
+            "oracle_community": _groups(con, "planted_communities", "community", task),
+            "clusterrag_community": _groups(con, "user_clusters", "cluster", task),
+        }
+        bad = []
+        for r in df.itertuples():
+            nb = neighbours.get(r.user_id, set())
+            if r.method == "dense_global" or (
+                r.method == "clusterrag_community" and settings.clustering.community_top_n
+            ):
+                ok = True  # not personalized / top-N most similar users of all
+            elif r.method in groups:
+                ok = groups[r.method].get(r.source_user_id, -1) == groups[r.method].get(r.user_id, -2)
+            elif r.method in own_only:
+                ok = r.source_user_id == r.user_id
+            elif r.method == "clusterrag_collaborative":
+                ok = r.source_user_id in nb
+            else:
+                ok = r.source_user_id == r.user_id or r.source_user_id in nb
+            if not ok:
+                bad.append(f"{r.method}/{r.sample_id}: doc {r.doc_id} of user {r.source_user_id}")
+        if bad:
+            problems.append(f"{len(bad)} documents come from users the method may not use, e.g. {bad[:3]}")
+        return problems
+
+    return extra
+
+
+def generation_suite(task: str, settings: Settings) -> list[Expect]:
+    """Expectations of generations."""
+    return [
+        *not_null("method", "sample_id", "output", "prediction"),
+        unique("method", "sample_id"),
+        Expect("ExpectColumnValueLengthsToBeBetween", {"column": "output", "min_value": 1, "mostly": 0.9}),
+    ]
+
+
+def generation_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
+    """Every method has a generation for each LLM-evaluation sample."""
+    dev = [
+        s
+        for (s,) in con.execute(
+            "SELECT sample_id FROM lamp_samples WHERE task = ? AND split = 'dev'", [task]
+        ).fetchall()
+    ]
+    n = len(llm_eval_sample_ids(dev, settings))
+    short = {m: len(g) for m, g in df.groupby("method") if len(g) != n}
+    return [f"methods without a generation for each of the {n} LLM-evaluation samples: {short}"] if short else []
+
+
+def evaluation_suite(task: str, settings: Settings) -> list[Expect]:
+    """Expectations of lamp_evaluation."""
+    return [
+        *not_null("method", "metric", "value"),
+        unique("method", "metric"),
+        min_rows(1),
+        Expect("ExpectColumnValuesToBeBetween", {"column": "n_samples", "min_value": 1}),
+    ]
+
+
+def evaluation_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
+    """Every metric within its bounds and inside its interval."""
+    problems = []
+    for r in df.itertuples():
+        low, high = metric_bounds(r.metric)
+        if not low <= r.value <= high:
+            problems.append(f"{r.method} {r.metric} = {r.value} outside [{low}, {high}]")
+        if not r.ci_low - 1e-9 <= r.value <= r.ci_high + 1e-9:
+            problems.append(f"{r.method} {r.metric} = {r.value} outside its interval [{r.ci_low}, {r.ci_high}]")
+    return problems

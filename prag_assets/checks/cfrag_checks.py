@@ -3,7 +3,6 @@ and the provenance of retrieved documents."""
 
 import dagster as dg
 import numpy as np
-import pandas as pd
 
 from prag_assets.assets import cfrag, cfrag_training, cfrag_users
 from prag_assets.checks.lamp_checks import table_check
@@ -11,103 +10,12 @@ from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report, task_c
 from prag_assets.common import run_tasks
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
-from prag_models.config import Settings
-from prag_models.methods.cfrag import feedback_labels, probes, tables, variants
-from prag_models.store import column_to_matrix, read_rows, table_exists
-from prag_models.validation import between, matrix_problems, min_rows, not_null, unique, validate_frame
+from prag_models.methods.cfrag import probes, tables, variants
+from prag_models.methods.cfrag import table_rules as rules
+from prag_models.validation import between, min_rows, not_null, unique
 
 #: Largest allowed difference between the scores of a trained model and of its copy loaded back from MLflow.
 ROUNDTRIP_TOLERANCE = 1e-5
-
-
-def _user_vectors_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
-    """Finite vectors of one dimension; every user with a sample has one."""
-    problems = matrix_problems(column_to_matrix(df["embedding"].tolist()))
-    needed = {u for (u,) in con.execute("SELECT DISTINCT user_id FROM lamp_samples WHERE task = ?", [task]).fetchall()}
-    missing = needed - set(df["user_id"])
-    return problems + ([f"{len(missing)} users have no CFRAG embedding, e.g. {sorted(missing)[:3]}"] if missing else [])
-
-
-def _neighbours_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
-    """min(m, n) neighbours per user; with include_self the user first and nowhere else."""
-    n_users = con.execute("SELECT count(*) FROM cfrag_user_embeddings WHERE task = ?", [task]).fetchone()[0]
-    m, self_first = settings.cfrag.top_m_users, settings.cfrag.include_self
-    width = min(m, n_users) if self_first else min(m, max(n_users - 1, 0))
-    counts = df.groupby("user_id").size()
-    problems = []
-    if len(counts) != n_users or (counts != width).any():
-        problems.append(f"expected {width} neighbours for each of {n_users} users, got {counts.describe().to_dict()}")
-    firsts = df[df["rank"] == 1]
-    if self_first and (firsts["user_id"] != firsts["neighbour_id"]).any():
-        problems.append("include_self is set but some users are not their own first neighbour")
-    others = df[df["rank"] > 1] if self_first else df
-    if (others["user_id"] == others["neighbour_id"]).any():
-        problems.append("a user appears as its own neighbour beyond rank 1")
-    return problems
-
-
-def _retrieval_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
-    """Retrieved docs exist and come from the users the method may use; every CFRAG method present."""
-    problems = []
-    missing = con.execute(
-        "SELECT count(*) FROM cfrag_retrievals r LEFT JOIN profile_documents p ON p.task = r.task "
-        "AND p.user_id = r.source_user_id AND p.doc_id = r.doc_id WHERE r.task = ? AND p.doc_id IS NULL",
-        [task],
-    ).fetchone()[0]
-    if missing:
-        problems.append(f"{missing} retrieved documents do not exist in profile_documents")
-    allowed = {
-        "encoder": tables.neighbour_lists(con, task),
-        "mean": tables.mean_embedding_neighbours(con, task, settings),
-    }
-    users_of = {v.method: v.users for v in variants.VARIANTS}
-    bad = []
-    for r in df.itertuples(index=False):
-        kind = users_of.get(r.method)
-        ok = (
-            r.source_user_id == r.user_id
-            if kind == "own"
-            else r.source_user_id in allowed.get(kind, {}).get(r.user_id, [r.user_id])
-        )
-        if kind is None or not ok:
-            bad.append(f"{r.method}/{r.sample_id}: doc {r.doc_id} of user {r.source_user_id}")
-    if bad:
-        problems.append(f"{len(bad)} documents come from users the method may not use, e.g. {bad[:3]}")
-    expected = set(variants.CFRAG_METHODS)
-    if set(df["method"]) != expected:
-        problems.append(f"methods {sorted(set(df['method']))} != {sorted(expected)}")
-    return problems
-
-
-def _feedback_result(con, task: str, settings: Settings, generator_id: str) -> tuple[list[str], list[str], dict]:
-    """(errors, warnings, info) of a task's labels: schema, key, score range; degenerate samples of this generator."""
-    exists = table_exists(con, "feedback_labels")
-    df = read_rows(con, "feedback_labels", {"task": task}) if exists else pd.DataFrame()
-    version = feedback_labels.feedback_prompt_version(task, settings)
-    if len(df):  # labels of other generators / prompt versions / signals are kept for re-use, not judged here
-        df = df[(df["generator_id"] == generator_id) & (df["prompt_version"] == version)]
-    low, high = feedback_labels.score_range(task, settings.cfrag.feedback_signal)
-    suite = [
-        *not_null("sample_id", "doc_id", "source_user_id", "generator_id", "prompt_version", "score"),
-        unique("sample_id", "doc_id", "source_user_id", "generator_id", "prompt_version"),
-        between("score", None if low == float("-inf") else low, high),
-        min_rows(1),
-    ]
-    _, errors = validate_frame(f"feedback_labels_{task.replace('-', '')}", df, suite)
-    warnings: list[str] = []
-    info: dict = {"labels": len(df)}
-    if len(df):
-        degenerate, n = feedback_labels.degenerate_samples(df)
-        info |= {"generator": generator_id, "prompt_version": version, "samples": n, "degenerate_samples": degenerate}
-        info["degenerate_share"] = round(degenerate / n, 3) if n else None
-        if not n:
-            errors.append(f"no labels for {generator_id} / {version}")
-        elif degenerate > n / 2:
-            warnings.append(
-                f"{degenerate} of {n} samples have identical scores for every candidate: most labels carry no signal "
-                "(cfrag.feedback_signal = 'gold_loglik' gives labels that differ even when the task metric ties)"
-            )
-    return errors, warnings, info
 
 
 @task_check(
@@ -130,7 +38,7 @@ def feedback_not_degenerate(
     outcomes: dict[str, TaskOutcome] = {}
     with duckdb.connect() as con:
         for task in run_tasks(context, settings):
-            errors, warnings, info = _feedback_result(con, task, settings, generator_id)
+            errors, warnings, info = rules.feedback_result(con, task, settings, generator_id)
             outcomes[task] = TaskOutcome(errors, warnings, {"labels": dg.MetadataValue.json(info)})
     yield from report(context, outcomes)
 
@@ -206,7 +114,7 @@ cfrag_checks = [
         "cfrag_user_vectors_valid",
         "Every user of the task has exactly one finite CFRAG embedding.",
         lambda t, s: [*not_null("user_id", "embedding"), unique("user_id"), min_rows(1)],
-        _user_vectors_extra,
+        rules.user_vectors_extra,
     ),
     table_check(
         cfrag_users.cfrag_similar_users,
@@ -219,7 +127,7 @@ cfrag_checks = [
             between("rank", 1, s.cfrag.top_m_users),
             between("similarity", -1.0001, 1.0001),
         ],
-        _neighbours_extra,
+        rules.neighbours_extra,
     ),
     feedback_not_degenerate,
     _model_check(
@@ -250,6 +158,6 @@ cfrag_checks = [
             between("rank", 1, variants.final_k(s)),
             min_rows(1),
         ],
-        _retrieval_extra,
+        rules.retrieval_extra,
     ),
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -98,3 +99,27 @@ def evaluation_chart(table: pd.DataFrame, path: Path) -> Path:
     fig.savefig(path, dpi=CHART_DPI)
     plt.close(fig)
     return path
+
+
+def write_evaluation_report(con, tasks: Sequence[str], folder: Path) -> tuple[pd.DataFrame, str, Path]:
+    """The evaluation of the given tasks as markdown (with the paired comparisons) and a chart, written to folder
+    as lamp_evaluation.{md,png}; returns (table, markdown, chart path)."""
+    from prag_models.store import table_exists
+
+    if not table_exists(con, "lamp_evaluation"):
+        raise LookupError("table lamp_evaluation is empty: materialize lamp_evaluation first")
+    table = con.execute("SELECT * FROM lamp_evaluation ORDER BY task, method, metric").df()
+    comparisons = (
+        con.execute("SELECT * FROM lamp_evaluation_comparisons ORDER BY task, method, baseline").df()
+        if table_exists(con, "lamp_evaluation_comparisons")
+        else pd.DataFrame()
+    )
+    table = table[table["task"].isin(tasks)]
+    markdown = evaluation_markdown(table)
+    if len(comparisons):
+        comparisons = comparisons[comparisons["task"].isin(tasks)]
+        markdown += "\n\nPaired differences of the primary metric (positive = better than the baseline):\n\n"
+        markdown += comparisons_markdown(comparisons)
+    chart = evaluation_chart(table, folder / "lamp_evaluation.png")
+    (chart.parent / "lamp_evaluation.md").write_text(markdown + "\n", encoding="utf-8")
+    return table, markdown, chart

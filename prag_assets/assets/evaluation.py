@@ -11,8 +11,8 @@ from prag_assets.partitions import DUCKDB_POOL, single_run
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_assets.task_table import CODE_VERSION, task_asset
 from prag_models.llm_evaluation import EVALUATION_COLUMNS, compare_with_baselines, evaluate_generations
-from prag_models.report import comparisons_markdown, evaluation_chart, evaluation_markdown
-from prag_models.store import read_rows, replace_many, table_exists
+from prag_models.report import comparisons_markdown, evaluation_markdown, write_evaluation_report
+from prag_models.store import read_rows, replace_many
 
 GROUP = "evaluation"
 
@@ -68,22 +68,7 @@ def lamp_evaluation_report(
     """Summarise the evaluation table across tasks (markdown + PNG chart under the prag home)."""
     settings = prag_settings.get()
     with duckdb.connect() as con:
-        if not table_exists(con, "lamp_evaluation"):
-            raise LookupError("table lamp_evaluation is empty: materialize lamp_evaluation first")
-        table = con.execute("SELECT * FROM lamp_evaluation ORDER BY task, method, metric").df()
-        comparisons = (
-            con.execute("SELECT * FROM lamp_evaluation_comparisons ORDER BY task, method, baseline").df()
-            if table_exists(con, "lamp_evaluation_comparisons")
-            else pd.DataFrame()
-        )
-    table = table[table["task"].isin(settings.data.tasks)]
-    markdown = evaluation_markdown(table)
-    if len(comparisons):
-        comparisons = comparisons[comparisons["task"].isin(settings.data.tasks)]
-        markdown += "\n\nPaired differences of the primary metric (positive = better than the baseline):\n\n"
-        markdown += comparisons_markdown(comparisons)
-    chart = evaluation_chart(table, settings.home_path / "reports" / "lamp_evaluation.png")
-    (chart.parent / "lamp_evaluation.md").write_text(markdown + "\n", encoding="utf-8")
+        table, markdown, chart = write_evaluation_report(con, settings.data.tasks, settings.home_path / "reports")
     image = base64.b64encode(chart.read_bytes()).decode()
     context.log.info(f"evaluation table written to {chart.parent / 'lamp_evaluation.md'}")
     return dg.MaterializeResult(

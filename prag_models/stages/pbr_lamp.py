@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from prag_models.config import PbrSettings
+from prag_models.config import PbrSettings, Settings
+from prag_models.data.source import llm_eval_sample_ids
 from prag_models.llm.base import Generator
 from prag_models.llm.cache import generate_cached
 from prag_models.methods.pbr import (
@@ -25,6 +26,7 @@ from prag_models.methods.pbr import (
 from prag_models.methods.pbr_eval import expansion_vectors
 from prag_models.methods.profiles import ProfileIndex
 from prag_models.text.embedding_cache import embed_with_cache
+from prag_models.validation import Expect, between, in_set, not_null, unique
 
 TABLE = "pbr_lamp_retrievals"
 #: LaMP method name -> the PBR query vector it uses (prag_models.methods.pbr.pbr_query_vectors).
@@ -143,3 +145,30 @@ def pbr_lamp_rows(
                 for rank, i in enumerate(order, 1)
             ]
     return out
+
+
+def pbr_lamp_suite(task: str, settings: Settings) -> list[Expect]:
+    """Expectations of pbr_lamp_retrievals."""
+    return [*not_null("method", "sample_id", "user_id", "doc_id", "source_user_id", "score"),
+            unique("method", "sample_id", "rank"), between("rank", 1, settings.retrieval.k),
+            in_set("method", list(LAMP_METHODS))]
+
+
+def pbr_lamp_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
+    """Documents from the asking user's own profile only; every sample served."""
+    problems = []
+    foreign = df[df["source_user_id"] != df["user_id"]]
+    if len(foreign):
+        problems.append(f"{len(foreign)} documents come from another user's profile, e.g. "
+                        f"{foreign[['method', 'sample_id', 'doc_id']].head(3).values.tolist()}")
+    missing = con.execute(
+        f"SELECT count(*) FROM {TABLE} r LEFT JOIN profile_documents p ON p.task = r.task "
+        "AND p.user_id = r.user_id AND p.doc_id = r.doc_id WHERE r.task = ? AND p.doc_id IS NULL", [task]).fetchone()[0]
+    if missing:
+        problems.append(f"{missing} retrieved documents are not in the asking user's profile")
+    sql = "SELECT sample_id FROM lamp_samples WHERE task = ? AND split = 'dev'"
+    dev = [s for (s,) in con.execute(sql, [task]).fetchall()]
+    expected = {"pbr": len(llm_eval_sample_ids(dev, settings))}  # P-PRF runs on the LLM-evaluation samples only
+    short = {m: g["sample_id"].nunique() for m, g in df.groupby("method")
+             if g["sample_id"].nunique() != expected.get(m, len(dev))}  # fmt: skip
+    return problems + ([f"methods short of their samples (dev: {len(dev)}): {short}"] if short else [])

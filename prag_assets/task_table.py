@@ -50,7 +50,6 @@ def task_asset(group: str, **kwargs: Any) -> Callable[..., dg.AssetsDefinition]:
 def task_table_asset(
     *,
     name: str,
-    table: str,
     group: str,
     deps: Sequence[Any],
     description: str,
@@ -59,7 +58,8 @@ def task_table_asset(
     code_version: str = CODE_VERSION,
     summary: Callable[[dict[str, dict]], dict[str, Any]] | None = None,
 ) -> dg.AssetsDefinition:
-    """A task-partitioned asset writing `table` from `build` per task (summary: extra run-level metadata)."""
+    """A task-partitioned asset writing the table of its name from `build` per task (summary: run-level metadata)."""
+    table = name
 
     @task_asset(group, name=name, deps=list(deps), kinds=set(kinds), code_version=code_version, description=description)
     def _asset(

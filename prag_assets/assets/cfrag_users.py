@@ -35,7 +35,6 @@ def _user_embeddings(step: TaskStep):
 
 cfrag_user_embeddings = task_table_asset(
     name="cfrag_user_embeddings",
-    table="cfrag_user_embeddings",
     group=GROUP,
     deps=[cfrag_user_encoder],
     kinds=("duckdb", "pytorch", "mlflow"),
@@ -45,7 +44,6 @@ cfrag_user_embeddings = task_table_asset(
 
 cfrag_similar_users = task_table_asset(
     name="cfrag_similar_users",
-    table="cfrag_similar_users",
     group=GROUP,
     deps=[cfrag_user_embeddings],
     description="Top-m users by cosine of CFRAG user embeddings (FAISS), the user itself first when "

@@ -22,7 +22,6 @@ def _generate(step: TaskStep):
 
 generations = task_table_asset(
     name="generations",
-    table="generations",
     group=GROUP,
     deps=[lamp_samples, baseline_retrievals, clusterrag_retrievals, cfrag_retrievals, pbr_lamp_retrievals],
     description="One answer per (method, LLM-evaluation sample: the first data.llm_eval_samples dev samples) with "

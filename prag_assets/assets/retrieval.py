@@ -21,7 +21,6 @@ GROUP = "retrieval"
 
 baseline_retrievals = task_table_asset(
     name="baseline_retrievals",
-    table="baseline_retrievals",
     group=GROUP,
     deps=[document_embeddings, query_embeddings],
     description="Top-k of the user's own profile by random, recency, BM25 (bm25s) and dense (cosine) retrieval; "
@@ -32,7 +31,6 @@ baseline_retrievals = task_table_asset(
 
 clusterrag_retrievals = task_table_asset(
     name="clusterrag_retrievals",
-    table="clusterrag_retrievals",
     group=GROUP,
     deps=[similar_users],
     description="ClusterRAG: user-only / collaborative / hybrid profiles ranked by cosine, two-stage retrieval "

@@ -20,7 +20,6 @@ def _cluster_summary(stats: dict[str, dict]) -> dict[str, Any]:
 
 user_embeddings = task_table_asset(
     name="user_embeddings",
-    table="user_embeddings",
     group=GROUP,
     deps=[document_embeddings, query_embeddings],
     description="z_u = mean of the user's unit document embeddings; a user with no history gets the mean of its "
@@ -30,7 +29,6 @@ user_embeddings = task_table_asset(
 
 user_clusters = task_table_asset(
     name="user_clusters",
-    table="user_clusters",
     group=GROUP,
     deps=[user_embeddings],
     description="Every user in exactly one cluster: HDBSCAN (noise users form one extra cluster) or k-means; "
@@ -41,7 +39,6 @@ user_clusters = task_table_asset(
 
 similar_users = task_table_asset(
     name="similar_users",
-    table="similar_users",
     group=GROUP,
     deps=[user_clusters],
     description="Top-k most similar members of each user's own cluster (cosine of user embeddings, self excluded).",

@@ -12,6 +12,7 @@ from prag_models.config import Settings
 from prag_models.methods import baselines, clusterrag
 from prag_models.methods.community import CommunityRetriever
 from prag_models.methods.profiles import ProfileIndex, Retrieved
+from prag_models.methods.task_tables import clustered_users, profile_index
 from prag_models.store import column_to_matrix, table_exists
 from prag_models.users.embeddings import normalize_rows
 
@@ -30,17 +31,7 @@ def load_task_inputs(
     con, task: str, with_neighbours: bool = True
 ) -> tuple[ProfileIndex, pd.DataFrame, dict[str, list[str]]]:
     """The task's profile index, its dev samples with query vectors, and each user's similar users."""
-    docs = con.execute(
-        "SELECT p.doc_id, p.user_id, p.text, e.embedding FROM profile_documents p JOIN document_embeddings e "
-        "USING (task, user_id, doc_id) WHERE task = ? ORDER BY p.user_id, p.position",
-        [task],
-    ).df()
-    index = ProfileIndex(
-        docs["doc_id"].tolist(),
-        docs["user_id"].tolist(),
-        docs["text"].tolist(),
-        column_to_matrix(docs["embedding"].tolist()),
-    )
+    index, _ = profile_index(con, task)
     samples = con.execute(
         "SELECT s.sample_id, s.user_id, s.query, q.embedding FROM lamp_samples s JOIN query_embeddings q "
         "USING (task, sample_id) WHERE task = ? AND s.split = 'dev' ORDER BY s.sample_id",
@@ -145,11 +136,7 @@ def planted_communities(con, task: str) -> dict[str, int] | None:
 
 def community_retriever(con, task: str, index: ProfileIndex, settings: Settings) -> CommunityRetriever:
     """The community-wide retriever of a task over its user clusters and unit user embeddings z_u."""
-    users = con.execute(
-        "SELECT e.user_id, e.embedding, c.cluster FROM user_embeddings e JOIN user_clusters c USING (task, user_id) "
-        "WHERE task = ? ORDER BY e.user_id",
-        [task],
-    ).df()
+    users = clustered_users(con, task)
     vectors = normalize_rows(column_to_matrix(users["embedding"].tolist(), index.vectors.shape[1]))
     c = settings.clustering
     return CommunityRetriever(

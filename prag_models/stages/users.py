@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from prag_models.config import Settings
+from prag_models.methods.task_tables import clustered_users
 from prag_models.store import column_to_matrix, read_rows
 from prag_models.users.clustering import cluster_users
 from prag_models.users.embeddings import mean_user_embeddings
@@ -71,11 +72,7 @@ def user_cluster_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame,
 
 def similar_user_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Top-k most similar members of each user's own cluster (cosine of user embeddings, self excluded)."""
-    users = con.execute(
-        "SELECT e.user_id, e.embedding, c.cluster FROM user_embeddings e JOIN user_clusters c "
-        "USING (task, user_id) WHERE task = ? ORDER BY e.user_id",
-        [task],
-    ).df()
+    users = clustered_users(con, task)
     rows = intra_cluster_neighbours(
         users["user_id"].tolist(),
         column_to_matrix(users["embedding"].tolist()),

@@ -25,6 +25,7 @@ from prag_models.methods.cfrag.feedback_labels import (
 from prag_models.methods.cfrag.tables import model_row, neighbour_lists
 from prag_models.methods.cfrag.training_set import TrainingSet, training_set
 from prag_models.methods.profiles import ProfileIndex, Retrieved
+from prag_models.methods.task_tables import profile_index
 from prag_models.prompts import prompt_document
 from prag_models.store import column_to_matrix, read_rows, table_exists
 
@@ -45,17 +46,7 @@ class FeedbackInputs:
 
 def load_feedback_inputs(con, task: str, settings: Settings) -> FeedbackInputs:
     """Selected train samples and their candidates: top-k docs by base dense cosine from each of the m similar users."""
-    docs = con.execute(
-        "SELECT p.doc_id, p.user_id, p.text, p.fields_json, e.embedding FROM profile_documents p "
-        "JOIN document_embeddings e USING (task, user_id, doc_id) WHERE task = ? ORDER BY p.user_id, p.position",
-        [task],
-    ).df()
-    index = ProfileIndex(
-        docs["doc_id"].tolist(),
-        docs["user_id"].tolist(),
-        docs["text"].tolist(),
-        column_to_matrix(docs["embedding"].tolist()),
-    )
+    index, docs = profile_index(con, task)
     prompt_docs = [
         prompt_document(task, t, json.loads(f)) for t, f in zip(docs["text"], docs["fields_json"], strict=True)
     ]

@@ -7,7 +7,7 @@ from typing import Any
 import dagster as dg
 import numpy as np
 
-from prag_assets.common import run_tasks, table_metadata
+from prag_assets.common import table_metadata, task_run
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_assets.task_table import TaskStep, task_asset
@@ -109,10 +109,8 @@ def training_asset(
         models: ModelsResource,
         mlflow: MlflowResource,
     ) -> dg.MaterializeResult:
-        settings = prag_settings.get()
         stats, curves = {}, {}
-        with duckdb.connect() as con:
-            tasks = run_tasks(context, settings)
+        with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
             for task in tasks:
                 trained_models = train(TaskStep(context, con, task, settings, models, mlflow))
                 for trained in trained_models:

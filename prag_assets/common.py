@@ -1,6 +1,8 @@
 """Small helpers shared by the assets: which tasks a run covers, metadata previews, progress logging."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import dagster as dg
 import pandas as pd
@@ -81,3 +83,14 @@ INTERVAL = {"ci_low": "95 % bootstrap interval, low", "ci_high": "95 % bootstrap
 def evaluation_table_metadata(table: pd.DataFrame) -> dg.MetadataValue:
     """The evaluation rows as a Dagster table (shown as a table in the UI, with its column schema)."""
     return frame_table(table.reindex(columns=TABLE_COLUMNS), INTERVAL)
+
+
+@contextmanager
+def task_run(
+    context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext, prag_settings: Any, duckdb: Any
+) -> Iterator[tuple[Settings, Any, list[str]]]:
+    """The run's settings, an open DuckDB connection (closed afterwards) and the tasks the run covers."""
+    settings = prag_settings.get()
+    tasks = run_tasks(context, settings)
+    with duckdb.connect() as con:
+        yield settings, con, tasks

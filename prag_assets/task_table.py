@@ -12,7 +12,7 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from prag_assets.common import run_tasks, table_metadata
+from prag_assets.common import table_metadata, task_run
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
@@ -69,10 +69,9 @@ def task_table_asset(
         models: ModelsResource,
         mlflow: MlflowResource,
     ) -> dg.MaterializeResult:
-        settings = prag_settings.get()
         stats: dict[str, dict] = {}
-        with duckdb.connect() as con:
-            for task in run_tasks(context, settings):
+        with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
+            for task in tasks:
                 frame, stats[task] = build(TaskStep(context, con, task, settings, models, mlflow))
                 replace_rows(con, table, frame, {"task": task})
                 context.log.info(f"{task}: {len(frame)} rows of {table}, {stats[task]}")

@@ -9,7 +9,7 @@ from prag_assets.assets.cfrag_training import cfrag_reranker, cfrag_retriever
 from prag_assets.assets.cfrag_users import GROUP, cfrag_similar_users
 from prag_assets.assets.users import user_embeddings
 from prag_assets.cfrag_registry import load_challenger
-from prag_assets.common import run_tasks, table_metadata
+from prag_assets.common import table_metadata, task_run
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_assets.task_table import task_asset
@@ -34,10 +34,9 @@ def cfrag_retrievals(
     mlflow: MlflowResource,
 ) -> dg.MaterializeResult:
     """Retrieve documents with CFRAG and its ablations."""
-    settings = prag_settings.get()
     stats = {}
-    with duckdb.connect() as con:
-        for task in run_tasks(context, settings):
+    with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
+        for task in tasks:
             loaded, versions = {}, {}
             encoder = model_row(con, task, "user_encoder")  # the encoder behind cfrag_user_embeddings
             used = {"user_encoder": {"registered_name": encoder["registered_name"], "version": int(encoder["version"]),

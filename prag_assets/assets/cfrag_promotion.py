@@ -5,7 +5,7 @@ import dagster as dg
 
 from prag_assets.assets.cfrag import cfrag_retrievals
 from prag_assets.assets.evaluation import lamp_evaluation
-from prag_assets.common import run_tasks, table_metadata
+from prag_assets.common import table_metadata, task_run
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_assets.task_table import task_asset
@@ -27,10 +27,9 @@ def cfrag_model_evaluation(
     mlflow: MlflowResource,
 ) -> dg.MaterializeResult:
     """Record the challenger bundle's evaluation on its model versions."""
-    settings = prag_settings.get()
     stats: dict[str, dict] = {}
-    with duckdb.connect() as con:
-        for task in run_tasks(context, settings):
+    with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
+        for task in tasks:
             stats[task] = record_task_evaluation(con, task, mlflow.target())
             if "skipped" in stats[task]:
                 context.log.warning(f"{task}: {stats[task]['skipped']}: nothing recorded")

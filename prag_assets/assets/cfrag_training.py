@@ -8,7 +8,7 @@ from prag_assets.assets.cfrag_users import GROUP, cfrag_similar_users, cfrag_use
 from prag_assets.assets.lamp_data import lamp_samples
 from prag_assets.assets.users import user_embeddings
 from prag_assets.cfrag_registry import training_asset
-from prag_assets.common import run_tasks, table_metadata
+from prag_assets.common import table_metadata, task_run
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_assets.task_table import task_asset
 from prag_models.methods.cfrag.feedback import FEEDBACK_TABLE, label_task
@@ -30,11 +30,10 @@ def feedback_labels(
     models: ModelsResource,
 ) -> dg.MaterializeResult:
     """Generate and score the missing feedback labels of each task."""
-    settings = prag_settings.get()
     generator = models.generator()
     stats = {}
-    with duckdb.connect() as con:
-        for task in run_tasks(context, settings):
+    with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
+        for task in tasks:
             stats[task] = label_task(con, task, settings, generator, context.log.info)
             context.log.info(f"{task} feedback: {stats[task]}")
         written = table_metadata(con, FEEDBACK_TABLE, list(stats))

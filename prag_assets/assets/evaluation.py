@@ -6,7 +6,7 @@ import dagster as dg
 import pandas as pd
 
 from prag_assets.assets.generation import generations
-from prag_assets.common import evaluation_table_metadata, run_tasks, table_metadata
+from prag_assets.common import evaluation_table_metadata, table_metadata, task_run
 from prag_assets.partitions import DUCKDB_POOL, single_run
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_assets.task_table import CODE_VERSION, task_asset
@@ -29,10 +29,8 @@ def lamp_evaluation(
     context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
 ) -> dg.MaterializeResult:
     """Score the generations of each task."""
-    settings = prag_settings.get()
     frames, comparisons = [], []
-    tasks = run_tasks(context, settings)
-    with duckdb.connect() as con:
+    with task_run(context, prag_settings, duckdb) as (_, con, tasks):
         for task in tasks:
             gens = read_rows(con, "generations", {"task": task})
             frame, comparison = evaluate_generations(task, gens), compare_with_baselines(task, gens)

@@ -7,7 +7,7 @@ import numpy as np
 from prag_assets.assets import cfrag, cfrag_training, cfrag_users
 from prag_assets.checks.lamp_checks import table_check
 from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report, task_check
-from prag_assets.common import run_tasks
+from prag_assets.common import task_run
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_models.methods.cfrag import probes, tables, variants
@@ -33,11 +33,10 @@ def feedback_not_degenerate(
     models: ModelsResource,
 ) -> CheckEvents:
     """Validate the feedback labels of each task, reported per task."""
-    settings = prag_settings.get()
     generator_id = models.generator().model_id
     outcomes: dict[str, TaskOutcome] = {}
-    with duckdb.connect() as con:
-        for task in run_tasks(context, settings):
+    with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
+        for task in tasks:
             errors, warnings, info = rules.feedback_result(con, task, settings, generator_id)
             outcomes[task] = TaskOutcome(errors, warnings, {"labels": dg.MetadataValue.json(info)})
     yield from report(context, outcomes)
@@ -56,10 +55,9 @@ def _model_check(
         mlflow: MlflowResource,
     ) -> CheckEvents:
         """Check the models of each task, reported per task."""
-        settings = prag_settings.get()
         outcomes: dict[str, TaskOutcome] = {}
-        with duckdb.connect() as con:
-            for task in run_tasks(context, settings):
+        with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
+            for task in tasks:
                 probe = tables.load_probe(con, task)
                 outcome = outcomes[task] = TaskOutcome()
                 for kind in kinds:

@@ -6,7 +6,7 @@ import dagster as dg
 
 from prag_assets.assets import history
 from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report, task_check
-from prag_assets.common import run_tasks
+from prag_assets.common import task_run
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_models.config import Settings
 from prag_models.data.history import has_table
@@ -26,11 +26,10 @@ def tables_check(
     def _check(
         context: dg.AssetCheckExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
     ) -> CheckEvents:
-        settings = prag_settings.get()
         outcomes: dict[str, TaskOutcome] = {}
-        with duckdb.connect() as con:
+        with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
             ready = all(has_table(con, t) for t in tables)
-            for task in run_tasks(context, settings):
+            for task in tasks:
                 problems = probe(con, task, settings) if ready else []
                 outcomes[task] = TaskOutcome(errors=problems, metadata={"checked": ready})
         yield from report(context, outcomes)

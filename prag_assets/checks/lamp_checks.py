@@ -6,7 +6,7 @@ import dagster as dg
 
 from prag_assets.assets import embeddings, evaluation, generation, lamp_data, retrieval, users
 from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report, task_check
-from prag_assets.common import run_tasks
+from prag_assets.common import task_run
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_models import table_rules as rules
 from prag_models.config import Settings
@@ -35,10 +35,9 @@ def table_check(
     def _check(
         context: dg.AssetCheckExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
     ) -> CheckEvents:
-        settings = prag_settings.get()
         outcomes: dict[str, TaskOutcome] = {}
-        with duckdb.connect() as con:
-            for task in run_tasks(context, settings):
+        with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
+            for task in tasks:
                 df = read_rows(con, table, {"task": task})
                 ok, problems = validate_frame(f"{table}_{task.replace('-', '')}", df, suite(task, settings))
                 if extra and len(df):

@@ -7,7 +7,7 @@ import pandas as pd
 
 from prag_assets.assets.cfrag_promotion import cfrag_model_evaluation
 from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report, task_check
-from prag_assets.common import run_tasks
+from prag_assets.common import task_run
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_models.metrics import metric_bounds, primary_metric
@@ -57,11 +57,10 @@ def recorded_metrics_in_bounds(
     mlflow: MlflowResource,
 ) -> CheckEvents:
     """Check the recorded evaluation of each task, reported per task."""
-    settings = prag_settings.get()
     outcomes: dict[str, TaskOutcome] = {}
     client = make_client(mlflow.target())
-    with duckdb.connect() as con:
-        for task in run_tasks(context, settings):
+    with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
+        for task in tasks:
             if METHOD not in settings.retrieval.methods:
                 outcomes[task] = TaskOutcome(metadata={"skipped": "cfrag is not in retrieval.methods"})
                 continue

@@ -136,7 +136,9 @@ def test_retrieval_eval_group_generates_once(tmp_path):
         (d, m): (qs[d], 7 if d == "personabench" else 4) for d in qs for m in PBR_METHODS | QE_METHODS}
     assert set(ev["k"]) == {1, 3, 5, 10} and ev["value"].between(0, 1).all()
     assert set(ev[ev["dataset"] == "longmemeval"]["metric"]) == {"recall", "recall_any", "ndcg"}
-    assert "PBR w/o P-Anchor" in _meta(result, "retrieval_evaluation", "table")
+    assert "PBR w/o P-Anchor" in _meta(result, "retrieval_evaluation", "markdown")
+    table = _meta(result, "retrieval_evaluation", "table")  # a Dagster table: it reads as a table in the UI
+    assert {r.data["method"] for r in table.records} >= {"base", "pbr"} and len(table.records) == len(ev)
     assert (tmp_path / "home" / "reports" / "retrieval_evaluation.md").read_text().startswith("**personabench")
 
     again = _materialize(config)
@@ -231,7 +233,7 @@ def test_personabench_pools_every_community_and_reports_each(tmp_path):
     assert set(ev.index) == {"personabench", "personabench[community_1]", "personabench[community_2]"}
     assert ev.loc["personabench", "n_questions"] == 10 and ev.loc["personabench[community_2]", "n_questions"] == 5
     assert ((ev["ci_low"] <= ev["value"]) & (ev["value"] <= ev["ci_high"])).all()
-    assert "personabench[community_2]: Overall (5 questions" in _meta(result, "retrieval_evaluation", "table")
+    assert "personabench[community_2]: Overall (5 questions" in _meta(result, "retrieval_evaluation", "markdown")
     with pytest.raises(Exception, match="no noise level 0.3"):
         _materialize(_eval_config(tmp_path, data, datasets=["personabench"], personabench_noise="0.3"))
     one = _eval_config(tmp_path, data, datasets=["personabench"], personabench_communities=["community_2"])

@@ -45,7 +45,8 @@ def graph(tmp_path_factory):
         samples = con.execute("SELECT sample_id, user_id, query FROM lamp_samples WHERE task = ? AND split = 'dev' "
                               "ORDER BY sample_id", [TASK]).df()  # fmt: skip
         retrievals = con.execute("SELECT * FROM cfrag_retrievals WHERE task = ?", [TASK]).df()
-        similar = con.execute("SELECT user_id, neighbour_id FROM cfrag_similar_users WHERE task = ?", [TASK]).df()
+        similar = con.execute("SELECT user_id, neighbour_id FROM cfrag_similar_users WHERE task = ? "
+                              "ORDER BY user_id, rank", [TASK]).df()  # fmt: skip
     return settings, samples, retrievals, similar
 
 
@@ -79,6 +80,30 @@ def test_registered_versions_are_pyfunc_models_predicting_like_evaluation(graph,
     assert first["doc_ids"] and set(first["source_user_ids"]) <= allowed
     with pytest.raises(ValueError, match="serves LaMP-2 only"):
         encoder.predict(request[["task", "user_id", "query"]].assign(task="LaMP-3"))
+
+
+def test_reencoding_users_reproduces_the_stored_tables(graph) -> None:
+    """The path a version takes when the tables were made by another encoder: e_u and top-m similar users re-encoded
+    from the histories equal cfrag_user_embeddings / cfrag_similar_users made by the same encoder."""
+    import numpy as np
+
+    from prag_models import serving
+
+    settings, _, _, similar = graph
+    target = registry.MlflowTarget(settings.mlflow_uri)
+    encoder, _ = registry.load_registered(target, registry.registered_name("user_encoder", TASK), alias="champion")
+    with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
+        vectors, found = serving.encode_task_users(con, TASK, encoder, settings)
+        stored = con.execute("SELECT user_id, embedding FROM cfrag_user_embeddings WHERE task = ? ORDER BY user_id",
+                             [TASK]).df()  # fmt: skip
+    assert vectors["user_id"].tolist() == stored["user_id"].tolist()
+    assert np.allclose(np.stack(vectors["embedding"]), np.stack(stored["embedding"]), atol=1e-6)
+    ranked = similar.assign(rank=similar.groupby("user_id").cumcount())
+    assert _neighbour_lists(found) == _neighbour_lists(ranked)
+
+
+def _neighbour_lists(frame) -> dict[str, list[str]]:
+    return frame.sort_values(["user_id", "rank"]).groupby("user_id")["neighbour_id"].apply(list).to_dict()
 
 
 def _free_port() -> int:

@@ -171,9 +171,9 @@ class TaskData:
 def read_task_data(path: Path, task: str, encoder: Any, encoder_ref: tuple[str, int], settings: Any) -> TaskData:
     """Documents, e_u and similar users of a task (stored when made by ``encoder_ref``, else re-encoded)."""
     from prag_models import serving
-    from prag_models.store import connect, read_rows, table_exists
+    from prag_models.store import read_connection, read_rows, table_exists
 
-    with connect(path, read_only=True, timeout_s=5.0) as con:
+    with read_connection(path, wait_s=5.0) as (con, opened):  # a live file held by a run: its snapshot
         docs = serving.read_task_documents(con, task)
         stored = table_exists(con, "cfrag_models") and table_exists(con, "cfrag_user_embeddings")
         made_by = con.execute("SELECT registered_name, version FROM cfrag_models WHERE task = ? AND kind = "
@@ -189,7 +189,7 @@ def read_task_data(path: Path, task: str, encoder: Any, encoder_ref: tuple[str, 
     if embedded_with:
         raise LookupError(f"{task} documents were embedded with {sorted(embedded_with)}, the model's embedder is "
                           f"{settings.embedder.model!r}")  # fmt: skip
-    return TaskData(serving.task_documents(task, docs).index, vectors, similar, f"{path.name}, {how}")
+    return TaskData(serving.task_documents(task, docs).index, vectors, similar, f"{opened} {path.name}, {how}")
 
 
 class CfragPyfunc(mlflow.pyfunc.PythonModel):

@@ -62,7 +62,6 @@ def test_registered_versions_are_pyfunc_models_predicting_like_evaluation(graph,
 
     settings, samples, retrievals, similar = graph
     monkeypatch.setenv("MLFLOW_TRACKING_URI", settings.mlflow_uri)
-    mlflow.set_registry_uri(settings.mlflow_uri)
     request = samples.head(3).rename(columns={"sample_id": "sample"}).assign(task=TASK)
     for kind, method in EVALUATED.items():
         model = mlflow.pyfunc.load_model(f"models:/{registry.registered_name(kind, TASK)}@champion")

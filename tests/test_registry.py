@@ -166,7 +166,6 @@ def test_pyfunc_version_has_mlmodel_signature_example_descriptions(target, tmp_p
     assert client.get_experiment_by_name("test").tags["mlflow.experimentKind"] == "custom_model_development"
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", target.tracking_uri)
-    mlflow.set_registry_uri(target.tracking_uri)
     served = mlflow.pyfunc.load_model(f"models:/{entry.name}@champion")  # no DuckDB needed until predict
     assert served.metadata.get_input_schema() == meta.signature.inputs
 

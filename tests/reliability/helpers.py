@@ -15,13 +15,24 @@ import duckdb
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def table_checksums(db: Path) -> dict[str, tuple[int, str]]:
-    """(row count, sha256 of the rows in a canonical order) of every table in the DuckDB file."""
+#: Columns that differ between two equal runs by nature: MLflow run ids, registry versions (also inside data_version,
+#: which names the user encoder's version: a killed run may have registered one more) and times.
+VOLATILE = {
+    "cfrag_models": ("version", "run_id", "aliases", "data_version", "train_seconds", "local_path", "trained_at"),
+    "generation_cache": ("created_at",),
+}
+
+
+def table_checksums(db: Path, exclude: dict[str, tuple[str, ...]] | None = None) -> dict[str, tuple[int, str]]:
+    """(row count, sha256 of the rows in a canonical order) of every table in the DuckDB file, without the
+    ``exclude`` columns of a table."""
     with duckdb.connect(str(db), read_only=True) as con:
         tables = [t for (t,) in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY table_name").fetchall()]
         out = {}
         for table in tables:
-            rows = con.execute(f'SELECT * FROM "{table}" ORDER BY ALL').fetchall()
+            skip = (exclude or {}).get(table)
+            columns = f"* EXCLUDE ({', '.join(skip)})" if skip else "*"
+            rows = con.execute(f'SELECT {columns} FROM "{table}" ORDER BY ALL').fetchall()
             out[table] = (len(rows), hashlib.sha256(repr(rows).encode()).hexdigest())
         return out
 

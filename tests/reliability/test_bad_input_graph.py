@@ -183,7 +183,7 @@ CASES: dict[str, Case] = {
     "empty_profile": _question("profile", [], "is empty"),
     "duplicate_sample_id": _duplicate_in_file,
     "duplicate_doc_id": _duplicate_doc,
-    "doc_missing_tag": _doc_field("tag", None, "wrong type NoneType"),
+    "doc_tag_null": _doc_field("tag", None, "wrong type NoneType"),
     "doc_date_wrong_type": _doc_field("date", {"y": 2012}, "wrong type dict"),
 }
 

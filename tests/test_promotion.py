@@ -320,5 +320,19 @@ def test_graph_retrained_challenger_is_evaluated_promoted_and_rolled_back(graph,
     sample = "Which tag does this movie relate to among the following tags? description: A heist that goes wrong"
     code, out, _ = _cli(monkeypatch, capsys, config, "answer", "--task", TASK, "--user", "u0001", "--input", sample)
     assert code == 0 and "prag-retriever-LaMP-2@champion (version 2)" in out
+    assert "prag-retriever-LaMP-2/2" in _served_models(target, monkeypatch, sample)  # the promoted bundle is served
     code, out, _ = _cli(monkeypatch, capsys, config, "rollback", "--task", TASK, "--reason", "worse in production")
     assert code == 0 and "rolled_back" in out and _champions(target) == dict.fromkeys(bundle, 1)
+    assert "prag-retriever-LaMP-2/1" in _served_models(target, monkeypatch, sample)
+
+
+def _served_models(target, monkeypatch, query: str) -> str:
+    """The bundle the pyfunc model of the champion reranker runs with (its output's ``models``)."""
+    import mlflow
+    import pandas as pd
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", target.tracking_uri)
+    model = mlflow.pyfunc.load_model(f"models:/{registry.registered_name('reranker', TASK)}@champion")
+    out = model.predict(pd.DataFrame([{"task": TASK, "user_id": "u0001", "query": query}]))
+    assert len(out["doc_ids"].iloc[0]) > 0 and "prag-reranker-LaMP-2/1" in out["models"].iloc[0]
+    return str(out["models"].iloc[0])

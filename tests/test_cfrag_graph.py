@@ -11,9 +11,6 @@ from conftest import materialize_graph, write_config
 from prag_models.config import load_settings
 from prag_models.methods.cfrag.pipeline import CFRAG_METHODS
 
-pytest.importorskip("torch")
-pytest.importorskip("mlflow")
-
 TASK = "LaMP-2"
 #: Fast CFRAG settings: a 1-layer reranker on short pairs; the default feedback budget (8 of the 12 train samples,
 #: 3 similar users x 2 docs each).

@@ -7,8 +7,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-
-torch = pytest.importorskip("torch")
+import torch
 
 from prag_models.config import CfragSettings  # noqa: E402
 from prag_models.methods.cfrag import augment as aug  # noqa: E402

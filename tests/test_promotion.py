@@ -4,9 +4,7 @@ on a small materialized graph with the fake generator."""
 import os
 
 import pytest
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("mlflow")
+import torch
 
 from prag_models import promotion, registry  # noqa: E402
 from prag_models.methods.cfrag.retriever import PersonalizedRetriever  # noqa: E402

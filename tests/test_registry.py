@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("mlflow")
+import torch
 
 from prag_models import registry  # noqa: E402
 from prag_models.config import CfragSettings  # noqa: E402

@@ -265,3 +265,46 @@ def test_transformers_backend_on_packaged_gguf(transformers_generator: Generator
     text = "Clusters of similar users share useful documents. " * 3
     cut = gen.truncate(text, 5)
     assert text.startswith(cut) and 0 < gen.count_tokens(cut) <= 5 < gen.count_tokens(text)
+
+
+def test_openai_backend_retries_server_errors_then_answers() -> None:
+    """Two 503s, then an answer: the client's retries carry the request; a 400 is not retried and is named."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from prag_models.llm.openai_backend import OpenAIGenerator
+
+    calls: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            calls.append(body["messages"][0]["content"])
+            bad = body["messages"][0]["content"] == "bad"
+            status = 400 if bad else (503 if len(calls) <= 2 else 200)
+            answer = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                      "choices": [{"index": 0, "finish_reason": "stop",
+                                   "message": {"role": "assistant", "content": " ok "}}]}  # fmt: skip
+            payload = json.dumps(answer if status == 200 else {"error": {"message": f"status {status}"}}).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        gen = OpenAIGenerator(GeneratorSettings(backend="openai", model="m", base_url=url, timeout_s=5), max_retries=3)
+        assert gen.generate(["hello"], 4) == ["ok"] and calls == ["hello"] * 3
+        with pytest.raises(GenerationError, match=r"HTTP 400"):
+            gen.generate(["bad"], 4)
+        assert calls.count("bad") == 1
+        gen.close()
+    finally:
+        server.shutdown()

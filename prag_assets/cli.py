@@ -8,6 +8,7 @@ from pathlib import Path
 
 from prag_assets import doctor
 from prag_assets.doctor import exclusive
+from prag_assets.sql_command import add_sql_command
 from prag_models.config import ALL_TASKS, PROJECT_ROOT, Settings, load_settings
 
 #: Asset group of the real-data retrieval evaluation (prag_assets/assets/pbr_eval.py), run in its own run.
@@ -364,12 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--input", required=True, help="the LaMP input text (the query is extracted from it)")
     a.add_argument("--method", default="cfrag", choices=["cfrag", "clusterrag_collaborative", "clusterrag_hybrid"])
     a.set_defaults(func=_answer)
+    add_sql_command(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 
 
 if __name__ == "__main__":
     sys.exit(main())
-
-from prag_assets.sql_command import with_sql_command  # noqa: E402, I001 - the `sql` subcommand
-main = with_sql_command(main)

@@ -27,7 +27,7 @@ from prag_assets.checks.pbr_checks import pbr_checks
 from prag_assets.checks.promotion_checks import promotion_checks
 from prag_assets.checks.retrieval_eval_checks import retrieval_eval_checks
 from prag_assets.promotion_jobs import promotion_jobs
-from prag_assets.resources import default_resources
+from prag_assets.resource_set import default_resources
 from prag_assets.sensors import jobs, schedules, sensors
 
 # pbr_lamp: PBR as a LaMP retrieval option (group retrieval); pbr_eval: real-data retrieval evaluation (retrieval_eval).

@@ -63,16 +63,3 @@ class ModelsResource(dg.ConfigurableResource):
     def generator(self) -> Generator:
         """The LLM behind the configured backend."""
         return _generator(self.settings.get().generator)
-
-
-def default_resources(config_file: str = "", home: str = "") -> dict[str, dg.ConfigurableResource]:
-    """The resource set the definitions use; tests pass their own config file and home."""
-    from prag_assets.mlflow_resource import MlflowResource
-
-    settings = PragSettingsResource(config_file=config_file, home=home)
-    return {
-        "prag_settings": settings,
-        "duckdb": DuckDBResource(settings=settings),
-        "models": ModelsResource(settings=settings),
-        "mlflow": MlflowResource(settings=settings),
-    }

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
 
 FORMATS = ("table", "csv", "json")
 
@@ -45,26 +44,10 @@ def run_sql(query: str, fmt: str = "table", max_rows: int = 200) -> int:
     return 0
 
 
-def sql_main(argv: Sequence[str]) -> int:
-    """Parse `prag sql` arguments and run the query."""
-    parser = argparse.ArgumentParser(prog="prag sql", description=__doc__.splitlines()[0])
-    parser.add_argument("query", help='SQL, e.g. "select * from lamp_evaluation limit 5"')
-    parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
-    parser.add_argument("--max-rows", type=int, default=200, help="rows printed in table format (default: 200)")
-    args = parser.parse_args(list(argv))
-    return run_sql(args.query, args.format, args.max_rows)
-
-
-def with_sql_command(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
-    """The prag entry point extended by the `sql` subcommand (every other command goes to main)."""
-
-    def entry(argv: list[str] | None = None) -> int:
-        args = sys.argv[1:] if argv is None else list(argv)
-        if args[:1] == ["sql"]:
-            return sql_main(args[1:])
-        if args[:1] in (["-h"], ["--help"]):
-            print('prag sql "<query>" [--format table|csv|json]: a read-only SQL query on the DuckDB file\n')
-        return main(argv)
-
-    entry.__doc__ = main.__doc__
-    return entry
+def add_sql_command(sub: argparse._SubParsersAction) -> None:
+    """Register `prag sql "<query>" [--format] [--max-rows]` on the CLI's subcommands."""
+    s = sub.add_parser("sql", help="one read-only SQL query on the DuckDB file (table, csv or json)")
+    s.add_argument("query", help='SQL, e.g. "select * from lamp_evaluation limit 5"')
+    s.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+    s.add_argument("--max-rows", type=int, default=200, help="rows printed in table format (default: 200)")
+    s.set_defaults(func=lambda args: run_sql(args.query, args.format, args.max_rows))

@@ -1,0 +1,23 @@
+"""The resource set the definitions (and tests) use: settings, DuckDB, models and MLflow over one settings object.
+
+Kept apart from resources.py so that mlflow_resource (which needs PragSettingsResource) and resources do not import
+each other.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from prag_assets.mlflow_resource import MlflowResource
+from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
+
+
+def default_resources(config_file: str = "", home: str = "") -> dict[str, dg.ConfigurableResource]:
+    """The resource set the definitions use; tests pass their own config file and home."""
+    settings = PragSettingsResource(config_file=config_file, home=home)
+    return {
+        "prag_settings": settings,
+        "duckdb": DuckDBResource(settings=settings),
+        "models": ModelsResource(settings=settings),
+        "mlflow": MlflowResource(settings=settings),
+    }

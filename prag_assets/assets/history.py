@@ -17,6 +17,7 @@ from prag_assets.assets.users import similar_users, user_clusters, user_embeddin
 from prag_assets.common import preview, run_tasks
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
+from prag_assets.task_table import CODE_VERSION
 from prag_models.config import Settings
 from prag_models.data.history import (
     HISTORY_TABLE,
@@ -86,6 +87,7 @@ def _ingest_inbox(
 
 
 @dg.asset(
+    code_version=CODE_VERSION,
     group_name=GROUP,
     description="Append-only table of new profile documents for existing or new users, with ingestion time and "
     "batch id. Filled by `prag ingest FILE --task T` and, when this asset runs, from the drop folder "
@@ -138,6 +140,7 @@ def profile_history(
 
 
 @dg.asset(
+    code_version=CODE_VERSION,
     group_name="users",
     deps=[user_clusters],
     description="Drift of a full re-clustering: share of users whose cluster changed (after the best one-to-one "
@@ -184,6 +187,7 @@ def cluster_drift(
 
 
 @dg.asset(
+    code_version=CODE_VERSION,
     group_name="users",
     deps=[cluster_drift, user_embeddings],
     description="Snapshot of the last full clustering: each user's embedding and cluster as fitted (a pickle-free "
@@ -218,6 +222,7 @@ def cluster_state(
 
 
 @dg.asset(
+    code_version=CODE_VERSION,
     group_name=GROUP,
     deps=[profile_history, similar_users, cluster_state],
     kinds={"duckdb", "pytorch"},
@@ -283,6 +288,7 @@ def incremental_user_clusters(
 
 
 @dg.asset(
+    code_version=CODE_VERSION,
     group_name=GROUP,
     deps=[incremental_user_clusters],
     description="Similar-user lists refreshed for every member of the clusters that updated users left or joined "

@@ -2,9 +2,10 @@
 
 import dagster as dg
 
-from prag_assets.common import preview, run_tasks
+from prag_assets.common import preview, run_tasks, table_metadata
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
+from prag_assets.task_table import CODE_VERSION
 from prag_models.data.lamp import undated_documents
 from prag_models.data.source import (
     demo_truth_frames,
@@ -24,6 +25,7 @@ GROUP = "lamp_data"
     backfill_policy=single_run,
     pool=DUCKDB_POOL,
     kinds={"duckdb"},
+    code_version=CODE_VERSION,
     description="LaMP questions and golds of the train and dev splits (demo or LaMP folder), validated on load "
     "(every task's files before anything is written); for the demo also its planted truth (tables "
     "relevance_labels, planted_communities). Metadata counts the undated profile documents per task.",
@@ -51,6 +53,7 @@ def lamp_samples(
         counts.update({f"{task}/{split}": len(samples) for split, samples in splits.items()})
     with duckdb.connect() as con:
         replace_many(con, writes)  # one transaction: all of it lands, or none
+        table = table_metadata(con, "lamp_samples", list(loaded))
     context.log.info(f"loaded samples: {counts}")
     last = samples_frame(*next(reversed(loaded.items()))) if loaded else None
     return dg.MaterializeResult(
@@ -60,6 +63,7 @@ def lamp_samples(
             "undated_documents": dg.MetadataValue.json(undated),
             "undated_policy": settings.data.undated,
             "preview": preview(last) if last is not None else "_no task_",
+            **table,
         }
     )
 
@@ -71,6 +75,7 @@ def lamp_samples(
     backfill_policy=single_run,
     pool=DUCKDB_POOL,
     kinds={"duckdb"},
+    code_version=CODE_VERSION,
     description="One row per (user, profile document) in date order, with the text as the seeds render it and a "
     "content hash (the embedding cache key).",
 )
@@ -85,4 +90,5 @@ def profile_documents(
             frame = user_profiles(read_rows(con, "lamp_sample_profiles", {"task": task}))
             replace_rows(con, "profile_documents", frame, {"task": task})
             stats[task] = {"documents": len(frame), "users": int(frame["user_id"].nunique())}
-    return dg.MaterializeResult(metadata={"per_task": dg.MetadataValue.json(stats)})
+        table = table_metadata(con, "profile_documents", list(stats))
+    return dg.MaterializeResult(metadata={"per_task": dg.MetadataValue.json(stats), **table})

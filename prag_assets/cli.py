@@ -281,9 +281,12 @@ def _serve(con, settings: Settings, task: str, args: argparse.Namespace):
             settings,
         )
     generator = make_generator(settings.generator)
-    return serving.answer(
-        task, args.method, args.input, user, documents, query_vector, settings, generator, con, models, uris
-    )
+    try:
+        return serving.answer(
+            task, args.method, args.input, user, documents, query_vector, settings, generator, con, models, uris
+        )
+    finally:
+        generator.close()
 
 
 def _answer(args: argparse.Namespace) -> int:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import dagster as dg
@@ -42,11 +42,28 @@ class DuckDBResource(dg.ConfigurableResource):
             yield con
 
 
-@lru_cache(maxsize=2)
+#: Loaded generators, kept for the life of the process (a model load costs seconds); at most two, the oldest is closed
+#: when a third is needed, and every one is closed when the process exits.
+_GENERATORS: dict[GeneratorSettings, Generator] = {}
+MAX_GENERATORS = 2
+
+
 def _generator(settings: GeneratorSettings) -> Generator:
+    """The generator for these settings, loaded once per process."""
     from prag_models.llm.factory import make_generator
 
-    return make_generator(settings)
+    if settings not in _GENERATORS:
+        while len(_GENERATORS) >= MAX_GENERATORS:
+            _GENERATORS.pop(next(iter(_GENERATORS))).close()
+        _GENERATORS[settings] = make_generator(settings)
+    return _GENERATORS[settings]
+
+
+@atexit.register
+def close_generators() -> None:
+    """Close every loaded generator (llama.cpp contexts, HTTP clients, vLLM engines)."""
+    while _GENERATORS:
+        _GENERATORS.popitem()[1].close()
 
 
 class ModelsResource(dg.ConfigurableResource):

@@ -53,3 +53,19 @@ def test_base_url_must_be_http() -> None:
     assert load_settings(environ={"PRAG__GENERATOR__BASE_URL": "https://h:8000/v1"}).generator.base_url
     with pytest.raises(ConfigError, match="generator.base_url must be an http"):
         load_settings(environ={"PRAG__GENERATOR__BASE_URL": "file:///etc/passwd"})
+
+
+def test_models_resource_keeps_at_most_two_generators_and_closes_the_evicted() -> None:
+    """The process-wide generator cache closes what it evicts, and everything at exit."""
+    from prag_assets import resources
+    from prag_models.config import GeneratorSettings
+
+    closed: list[str] = []
+    resources.close_generators()
+    loaded = [resources._generator(GeneratorSettings(backend="fake", seed=i)) for i in range(3)]
+    for i, gen in enumerate(loaded):
+        gen.close = lambda i=i: closed.append(i)  # type: ignore[method-assign]
+    assert resources._generator(GeneratorSettings(backend="fake", seed=2)) is loaded[2]
+    assert len(resources._GENERATORS) == 2
+    resources.close_generators()
+    assert sorted(closed) == [1, 2] and not resources._GENERATORS

@@ -11,7 +11,6 @@ LongMemEval it runs Base and w/o P-PRF (no LLM needed); PBR there needs generate
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import time
@@ -148,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from prag_models.text.embedder import load_embedder
 
-    embedder = EmbeddingCache(load_embedder(dataclasses.replace(EmbedderSettings(), model=args.embedder)))
+    embedder = EmbeddingCache(load_embedder(EmbedderSettings(model=args.embedder)))
     frames = []
     if "personabench" in args.datasets:
         frames += [personabench(data, embedder, theta, args.k2, args.k1) for theta in args.theta]

@@ -1,22 +1,57 @@
 """One typed settings object for prag: data source, method parameters, model ids and the home folder.
 
-Values come from (later wins): the defaults below, a TOML file (``$PRAG_CONFIG`` or ``<home>/prag.toml``), and
-environment variables ``PRAG__<SECTION>__<FIELD>`` (e.g. ``PRAG__EMBEDDER__MODEL=BAAI/bge-base-en-v1.5``).
-``PRAG_HOME`` sets the folder that holds all state (DuckDB file, Dagster storage, MLflow store) unless the config
-file names its own ``home``.
+Built on pydantic-settings. Values come from (later wins): the defaults below, a TOML file (``$PRAG_CONFIG`` or
+``<home>/prag.toml``), environment variables ``PRAG__<SECTION>__<FIELD>`` (e.g.
+``PRAG__EMBEDDER__MODEL=BAAI/bge-base-en-v1.5``; lists as ``a,b`` or JSON) and keyword overrides. ``PRAG_HOME`` sets
+the folder that holds all state (DuckDB file, Dagster storage, MLflow store) unless the config file names its own
+``home``. Unknown keys and wrong types are errors that name the setting (``ConfigError``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 import typing
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from prag_models.config_sources import ConfigError as ConfigError  # re-exported: callers catch config.ConfigError
-from prag_models.config_sources import build, env_overrides, merge
+from prag_models.config_sources import load_context, settings_sources, validation_message
+
+
+def _csv(value: Any) -> Any:
+    """A list setting given as text: JSON (``["a", "b"]``) or comma-separated (``a,b``)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return tuple(json.loads(text))
+        return tuple(v.strip() for v in text.split(",") if v.strip())
+    return value
+
+
+#: A tuple-of-strings setting that also reads ``a,b`` from the environment.
+Csv = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_csv)]
+
+
+#: Every LaMP retrieval/generation method prag implements (the method registry that retrieval.methods is checked
+#: against; tests assert it equals what the stages produce).
+LAMP_METHODS: tuple[str, ...] = (
+    "zero_shot", "random", "recency", "bm25", "dense", "dense_global", "oracle_community",
+    "clusterrag_user_only", "clusterrag_collaborative", "clusterrag_hybrid", "clusterrag_two_stage",
+    "clusterrag_community", "cfrag", "cfrag_no_user_retrieval", "cfrag_mean_user_emb", "cfrag_no_retriever_tuning",
+    "cfrag_no_sud", "cfrag_no_reranker_tuning", "cfrag_no_reranker_eu", "pbr", "pbr_anchor_only",
+)  # fmt: skip
+
+
+class Section(BaseModel):
+    """One table of settings: immutable (hashable, so it can key caches), unknown keys rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ALL_TASKS: tuple[str, ...] = ("LaMP-1", "LaMP-2", "LaMP-3", "LaMP-4", "LaMP-5", "LaMP-7")
@@ -26,14 +61,13 @@ LLAMA_CPP_WEIGHTS: tuple[str, ...] = ("auto", "as_is", "bf16", "f16", "q8_0")
 
 
 
-@dataclass(frozen=True)
-class DataSettings:
+class DataSettings(Section):
     """Where LaMP data comes from and which part of it is used."""
 
     source: str = "demo"  # demo | lamp
     lamp_dir: str = ""  # folder holding LaMP_X[_time]/{train,dev}/ files when source = lamp
     split_kind: str = "time"  # time | original (LaMP folder naming: LaMP_1_time or LaMP_1)
-    tasks: tuple[str, ...] = ALL_TASKS
+    tasks: Csv = ALL_TASKS
     max_eval_samples: int = 0  # 0 = all dev samples
     demo_users: int = 144  # users per task in the embedded demo
     demo_communities: int = 6
@@ -48,8 +82,7 @@ class DataSettings:
     undated: str = "error"
 
 
-@dataclass(frozen=True)
-class EmbedderSettings:
+class EmbedderSettings(Section):
     """Frozen text encoder for documents and queries (HF id or local path)."""
 
     model: str = "sentence-transformers/all-MiniLM-L6-v2"
@@ -58,8 +91,7 @@ class EmbedderSettings:
     max_seq_length: int = 256
 
 
-@dataclass(frozen=True)
-class GeneratorSettings:
+class GeneratorSettings(Section):
     """The LLM used for generation and feedback labels."""
 
     backend: str = "llama_cpp"  # llama_cpp | transformers | openai | vllm
@@ -85,23 +117,21 @@ class GeneratorSettings:
     timeout_s: float = 120.0
 
 
-@dataclass(frozen=True)
-class PromptSettings:
+class PromptSettings(Section):
     """LaMP prompt budgeting (docs/methods.md §1)."""
 
     max_prompt_tokens: int = 512  # L_max
     query_share: float = 0.6  # gamma
 
 
-@dataclass(frozen=True)
-class RetrievalSettings:
+class RetrievalSettings(Section):
     """Retrieval over profiles: documents per prompt and the baselines' seed."""
 
     k: int = 3
     seed: int = 0
     # Methods the LLM evaluation generates for (every retrieval method is also scored without an LLM by
     # lamp_retrieval_evaluation, the CFRAG ablations of §2.8 included; add them here to generate for them too).
-    methods: tuple[str, ...] = (
+    methods: Csv = (
         "zero_shot",
         "random",
         "recency",
@@ -120,8 +150,7 @@ class RetrievalSettings:
     )
 
 
-@dataclass(frozen=True)
-class ClusteringSettings:
+class ClusteringSettings(Section):
     """User clustering and intra-cluster neighbours (docs/methods.md §3)."""
 
     algorithm: str = "hdbscan"  # hdbscan | kmeans
@@ -138,8 +167,7 @@ class ClusteringSettings:
     seed: int = 0
 
 
-@dataclass(frozen=True)
-class PbrSettings:
+class PbrSettings(Section):
     """PBR personalized query expansion (docs/methods.md §4): P-PRF, P-Anchor graph and retrieval depth."""
 
     k1: int = 5  # top-k1 docs shown to the LLM for P-PRF (5 PersonaBench, 10 LongMemEval)
@@ -152,12 +180,12 @@ class PbrSettings:
     top_k: int = 10  # retrieval depth (largest K of the metrics)
     expansion_source: str = "auto"  # auto (replay where cached, else generate) | replay | generate (configured LLM)
     # Retrieval evaluation on real data (asset group retrieval_eval, data.real_data_dir)
-    datasets: tuple[str, ...] = ("personabench", "longmemeval")
+    datasets: Csv = ("personabench", "longmemeval")
     # PersonaBench communities to pool (folder names under personabench/; empty = every community found) and the
     # noise level of their private data (private_data/noise_<level>/, eval_info/qa_gt_context_all_noise_<level>.json)
-    personabench_communities: tuple[str, ...] = ()
+    personabench_communities: Csv = ()
     personabench_noise: str = "0.0"
-    eval_methods: tuple[str, ...] = (
+    eval_methods: Csv = (
         "base",
         "pbr",
         "pbr_wo_anchor",
@@ -181,16 +209,14 @@ class PbrSettings:
     lamp_history_tokens: int = 128  # token budget of the shown profile docs
 
 
-@dataclass(frozen=True)
-class MlflowSettings:
+class MlflowSettings(Section):
     """MLflow tracking and registry; empty URI = sqlite store under the prag home."""
 
     tracking_uri: str = ""
     experiment: str = "prag"
 
 
-@dataclass(frozen=True)
-class CfragSettings:
+class CfragSettings(Section):
     """CFRAG user encoder, user retrieval, personalized retriever and reranker (docs/methods.md §2)."""
 
     # §2.1 user encoder
@@ -260,20 +286,24 @@ class CfragSettings:
     prompt_version: str = "v1"
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(BaseSettings):
     """All of prag's configuration."""
 
+    model_config = SettingsConfigDict(
+        env_prefix="PRAG__", env_nested_delimiter="__", case_sensitive=False, frozen=True, extra="forbid",
+        nested_model_default_partial_update=True,
+    )  # fmt: skip
+
     home: str = ""
-    data: DataSettings = field(default_factory=DataSettings)
-    embedder: EmbedderSettings = field(default_factory=EmbedderSettings)
-    generator: GeneratorSettings = field(default_factory=GeneratorSettings)
-    prompt: PromptSettings = field(default_factory=PromptSettings)
-    retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
-    clustering: ClusteringSettings = field(default_factory=ClusteringSettings)
-    mlflow: MlflowSettings = field(default_factory=MlflowSettings)
-    cfrag: CfragSettings = field(default_factory=CfragSettings)
-    pbr: PbrSettings = field(default_factory=PbrSettings)
+    data: DataSettings = Field(default_factory=DataSettings)
+    embedder: EmbedderSettings = Field(default_factory=EmbedderSettings)
+    generator: GeneratorSettings = Field(default_factory=GeneratorSettings)
+    prompt: PromptSettings = Field(default_factory=PromptSettings)
+    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    clustering: ClusteringSettings = Field(default_factory=ClusteringSettings)
+    mlflow: MlflowSettings = Field(default_factory=MlflowSettings)
+    cfrag: CfragSettings = Field(default_factory=CfragSettings)
+    pbr: PbrSettings = Field(default_factory=PbrSettings)
 
     @property
     def home_path(self) -> Path:
@@ -294,6 +324,12 @@ class Settings:
     def mlflow_artifacts_path(self) -> Path:
         """Local artifact folder used with the default tracking store."""
         return self.home_path / "mlflow-artifacts"
+
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, **_ignored):  # noqa: ANN001, ANN003, ANN206
+        """Keyword overrides, then the environment given to load_settings, then the TOML file (later sources lose)."""
+        return settings_sources(settings_cls, init_settings)
 
 
 def load_settings(
@@ -318,12 +354,14 @@ def load_settings(
             values = tomllib.loads(p.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
-    values = merge(values, env_overrides(env))
-    values = merge(values, overrides)
     # home: keyword > the config file's `home` > PRAG_HOME > <project>/.prag
     if overrides.get("home") or not values.get("home"):
-        values["home"] = str(overrides.get("home") or home or "")
-    settings = build(Settings, values, "settings")
+        overrides["home"] = str(overrides.get("home") or home or "")
+    try:
+        with load_context(env, values):
+            settings = Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(validation_message(exc)) from None
     _validate(settings)
     return settings
 
@@ -350,6 +388,10 @@ def _validate(s: Settings) -> None:
         raise ConfigError("retrieval.k and clustering.similar_users must be at least 1")
     if s.generator.base_url and not s.generator.base_url.startswith(("http://", "https://")):
         raise ConfigError(f"generator.base_url must be an http(s) URL, got {s.generator.base_url!r}")
+    unknown_methods = set(s.retrieval.methods) - set(LAMP_METHODS)
+    if unknown_methods:
+        known = list(LAMP_METHODS)
+        raise ConfigError(f"retrieval.methods: unknown method(s) {sorted(unknown_methods)}; known: {known}")
     if s.cfrag.feedback_signal not in ("gold_loglik", "metric"):
         raise ConfigError(f"cfrag.feedback_signal must be 'gold_loglik' or 'metric', got {s.cfrag.feedback_signal!r}")
     if not 0.0 <= s.cfrag.validation_share < 1.0:

@@ -1,83 +1,76 @@
-"""Where settings values come from: TOML tables and PRAG__SECTION__FIELD variables, merged and typed into the
-settings dataclasses of prag_models/config.py (unknown keys and wrong types are errors naming the setting)."""
+"""Where settings values come from, for pydantic-settings: keyword overrides, an environment mapping
+(``PRAG__SECTION__FIELD``, os.environ unless load_settings is given another) and the TOML file's tables; and the
+one-line ``ConfigError`` that names the setting when pydantic rejects a value."""
 
 from __future__ import annotations
 
-import dataclasses
-import typing
+import contextlib
+import contextvars
+import os
+from collections.abc import Iterator, Mapping
 from typing import Any
+
+from pydantic import ValidationError
+from pydantic_settings import EnvSettingsSource, InitSettingsSource, PydanticBaseSettingsSource
 
 
 class ConfigError(ValueError):
     """A configuration value is missing, unknown or of the wrong type."""
 
 
-def coerce(value: Any, annotation: Any, where: str) -> Any:
-    """Convert a TOML/env value to the field's declared type."""
-    origin = typing.get_origin(annotation)
-    if annotation is bool or annotation == "bool":
-        if isinstance(value, bool):
-            return value
-        if str(value).lower() in {"1", "true", "yes", "on"}:
-            return True
-        if str(value).lower() in {"0", "false", "no", "off"}:
-            return False
-        raise ConfigError(f"{where}: expected a boolean, got {value!r}")
-    if annotation in (int, "int"):
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
-    if annotation in (float, "float"):
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
-    if origin is tuple or str(annotation).startswith("tuple"):
-        items = value if isinstance(value, (list, tuple)) else [v for v in str(value).split(",") if v.strip()]
-        return tuple(str(v).strip() for v in items)
-    return str(value)
+#: (environment, TOML values) of the load_settings call in progress; plain Settings() reads os.environ only.
+_SOURCES: contextvars.ContextVar[tuple[Mapping[str, str], dict[str, Any]] | None] = contextvars.ContextVar(
+    "prag_settings_sources", default=None
+)
 
 
-def build(cls: type, overrides: dict[str, Any], where: str) -> Any:
-    """Instantiate a settings dataclass from nested overrides, rejecting unknown keys."""
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(overrides) - known
-    if unknown:
-        raise ConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
-    kwargs: dict[str, Any] = {}
-    for name, value in overrides.items():
-        hint = hints[name]
-        if dataclasses.is_dataclass(hint):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{where}.{name}: expected a table of settings")
-            kwargs[name] = build(hint, value, f"{where}.{name}")
-        else:
-            kwargs[name] = coerce(value, hint, f"{where}.{name}")
-    return cls(**kwargs)
+@contextlib.contextmanager
+def load_context(environ: Mapping[str, str], toml_values: dict[str, Any]) -> Iterator[None]:
+    """Make one environment mapping and one TOML file's values the sources of the Settings built inside."""
+    token = _SOURCES.set((environ, toml_values))
+    try:
+        yield
+    finally:
+        _SOURCES.reset(token)
 
 
-def env_overrides(environ: typing.Mapping[str, str]) -> dict[str, Any]:
-    """Collect PRAG__SECTION__FIELD variables into nested overrides."""
-    out: dict[str, Any] = {}
-    for key, value in environ.items():
-        if not key.startswith("PRAG__"):
+class MappingEnvSource(EnvSettingsSource):
+    """pydantic-settings' environment source over a given mapping instead of os.environ."""
+
+    def __init__(self, settings_cls: type, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {k.lower(): v for k, v in self._environ.items()}
+
+
+def settings_sources(settings_cls: type, init_settings: PydanticBaseSettingsSource) -> tuple:
+    """The sources in priority order: keyword overrides, environment, TOML file (then the defaults)."""
+    environ, toml_values = _SOURCES.get() or (os.environ, {})
+    return init_settings, MappingEnvSource(settings_cls, environ), InitSettingsSource(settings_cls, toml_values)
+
+
+_MESSAGES = {
+    "int_parsing": "expected an integer",
+    "int_from_float": "expected an integer",
+    "float_parsing": "expected a number",
+    "bool_parsing": "expected a boolean",
+    "model_type": "expected a table of settings",
+    "model_attributes_type": "expected a table of settings",
+}
+
+
+def validation_message(exc: ValidationError) -> str:
+    """pydantic's errors as ``settings.<section>.<field>: <problem>`` lines (unknown keys grouped per table)."""
+    lines: list[str] = []
+    unknown: dict[str, list[str]] = {}
+    for error in exc.errors():
+        loc = [str(part) for part in error["loc"]]
+        if error["type"] == "extra_forbidden":
+            unknown.setdefault(".".join(["settings", *loc[:-1]]), []).append(loc[-1])
             continue
-        parts = [p.lower() for p in key[len("PRAG__") :].split("__")]
-        node = out
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return out
-
-
-def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """Deep-merge two override dicts."""
-    merged = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
+        problem = _MESSAGES.get(error["type"], error["msg"])
+        lines.append(f"{'.'.join(['settings', *loc])}: {problem}, got {error.get('input')!r}")
+    lines += [f"{where}: unknown setting(s) {sorted(names)}" for where, names in unknown.items()]
+    return "; ".join(lines)

@@ -69,3 +69,28 @@ def test_models_resource_keeps_at_most_two_generators_and_closes_the_evicted() -
     assert len(resources._GENERATORS) == 2
     resources.close_generators()
     assert sorted(closed) == [1, 2] and not resources._GENERATORS
+
+
+def test_method_names_are_checked_against_the_method_registry() -> None:
+    """A typo in retrieval.methods fails at load, naming it; the registry is exactly what the stages produce."""
+    from prag_models.config import LAMP_METHODS
+    from prag_models.generation import ZERO_SHOT
+    from prag_models.methods.cfrag.variants import CFRAG_METHODS
+    from prag_models.stages.pbr_lamp import LAMP_METHODS as PBR_LAMP_METHODS
+    from prag_models.stages.retrieval import BASELINE_METHODS, CLUSTERRAG_METHODS
+
+    with pytest.raises(ConfigError, match=r"retrieval.methods: unknown method\(s\) \['clusterag_hybrid'\]"):
+        load_settings(environ={"PRAG__RETRIEVAL__METHODS": "dense,clusterag_hybrid"})
+    assert load_settings(environ={"PRAG__RETRIEVAL__METHODS": '["dense", "cfrag"]'}).retrieval.methods == (
+        "dense", "cfrag")  # fmt: skip
+    produced = {ZERO_SHOT, *BASELINE_METHODS, *CLUSTERRAG_METHODS, *CFRAG_METHODS, *PBR_LAMP_METHODS}
+    assert set(LAMP_METHODS) == produced
+
+
+def test_settings_are_pydantic_and_hashable() -> None:
+    """Sections are frozen pydantic models (usable as cache keys); a wrong type in a section names its field."""
+    from prag_models.config import GeneratorSettings
+
+    assert hash(GeneratorSettings(backend="fake")) == hash(GeneratorSettings(backend="fake"))
+    with pytest.raises(ConfigError, match=r"settings.cfrag.label_calibration|settings.generator.label_scoring"):
+        load_settings(environ={"PRAG__GENERATOR__LABEL_SCORING": "maybe"})

@@ -7,7 +7,6 @@ downstream steps and checks are skipped and the LaMP graph is unaffected; when i
 configured ``pbr.datasets`` the assets fail with a message naming the folder.
 """
 
-import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,7 +104,7 @@ def _personabench(settings: Settings, with_expansions: bool = True):  # noqa: AN
 def dataset_settings(pbr: PbrSettings, dataset: str) -> PbrSettings:
     """PBR settings of a dataset: LongMemEval takes lme_k1 / lme_theta / lme_k2 (docs/methods.md §4.1-4.2)."""
     if dataset == "longmemeval":
-        pbr = dataclasses.replace(pbr, k1=pbr.lme_k1, theta=pbr.lme_theta, k2=pbr.lme_k2)
+        pbr = pbr.model_copy(update={"k1": pbr.lme_k1, "theta": pbr.lme_theta, "k2": pbr.lme_k2})
     validate_pbr_settings(pbr)
     unknown = sorted(set(pbr.eval_methods) - set(ALL_METHODS))
     if unknown:

@@ -4,7 +4,6 @@ replaces q. ``pbr``: P-PRF from the top pbr.lamp_k1 profile documents fused with
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -83,7 +82,7 @@ class CachedGenerator(Generator):
 
 def lamp_pbr_settings(pbr: PbrSettings) -> PbrSettings:
     """PBR settings for LaMP profiles: k1 = pbr.lamp_k1, m = pbr.lamp_num_pseudo (theta, k2 as configured)."""
-    out = dataclasses.replace(pbr, k1=pbr.lamp_k1, num_pseudo=pbr.lamp_num_pseudo)
+    out = pbr.model_copy(update={"k1": pbr.lamp_k1, "num_pseudo": pbr.lamp_num_pseudo})
     validate_pbr_settings(out)
     return out
 

@@ -3,7 +3,6 @@ return what the registry records (model, loss curve, parameters, data version, t
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -84,7 +83,7 @@ def train_task_rerankers(con, task: str, settings: Settings, generator_id: str) 
     samples = rerank_samples(ts, queries, inputs.index.texts)
     out = []
     for kind, use_eu in (("reranker", True), ("reranker_no_eu", False)):
-        c = dataclasses.replace(settings.cfrag, reranker_use_user_embedding=use_eu)
+        c = settings.cfrag.model_copy(update={"reranker_use_user_embedding": use_eu})
         started = time.perf_counter()
         fitted = train_reranker(samples, c, model=new_reranker(c, int(ts.user_emb.shape[1])))
         params = {k: getattr(c, k) for k in _TRAIN_PARAMS if k not in ("alpha", "retriever_projection")}

@@ -94,3 +94,15 @@ def test_settings_are_pydantic_and_hashable() -> None:
     assert hash(GeneratorSettings(backend="fake")) == hash(GeneratorSettings(backend="fake"))
     with pytest.raises(ConfigError, match=r"settings.cfrag.label_calibration|settings.generator.label_scoring"):
         load_settings(environ={"PRAG__GENERATOR__LABEL_SCORING": "maybe"})
+
+
+def test_run_overrides_from_the_launchpad_are_settings_too(tmp_path) -> None:
+    """The settings resource's `overrides` (Dagster run config) win over file and environment and are validated."""
+    from prag_assets.resources import PragSettingsResource
+
+    cfg = tmp_path / "prag.toml"
+    cfg.write_text(f'home = "{tmp_path}"\n[retrieval]\nk = 3\n')
+    settings = PragSettingsResource(config_file=str(cfg), overrides={"retrieval": {"k": 5}}).get()
+    assert settings.retrieval.k == 5 and settings.home_path == tmp_path.resolve()
+    with pytest.raises(ConfigError, match=r"settings.retrieval: unknown setting\(s\) \['kk'\]"):
+        PragSettingsResource(config_file=str(cfg), overrides={"retrieval": {"kk": 5}}).get()

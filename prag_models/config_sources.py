@@ -10,8 +10,14 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_settings import EnvSettingsSource, InitSettingsSource, PydanticBaseSettingsSource
+
+
+class Section(BaseModel):
+    """One table of settings: immutable (hashable, so it can key caches), unknown keys rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class ConfigError(ValueError):

@@ -1,0 +1,82 @@
+"""CFRAG settings (docs/methods.md §2): user encoder, user retrieval, retriever, reranker, feedback and training."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from prag_models.config_sources import Section
+
+
+class CfragSettings(Section):
+    """CFRAG user encoder, user retrieval, personalized retriever and reranker (docs/methods.md §2)."""
+
+    # §2.1 user encoder
+    max_history: int = 100  # last N profile docs per user
+    heads: int = 2
+    dropout: float = 0.1
+    finetune_doc_embeddings: bool = True  # code: the doc table is fine-tuned; False = frozen
+    # §2.2 contrastive training
+    crop_ratio: float = 0.7
+    mask_ratio: float = 0.3
+    reorder_ratio: float = 0.3
+    tau: float = 0.1
+    lr: float = 1e-3
+    weight_decay: float = 1e-5
+    batch_size: int = 64
+    epochs: int = 20
+    # §2.3 user retrieval
+    # Demo budget: m = 3 (self + 2) and k = 2 give 6 candidates per sample, hence 6 LLM feedback generations per
+    # training sample (about 0.5-1 s each with the packaged LLM on 2 CPU cores). The paper tunes m in 2..6 (code:
+    # self + 5) with k = 5, i.e. 25-30 generations per sample; set top_m_users = 6, docs_per_user = 5 on a GPU.
+    top_m_users: int = 3
+    include_self: bool = True
+    # §2.4 retriever
+    docs_per_user: int = 2  # k candidates per retrieved user -> m*k candidates (paper 5, see above)
+    # At inference the LLM-feedback budget does not apply: the retriever may pass a wider pool to the reranker
+    # (k per user at inference; 0 = docs_per_user).
+    inference_docs_per_user: int = 4
+    alpha: float = 0.1
+    retriever_projection: str = "linear"  # linear (code) | mlp (paper)
+    # §2.5-2.6 LLM feedback and training
+    # TRAIN samples per task that get feedback labels and train the retriever/reranker (0 = all). Demo budget:
+    # 16 samples x 6 candidates = 96 scored prompts per task (12 train + 4 validation at validation_share 0.25, so
+    # 3 steps per epoch at batch 4); the paper labels every training sample.
+    max_feedback_samples: int = 16
+    # The teacher signal of a (sample, candidate) label: "gold_loglik" = the generator's log-probability of the gold
+    # output given the prompt with that one document (one scored continuation; labels differ even when the task
+    # metric ties), or "metric" = the task metric of the generated output (the paper's signal).
+    feedback_signal: Literal["gold_loglik", "metric"] = "gold_loglik"
+    # Cap on new tokens per feedback generation (paper 64); the task's own generation budget (generator.
+    # max_new_tokens / label_max_new_tokens) applies when smaller, so labels score what the evaluation generates.
+    feedback_max_new_tokens: int = 64
+    retriever_temperature: float = 1.0
+    reranker_temperature: float = 0.1
+    # Training (paper: lr 6e-5, 1 epoch over every training sample). With a few labelled samples one epoch is one
+    # step, so prag trains for up to train_epochs epochs at a higher rate and keeps the best epoch on a held-out
+    # validation_share of the labelled samples (early stopping after early_stopping_patience epochs).
+    # selection_metric says what "best" means: "relevance" = NDCG@k of the candidates against the task's truth for
+    # those training samples (relevance labels where the data has them, else the document's label equals the gold
+    # output), falling back to "kl" where a task has neither; "kl" = the lowest KL to the LLM feedback. The LLM's
+    # preferences can disagree with relevance (a small generator mostly does), and the model is kept for retrieval.
+    selection_metric: Literal["relevance", "kl"] = "relevance"
+    train_lr: float = 1e-3
+    train_epochs: int = 30
+    train_batch_size: int = 4  # samples per optimizer step for retriever/reranker training
+    validation_share: float = 0.25
+    early_stopping_patience: int = 5
+    # §2.7 reranker
+    reranker_model: str = "sentence-transformers/all-MiniLM-L6-v2"  # HF id or path; bge-reranker-base on a deployment
+    # Demo budget: 128 tokens per (query, doc) pair keeps reranker training and scoring to seconds per task on CPU
+    # (the paper's bge-reranker-base reads up to 512).
+    reranker_max_length: int = 128
+    # Demo budget: keep only the first N Transformer layers of the cross-encoder (0 = all; the paper uses the whole
+    # bge-reranker-base). With the residual design the cut encoder only learns a correction; 1 of MiniLM's 6 layers
+    # keeps training (12 models) and the wide inference pool within the demo's 15-minute budget on 2 CPU cores.
+    reranker_layers: int = 1
+    reranker_use_user_embedding: bool = True  # False = ablation "w/o e_u in reranker" (§2.8)
+    # Residual reranker: score = cos(E(q), E(d)) of the frozen embedder + the learned MLP correction, whose last layer
+    # starts at zero, so the untrained reranker ranks exactly like dense retrieval and training moves from there.
+    reranker_residual: bool = True
+    final_k: int = 0  # docs in the prompt after reranking; 0 = retrieval.k, as for every other method (paper 5)
+    seed: int = 0
+    prompt_version: str = "v1"

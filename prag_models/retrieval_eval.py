@@ -23,12 +23,12 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from prag_models.data.tasks import lamp1_references
+from prag_models.data.truth import LABEL_FIELDS as LABEL_FIELDS  # re-exported for the evaluation
+from prag_models.data.truth import document_label as document_label
+from prag_models.data.truth import gold_label as gold_label
 from prag_models.intervals import estimate, paired_difference
 
 RELEVANCE_METRICS: tuple[str, ...] = ("recall", "ndcg", "mrr")
-#: The profile field that is a document's label, per task with label-hit@k (LaMP-1: the paper's title).
-LABEL_FIELDS: dict[str, str] = {"LaMP-1": "title", "LaMP-2": "tag", "LaMP-3": "score"}
 BASELINES: tuple[str, ...] = ("random", "dense_global")
 #: Methods that need LLM calls per sample and so run on the LLM-evaluation samples only (data.llm_eval_samples).
 LLM_SUBSET_METHODS: tuple[str, ...] = ("pbr",)
@@ -46,21 +46,6 @@ def metric_name(metric: str, k: int) -> str:
 def primary_retrieval_metric(has_relevance: bool, k: int) -> str:
     """The metric a task's retrieval is ranked by: NDCG@k where relevance is known, else label-hit@k."""
     return metric_name("ndcg" if has_relevance else "label_hit", k)
-
-
-def document_label(task: str, fields: Mapping[str, object]) -> str:
-    """A profile document's label for label-hit@k (LaMP-2 tag, LaMP-3 score, LaMP-1 title), stripped."""
-    return str(fields.get(LABEL_FIELDS[task], "")).strip()
-
-
-def gold_label(task: str, input_text: str, gold: str) -> str | None:
-    """The gold in the same terms as document_label: the chosen reference's title for LaMP-1 (None if unparseable)."""
-    gold = str(gold).strip()
-    if task != "LaMP-1":
-        return gold
-    refs = lamp1_references(input_text)
-    choice = {"[1]": 0, "[2]": 1}.get(gold)
-    return refs[choice].strip() if refs and choice is not None else None
 
 
 def _relevance_scores(ranked: Sequence[str], relevant: set[str], k: int) -> dict[str, float]:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pandas as pd
 
 from prag_models import retrieval_eval as rev
+from prag_models.data import truth as data_truth
 from prag_models.stages.generation import RETRIEVAL_TABLES
 from prag_models.store import read_rows, table_exists
 
@@ -33,23 +33,9 @@ def load_runs(con, task: str) -> tuple[pd.DataFrame, dict[str, list[str]]]:
 
 def load_truth(con, task: str) -> tuple[dict[str, set[str]] | None, dict[str, str] | None, dict[str, str]]:
     """Relevant docs per dev sample (None without relevance labels), doc labels (None for tasks without) and golds
-    in the labels' terms (rev.document_label / rev.gold_label)."""
-    samples = con.execute(
-        "SELECT sample_id, input, gold FROM lamp_samples WHERE task = ? AND split = 'dev'", [task]
-    ).fetchall()
-    golds = {str(s): rev.gold_label(task, str(text), str(g)) for s, text, g in samples}
-    relevant: dict[str, set[str]] | None = None
-    if table_exists(con, "relevance_labels"):
-        pairs = con.execute("SELECT sample_id, doc_id FROM relevance_labels WHERE task = ?", [task]).fetchall()
-        if pairs:
-            relevant = {}
-            for sample, doc in pairs:
-                relevant.setdefault(str(sample), set()).add(str(doc))
-    labels = None
-    if task in rev.LABEL_FIELDS:
-        rows = con.execute("SELECT doc_id, fields_json FROM profile_documents WHERE task = ?", [task]).fetchall()
-        labels = {str(d): rev.document_label(task, json.loads(f)) for d, f in rows}
-    return relevant, labels, {s: g for s, g in golds.items() if g is not None}
+    in the labels' terms (prag_models.data.truth)."""
+    truth = data_truth.load_truth(con, task, "dev")
+    return truth.relevant, truth.labels, truth.golds
 
 
 #: (per-sample scores, summary, comparisons) of one task, or None when nothing can be scored.

@@ -40,6 +40,7 @@ def record_model(con, mlflow: MlflowResource, settings: Settings, task: str, tra
             "train_loss": [h.train_loss for h in history],
             "val_kl": [h.val_kl for h in history],
             "val_ndcg": [h.val_ndcg for h in history],
+            "val_relevance_ndcg": [h.val_relevance for h in history],
         }
     entry = mlflow.log_and_register(
         folder, name, trained.params, curve, trained.data_version, tags=tags, epoch_metrics=epochs

@@ -226,8 +226,11 @@ def _not_improved(client: MlflowClient, names: Mapping[str, str], versions: Mapp
             continue
         tags = client.get_model_version(name, str(versions[kind])).tags
         if tags.get(IMPROVED_TAG) == "false":
-            bad.append(f"{name} v{versions[kind]} (val KL {tags.get('training.val_kl_best')} vs initial "
-                       f"{tags.get('training.val_kl_init')})")  # fmt: skip
+            by = tags.get("training.selected_by", "kl")
+            metric = "val relevance NDCG" if by == "relevance" else "val KL"
+            key = "val_relevance" if by == "relevance" else "val_kl"
+            bad.append(f"{name} v{versions[kind]} ({metric} {tags.get(f'training.{key}_best')} vs initial "
+                       f"{tags.get(f'training.{key}_init')})")  # fmt: skip
     return ", ".join(bad)
 
 
@@ -286,14 +289,16 @@ def promote(target: MlflowTarget, task: str, actor: str, reason: str, override: 
         if CHALLENGER not in aliases:
             raise LookupError(f"{name} has no '{CHALLENGER}' version: train the CFRAG models of {task} first")
         challenger[kind], champion[kind] = aliases[CHALLENGER], aliases.get(CHAMPION)
-    not_learned = _not_improved(client, names, challenger)
+    # Only versions the promotion would change are gated: an unchanged version is champion already.
+    changed = {k: v for k, v in challenger.items() if v != champion[k]}
+    not_learned = _not_improved(client, names, changed)
     chal_value, chal_data = _bundle_value(client, names, challenger, metric)
     champ_value, champ_data = _bundle_value(client, names, champion, metric)
     if challenger == champion:
         verdict = Verdict(False, f"{task}: nothing to promote, the challenger versions are already champion "
                                  f"({bundle_key(challenger)})")  # fmt: skip
     elif not_learned and not override:
-        why = "training did not beat its untrained initialisation on the validation feedback labels"
+        why = "training did not beat its untrained initialisation on its validation samples"
         verdict = Verdict(False, f"{task}: refused: {not_learned} ({why}); override to promote anyway")
     else:
         verdict = decide_promotion(task, chal_value, champ_value, higher, override, metric)

@@ -96,14 +96,19 @@ def test_cfrag_assets_tables_checks_and_registered_versions(cfrag_config) -> Non
         assert row.version == 1
         assert registry.model_aliases(target, row.registered_name) == {"champion": 1, "challenger": 1}
         assert registry.run_metric_history(target, row.run_id) == pytest.approx(list(row.loss_curve))
-    # training trains: per-epoch validation KL logged; the kept reranker beats its untrained initialisation
+    # training trains: per-epoch validation KL and relevance NDCG logged; the reranker's validation KL falls; the
+    # kept epoch is chosen on the demo's truth and is never below the untrained initialisation (epoch 0)
     for kind in ("retriever", "reranker"):
         fit = _metadata(result, f"cfrag_{kind}", "per_task")[TASK if kind == "retriever" else f"{TASK}/reranker"]
-        assert fit["epochs_run"] >= 1 and fit["val_kl_best"] <= fit["val_kl_init"] and fit["validation_samples"] == 3
+        assert fit["epochs_run"] >= 1 and fit["validation_samples"] == 3 and fit["selected_by"] == "relevance"
+        assert fit["val_relevance_best"] >= fit["val_relevance_init"]
+        assert fit["improved"] == (fit["val_relevance_best"] > fit["val_relevance_init"])
         run_id = models.set_index("kind").loc[kind, "run_id"]
         assert len(registry.run_metric_history(target, run_id, "val_kl")) == fit["epochs_run"] + 1
-    reranker_fit = _metadata(result, "cfrag_reranker", "per_task")[f"{TASK}/reranker"]
-    assert reranker_fit["improved"] and reranker_fit["val_kl_best"] < reranker_fit["val_kl_init"], reranker_fit
+        assert len(registry.run_metric_history(target, run_id, "val_relevance_ndcg")) == fit["epochs_run"] + 1
+    reranker_run = models.set_index("kind").loc["reranker", "run_id"]
+    val_kl = registry.run_metric_history(target, reranker_run, "val_kl")
+    assert min(val_kl[1:]) < val_kl[0], val_kl  # validation KL falls during training
     # the champion reranker, loaded from MLflow by alias, gives different documents different scores (no collapse)
     import numpy as np
 

@@ -1,6 +1,7 @@
 """Training loop shared by the CFRAG retriever and reranker: epochs, a held-out validation split of the feedback
-samples, validation KL and NDCG per epoch (epoch 0 = the untrained initialisation), early stopping that restores the
-best epoch, and whether training improved on the initialisation (docs/methods.md §2.6)."""
+samples, validation KL, NDCG against the teacher and NDCG against the task's truth per epoch (epoch 0 = the untrained
+initialisation), early stopping that restores the best epoch by ``cfrag.selection_metric``, and whether training
+improved on the initialisation (docs/methods.md §2.6)."""
 
 from __future__ import annotations
 
@@ -20,12 +21,20 @@ ProgressFn = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class EpochRecord:
-    """Training loss (mean over the epoch's steps) and validation KL / NDCG after an epoch (0 = before training)."""
+    """Training loss (mean over the epoch's steps) and the validation figures after an epoch (0 = before training):
+    KL to the teacher, NDCG@k against the teacher, NDCG@k against the truth (NaN where none is known)."""
 
     epoch: int
     train_loss: float
     val_kl: float
     val_ndcg: float
+    val_relevance: float = math.nan
+
+    def better_than(self, other: EpochRecord, by: str) -> bool:
+        """Whether this epoch beats ``other`` on the selection metric (higher relevance NDCG, or lower KL)."""
+        if by == "relevance":
+            return self.val_relevance > other.val_relevance + 1e-9
+        return self.val_kl < other.val_kl - 1e-9
 
 
 @dataclass
@@ -37,11 +46,12 @@ class FitResult:
     history: list[EpochRecord] = field(default_factory=list)
     best_epoch: int = 0
     validation_samples: int = 0
+    selected_by: str = "kl"
 
     @property
     def improved(self) -> bool:
-        """Whether the kept model has a lower validation KL than the untrained initialisation."""
-        return self.best_epoch > 0 and self.history[self.best_epoch].val_kl < self.history[0].val_kl
+        """Whether the kept model beats the untrained initialisation on validation by the selection metric."""
+        return self.best_epoch > 0 and self.history[self.best_epoch].better_than(self.history[0], self.selected_by)
 
     def summary(self) -> dict[str, float | int | bool]:
         """Initial and best validation figures, for MLflow tags and the asset metadata."""
@@ -49,7 +59,9 @@ class FitResult:
         return {
             "val_kl_init": round(init.val_kl, 6), "val_kl_best": round(best.val_kl, 6),
             "val_ndcg_init": round(init.val_ndcg, 4), "val_ndcg_best": round(best.val_ndcg, 4),
-            "best_epoch": self.best_epoch, "epochs_run": len(self.history) - 1, "improved": self.improved,
+            "val_relevance_init": round(init.val_relevance, 4), "val_relevance_best": round(best.val_relevance, 4),
+            "selected_by": self.selected_by, "best_epoch": self.best_epoch, "epochs_run": len(self.history) - 1,
+            "improved": self.improved,
             "validation_samples": self.validation_samples,
         }  # fmt: skip
 
@@ -77,17 +89,29 @@ def ndcg(student: np.ndarray, teacher: np.ndarray, mask: np.ndarray, k: int) -> 
     return float(np.mean(values)) if values else math.nan
 
 
+def relevance_ndcg(student: np.ndarray, gains: np.ndarray | None, mask: np.ndarray, k: int) -> float:
+    """Mean NDCG@k of the student's ranking against known 0/1 gains, over samples whose candidates are not all equally
+    right (NaN where gains are unknown or no sample discriminates)."""
+    if gains is None:
+        return math.nan
+    keep = [i for i in range(len(student)) if np.ptp(np.nan_to_num(gains[i][mask[i]], nan=0.0)) > 0]
+    if not keep:
+        return math.nan
+    return ndcg(student[keep], np.nan_to_num(gains[keep], nan=0.0), mask[keep], k)
+
+
 def fit(
     model: torch.nn.Module,
     n: int,
     batch_loss: Callable[[torch.nn.Module, Sequence[int]], torch.Tensor],
-    evaluate: Callable[[torch.nn.Module, Sequence[int]], tuple[float, float]],
+    evaluate: Callable[[torch.nn.Module, Sequence[int]], tuple[float, float, float]],
     settings: CfragSettings,
     progress: ProgressFn | None = None,
 ) -> FitResult:
-    """Train with Adam (lr = train_lr) in seeded mini-batches for up to train_epochs epochs, keep the epoch with the
-    lowest validation KL, stop after early_stopping_patience epochs without improvement. Without a validation split
-    (too few samples) the training samples stand in for it."""
+    """Train with Adam (lr = train_lr) in seeded mini-batches for up to train_epochs epochs, keep the best epoch on
+    validation by ``selection_metric`` (relevance NDCG where the truth is known, else KL; the initialisation counts
+    as epoch 0), stop after early_stopping_patience epochs without improvement. Without a validation split (too few
+    samples) the training samples stand in for it. ``evaluate`` returns (KL, teacher NDCG, relevance NDCG)."""
     train_idx, val_idx = split_validation(n, settings.validation_share, settings.seed)
     judge = val_idx if len(val_idx) else train_idx
     rng = np.random.default_rng(settings.seed)
@@ -98,9 +122,10 @@ def fit(
     total = settings.train_epochs * steps_per_epoch
     model.eval()
     with torch.no_grad():
-        kl0, ndcg0 = evaluate(model, judge)
-        train0, _ = evaluate(model, train_idx)
-    result = FitResult(model, [], [EpochRecord(0, train0, kl0, ndcg0)], 0, len(val_idx))
+        kl0, ndcg0, rel0 = evaluate(model, judge)
+        train0 = evaluate(model, train_idx)[0]
+    by = "relevance" if settings.selection_metric == "relevance" and not math.isnan(rel0) else "kl"
+    result = FitResult(model, [], [EpochRecord(0, train0, kl0, ndcg0, rel0)], 0, len(val_idx), by)
     best_state, since_best = copy.deepcopy(model.state_dict()), 0
     for epoch in range(1, settings.train_epochs + 1):
         model.train()
@@ -117,10 +142,11 @@ def fit(
                 progress(len(result.curve), total)
         model.eval()
         with torch.no_grad():
-            kl, score = evaluate(model, judge)
-        result.history.append(EpochRecord(epoch, float(np.mean(losses)) if losses else math.nan, kl, score))
+            kl, score, rel = evaluate(model, judge)
+        record = EpochRecord(epoch, float(np.mean(losses)) if losses else math.nan, kl, score, rel)
+        result.history.append(record)
         maybe_fail("training_epoch")  # reliability tests (prag_models/faults.py): die after an epoch
-        if kl < result.history[result.best_epoch].val_kl - 1e-9:
+        if record.better_than(result.history[result.best_epoch], by):
             result.best_epoch, best_state, since_best = epoch, copy.deepcopy(model.state_dict()), 0
         else:
             since_best += 1

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from prag_models.config import CfragSettings
-from prag_models.methods.cfrag.fit import FitResult, fit, ndcg
+from prag_models.methods.cfrag.fit import FitResult, fit, ndcg, relevance_ndcg
 from prag_models.methods.cfrag.retriever import kl_loss
 
 ProgressFn = Callable[[int, int], None]
@@ -197,11 +197,15 @@ def train_reranker(
     settings: CfragSettings,
     model: PersonalizedReranker | None = None,
     progress: ProgressFn | None = None,
+    relevance: Sequence[Sequence[float]] | None = None,
 ) -> FitResult:
     """Distil LLM feedback into the reranker (§2.6): KL at T = reranker_temperature, with the shared training loop
     (epochs, validation split, early stopping; ``fit``). The whole model (cross-encoder, W₂, MLP) is trained.
-    Samples without candidates are skipped."""
-    usable = [s for s in samples if s.candidates]
+    Samples without candidates are skipped. ``relevance``: per sample, the 0/1 truth of each candidate (NaN unknown),
+    for model selection on validation."""
+    keep = [i for i, s in enumerate(samples) if s.candidates]
+    usable = [samples[i] for i in keep]
+    truth = None if relevance is None else [np.asarray(relevance[i], dtype=np.float32) for i in keep]
     for s in usable:
         if len(s.candidates) != len(s.teacher_scores):
             raise ValueError("every sample needs one teacher score per candidate")
@@ -215,13 +219,17 @@ def train_reranker(
         def batch_loss(m: torch.nn.Module, idx: Sequence[int]) -> torch.Tensor:
             return kl_loss(*_batch_scores(m, [usable[i] for i in idx]), temperature)
 
-        def evaluate(m: torch.nn.Module, idx: Sequence[int]) -> tuple[float, float]:
+        def evaluate(m: torch.nn.Module, idx: Sequence[int]) -> tuple[float, float, float]:
             if not len(idx):
-                return math.nan, math.nan
+                return math.nan, math.nan, math.nan
             student, teacher, mask = _batch_scores(m, [usable[i] for i in idx])
-            k = max(1, settings.final_k or 3)
-            return float(kl_loss(student, teacher, mask, temperature)), ndcg(
-                student.numpy(), teacher.numpy(), mask.numpy(), k
-            )
+            k, mask_np = max(1, settings.final_k or 3), mask.numpy()
+            gains = None
+            if truth is not None:
+                gains = np.full(mask_np.shape, np.nan, dtype=np.float32)
+                for row, i in enumerate(idx):
+                    gains[row, : len(truth[i])] = truth[i]
+            return (float(kl_loss(student, teacher, mask, temperature)), ndcg(student.numpy(), teacher.numpy(),
+                    mask_np, k), relevance_ndcg(student.numpy(), gains, mask_np, k))  # fmt: skip
 
         return fit(model, len(usable), batch_loss, evaluate, settings, progress)

@@ -111,14 +111,16 @@ def train_retriever(
     progress: ProgressFn | None = None,
     model: PersonalizedRetriever | None = None,
     init_targets: tuple[np.ndarray, np.ndarray] | None = None,
+    relevance: np.ndarray | None = None,
 ) -> FitResult:
     """Distil LLM feedback into the retriever (§2.6): KL at T = retriever_temperature, with the shared training loop
     (epochs, validation split, early stopping; ``fit``).
 
     Inputs: queries (n, d), candidate docs (n, C, d), mask (n, C) of valid candidates, e_u (n, du), teacher scores
     (n, C). ``init_targets`` = (e_u of every user, z_u of every user) sets W's starting point (``init_projection``).
+    ``relevance`` (n, C): 0/1 truth of each candidate (NaN unknown) for model selection on validation.
     """
-    from prag_models.methods.cfrag.fit import fit, ndcg
+    from prag_models.methods.cfrag.fit import fit, ndcg, relevance_ndcg
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)
@@ -136,13 +138,16 @@ def train_retriever(
             i = torch.as_tensor(list(idx))
             return kl_loss(m(q_t[i], d_t[i], u_t[i]), t_t[i], m_t[i], temperature)
 
-        def evaluate(m: nn.Module, idx) -> tuple[float, float]:  # noqa: ANN001 - index list
+        def evaluate(m: nn.Module, idx) -> tuple[float, float, float]:  # noqa: ANN001 - index list
             if not len(idx):
-                return float("nan"), float("nan")
+                return float("nan"), float("nan"), float("nan")
             i = torch.as_tensor(list(idx))
             scores = m(q_t[i], d_t[i], u_t[i])
             kl = float(kl_loss(scores, t_t[i], m_t[i], temperature))
-            return kl, ndcg(scores.numpy(), t_t[i].numpy(), m_t[i].numpy(), max(1, settings.final_k or 3))
+            k, mask_i = max(1, settings.final_k or 3), m_t[i].numpy()
+            gains = None if relevance is None else np.asarray(relevance, dtype=np.float32)[list(idx)]
+            return (kl, ndcg(scores.numpy(), t_t[i].numpy(), mask_i, k),
+                    relevance_ndcg(scores.numpy(), gains, mask_i, k))  # fmt: skip
 
         return fit(model, len(queries), batch_loss, evaluate, settings, progress)
 

@@ -8,18 +8,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from prag_models.config import Settings
+from prag_models.data.truth import load_truth
 from prag_models.methods.cfrag.feedback import load_training_set, projection_targets
 from prag_models.methods.cfrag.probes import single_thread
 from prag_models.methods.cfrag.tables import task_histories
-from prag_models.methods.cfrag.training_set import new_reranker, rerank_samples
+from prag_models.methods.cfrag.training_set import TrainingSet, new_reranker, rerank_samples
 from prag_models.registry import data_version
 
 _ENCODER_PARAMS = ("max_history", "heads", "dropout", "finetune_doc_embeddings", "crop_ratio", "mask_ratio",
                    "reorder_ratio", "tau", "lr", "weight_decay", "batch_size", "epochs", "seed")  # fmt: skip
 _TRAIN_PARAMS = ("alpha", "retriever_projection", "train_lr", "train_epochs", "train_batch_size", "validation_share",
-                 "early_stopping_patience", "feedback_signal", "seed", "top_m_users", "docs_per_user",
-                 "max_feedback_samples")  # fmt: skip
+                 "early_stopping_patience", "feedback_signal", "selection_metric", "seed", "top_m_users",
+                 "docs_per_user", "max_feedback_samples")  # fmt: skip
 
 
 @dataclass
@@ -52,17 +55,32 @@ def train_task_user_encoder(
     return Trained("user_encoder", model, curve, params, version, time.perf_counter() - started)
 
 
+def candidate_truth(con, task: str, ts: TrainingSet, doc_ids: list[str]) -> np.ndarray | None:
+    """(n, C) 0/1 truth of each training candidate (NaN where unknown; None when the task has no truth at all), for
+    model selection on the validation samples (cfrag.selection_metric = relevance)."""
+    truth = load_truth(con, task, "train")
+    gains = np.full(ts.mask.shape, np.nan, dtype=np.float32)
+    for i, (sample_id, rows) in enumerate(zip(ts.sample_ids, ts.rows, strict=True)):
+        for j, row in enumerate(rows):
+            gain = truth.gain(sample_id, doc_ids[row])
+            if gain is not None:
+                gains[i, j] = gain
+    return None if np.isnan(gains).all() else gains
+
+
 def train_task_retriever(con, task: str, settings: Settings, generator_id: str) -> Trained:
     """The personalized retriever of one task distilled from its feedback labels (§2.4, §2.6)."""
     from prag_models.methods.cfrag.retriever import train_retriever
 
     c = settings.cfrag
-    _, ts, used, encoder = load_training_set(con, task, settings, generator_id)
+    inputs, ts, used, encoder = load_training_set(con, task, settings, generator_id)
+    relevance = candidate_truth(con, task, ts, inputs.index.doc_ids)
     started = time.perf_counter()
     with single_thread():
         fitted = train_retriever(
-            ts.queries, ts.docs, ts.mask, ts.user_emb, ts.teacher, c, init_targets=projection_targets(con, task)
-        )
+            ts.queries, ts.docs, ts.mask, ts.user_emb, ts.teacher, c,
+            init_targets=projection_targets(con, task), relevance=relevance,
+        )  # fmt: skip
     params = {k: getattr(c, k) for k in _TRAIN_PARAMS} | {
         "temperature": c.retriever_temperature,
         "task": task,
@@ -81,11 +99,13 @@ def train_task_rerankers(con, task: str, settings: Settings, generator_id: str) 
     inputs, ts, used, encoder = load_training_set(con, task, settings, generator_id)
     queries = dict(zip(inputs.samples["sample_id"], inputs.samples["query"], strict=True))
     samples = rerank_samples(ts, queries, inputs.index.texts)
+    relevance = candidate_truth(con, task, ts, inputs.index.doc_ids)
+    truth_rows = None if relevance is None else [relevance[i, : len(r)] for i, r in enumerate(ts.rows)]
     out = []
     for kind, use_eu in (("reranker", True), ("reranker_no_eu", False)):
         c = settings.cfrag.model_copy(update={"reranker_use_user_embedding": use_eu})
         started = time.perf_counter()
-        fitted = train_reranker(samples, c, model=new_reranker(c, int(ts.user_emb.shape[1])))
+        fitted = train_reranker(samples, c, model=new_reranker(c, int(ts.user_emb.shape[1])), relevance=truth_rows)
         params = {k: getattr(c, k) for k in _TRAIN_PARAMS if k not in ("alpha", "retriever_projection")}
         params |= {
             "temperature": c.reranker_temperature,

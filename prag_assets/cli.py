@@ -226,12 +226,6 @@ def load_model_uri(target, uri: str):
     return load_registered(target, name, version=int(version))
 
 
-_DOCS_SQL = (
-    "SELECT p.doc_id, p.user_id, p.text, p.fields_json, e.embedding, e.model_id FROM profile_documents p "
-    "JOIN document_embeddings e USING (task, user_id, doc_id) WHERE task = ? ORDER BY p.user_id, p.position"
-)
-
-
 def _serve(con, settings: Settings, task: str, args: argparse.Namespace):
     """Load the tables and champion models `prag answer` needs and answer once (prag_models.serving)."""
     from prag_models import serving
@@ -243,7 +237,7 @@ def _serve(con, settings: Settings, task: str, args: argparse.Namespace):
     from prag_models.text.embedder import load_embedder
     from prag_models.users.incremental import reference_clustering
 
-    docs = con.execute(_DOCS_SQL, [task]).df()
+    docs = serving.read_task_documents(con, task, settings.privacy.default_share)
     documents = serving.task_documents(task, docs)
     embedded_with = set(docs["model_id"]) - {settings.embedder.model}
     if embedded_with:

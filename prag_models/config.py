@@ -20,6 +20,7 @@ from pydantic import BeforeValidator, Field, ValidationError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from prag_models.config_cfrag import CfragSettings as CfragSettings  # re-exported: one import path for settings
+from prag_models.config_privacy import PrivacySettings as PrivacySettings  # re-exported as well
 from prag_models.config_sources import ConfigError as ConfigError  # re-exported: callers catch config.ConfigError
 from prag_models.config_sources import Section as Section
 from prag_models.config_sources import load_context, settings_sources, validation_message
@@ -237,6 +238,7 @@ class Settings(BaseSettings):
         return Path(self.home or PROJECT_ROOT / ".prag").expanduser().resolve()
 
     @property
+    privacy: PrivacySettings = Field(default_factory=PrivacySettings)
     def duckdb_path(self) -> Path:
         """The DuckDB file with every table of the graph."""
         return self.home_path / "prag.duckdb"
@@ -322,3 +324,5 @@ def _validate(s: Settings) -> None:
         raise ConfigError("cfrag.validation_share must lie in [0, 1)")
     if not 0.0 < s.prompt.query_share < 1.0:
         raise ConfigError("prompt.query_share (gamma) must lie in (0, 1)")
+    if not 0.0 <= s.privacy.consent_cost_share < 1.0:
+        raise ConfigError("privacy.consent_cost_share must lie in [0, 1)")

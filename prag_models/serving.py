@@ -75,7 +75,8 @@ class ServedAnswer:
 
 
 def task_documents(task: str, docs: pd.DataFrame) -> TaskDocuments:
-    """Index a task's documents (doc_id, user_id, text, fields_json, embedding; in user/profile order)."""
+    """Index a task's documents (doc_id, user_id, text, fields_json, embedding, shareable; in user/profile order);
+    without a ``shareable`` column no document leaves its owner (docs/privacy.md)."""
     if docs.empty:
         raise LookupError(f"no profile documents for {task}: materialize the graph for this task first")
     index = ProfileIndex(
@@ -83,6 +84,7 @@ def task_documents(task: str, docs: pd.DataFrame) -> TaskDocuments:
         docs["user_id"].tolist(),
         docs["text"].tolist(),
         column_to_matrix(docs["embedding"].tolist()),
+        docs["shareable"].to_numpy(dtype=bool) if "shareable" in docs else None,
     )
     fields = [json.loads(f or "{}") for f in docs["fields_json"]]
     shown = [prompt_document(task, t, f) for t, f in zip(docs["text"], fields, strict=True)]
@@ -95,9 +97,14 @@ _DOCS_SQL = (
 )
 
 
-def read_task_documents(con: duckdb.DuckDBPyConnection, task: str) -> pd.DataFrame:
-    """A task's documents with their embeddings and embedder id, in user/profile order (``task_documents``' input)."""
-    return con.execute(_DOCS_SQL, [task]).df()
+def read_task_documents(con: duckdb.DuckDBPyConnection, task: str, default_share: bool = True) -> pd.DataFrame:
+    """A task's documents with their embeddings, embedder id and sharing flag (``privacy.default_share`` for users
+    without a stated consent), in user/profile order (``task_documents``' input)."""
+    from prag_models.privacy import shareable_flags
+
+    docs = con.execute(_DOCS_SQL, [task]).df()
+    return docs.assign(shareable=shareable_flags(con, task, docs["user_id"].tolist(), docs["doc_id"].tolist(),
+                                                 default_share))
 
 
 def encode_task_users(

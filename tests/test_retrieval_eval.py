@@ -65,7 +65,7 @@ def _index() -> ProfileIndex:
             vecs.append(v / np.linalg.norm(v))
             users.append(u)
             ids.append(f"{u}-{j}")
-    return ProfileIndex(ids, users, ids, np.stack(vecs))
+    return ProfileIndex(ids, users, ids, np.stack(vecs), np.ones(len(ids), dtype=bool))
 
 
 def test_community_retrieval_stays_in_the_cluster_and_prefers_close_users() -> None:
@@ -82,7 +82,7 @@ def test_community_retrieval_stays_in_the_cluster_and_prefers_close_users() -> N
 
 def test_dense_global_searches_every_user() -> None:
     index = _index()
-    found = retrieve_dense_global(index, np.array([[0, 1, 0, 0]], dtype=np.float32), 2)[0]
+    found = retrieve_dense_global(index, ["a1"], np.array([[0, 1, 0, 0]], dtype=np.float32), 2)[0]
     assert {r.source_user_id for r in found} <= {"b1", "b2"} and len(found) == 2
 
 

@@ -71,6 +71,7 @@ def index():
         ["u", "u", "v", "v", "v"],
         ["red apple", "green apple pie", "blue sky", "sky at night", "apple tree"],
         vecs,
+        np.ones(5, dtype=bool),  # everyone shares (docs/privacy.md)
     )
 
 
@@ -96,7 +97,7 @@ def test_profile_modes(index):
 
 
 def test_two_stage_scores_fewer_documents(index):
-    rows = index.rows_of(["u", "v"])
+    rows = index.visible_rows("u", ["u", "v"])
     clusters = clusterrag.index_clusters(index, rows, np.array([0, 0, 1, 1, 0]))
     found, scored = clusterrag.retrieve_two_stage(index, clusters, _unit(0, 1, 0), k=2, top_clusters=1)
     assert [r.doc_id for r in found] == ["d3", "d4"]

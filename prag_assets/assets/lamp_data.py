@@ -7,6 +7,7 @@ from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_assets.task_table import CODE_VERSION
 from prag_models.data.lamp import undated_documents
+from prag_models.data.sharing import SHARING_TABLE, VISIBILITY_TABLE, task_sharing
 from prag_models.data.source import (
     demo_truth_frames,
     load_task_samples,
@@ -27,7 +28,8 @@ GROUP = "lamp_data"
     kinds={"duckdb"},
     code_version=CODE_VERSION,
     description="LaMP questions and golds of the train and dev splits (demo or LaMP folder), validated on load "
-    "(every task's files before anything is written); for the demo also its planted truth (tables "
+    "(every task's files before anything is written), each user's sharing consent and the documents' visibility "
+    "(tables user_sharing, document_visibility; docs/privacy.md); for the demo also its planted truth (tables "
     "relevance_labels, planted_communities). Metadata counts the undated profile documents per task.",
 )
 def lamp_samples(
@@ -43,8 +45,11 @@ def lamp_samples(
     writes = []  # every table of every task, built (and validated) before anything is written
     for task, splits in loaded.items():
         relevance, communities = demo_truth_frames(settings, task)
+        sharing, visibility = task_sharing(settings, task, splits)  # consent and visibility (docs/privacy.md)
         where = {"task": task}
         writes += [
+            (SHARING_TABLE, sharing, where),
+            (VISIBILITY_TABLE, visibility, where),
             ("lamp_samples", samples_frame(task, splits), where),
             ("lamp_sample_profiles", sample_profiles_frame(task, splits), where),
             ("relevance_labels", relevance, where),

@@ -67,7 +67,7 @@ def pbr_lamp_retrievals(
             )
         emb = CachedEmbedder(con, models.embedder, settings.embedder.model)
         for task in run_tasks(context, settings):
-            index, samples, _ = load_task_inputs(con, task, with_neighbours=False)
+            index, samples, _ = load_task_inputs(con, task, False, default_share=settings.privacy.default_share)
             before = gen.generated if gen else 0
             # P-PRF costs 2 generations per sample: only the LLM-evaluation samples; anchor-only runs on all
             subset = samples[samples["sample_id"].isin(llm_eval_sample_ids(samples["sample_id"], settings))]

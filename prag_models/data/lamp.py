@@ -43,6 +43,7 @@ __all__ = [
     "undated_documents",
 ]
 UNDATED_POLICIES = ("error", "keep")
+VISIBILITIES = ("shared", "private")  # a profile document's optional visibility (prag_models.data.sharing)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class ProfileDoc:
     date: str | None
     fields: dict[str, str]
     text: str
+    visibility: str | None = None  # "shared" | "private" when the record states it (docs/privacy.md)
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class LampSample:
     query: str
     gold: str | None
     profile: tuple[ProfileDoc, ...]
+    share: bool | None = None  # the user's sharing consent when the record states it (docs/privacy.md)
 
 
 #: Profile fields that carry the task's label: a LaMP-2 tag, a LaMP-3 score (1–5); anything else is an error.
@@ -209,7 +212,11 @@ def _profile(path: Path, where: str, task: str, docs: Any, undated: str = "error
                 raise _fail(path, where, f"profile doc '{doc_id}'.{name}", problem)
             fields[name] = value
         date = check_date(path, where, f"profile doc '{doc_id}'.date", doc.get("date"), undated)
-        out.append(ProfileDoc(doc_id, date, fields, render_document(task, fields)))
+        visibility = doc.get("visibility")
+        if visibility is not None and visibility not in VISIBILITIES:
+            problem = f"{visibility!r} is not one of {list(VISIBILITIES)}"
+            raise _fail(path, where, f"profile doc '{doc_id}'.visibility", problem)
+        out.append(ProfileDoc(doc_id, date, fields, render_document(task, fields), visibility))
     parsed = [parse_date(d.date) for d in out]
     order = sorted(range(len(out)), key=lambda i: (0, parsed[i], i) if parsed[i] is not None else (1, datetime.min, i))
     return tuple(out[i] for i in order)
@@ -310,7 +317,10 @@ def load_lamp_split(
         else:
             user_id = derive_user_id(d.doc_id for d in profile)
         gold = golds.get(sid) if golds is not None else None
-        samples.append(LampSample(task, split, sid, user_id, text, extract_query(task, text), gold, profile))
+        share = question.get("share")
+        if share is not None and not isinstance(share, bool):
+            raise _fail(qpath, where, "share", f"must be true or false, got {share!r}")
+        samples.append(LampSample(task, split, sid, user_id, text, extract_query(task, text), gold, profile, share))
     if golds is not None:
         _check_ids(qpath, Path(str(outputs_path)), seen, set(golds))
     return samples

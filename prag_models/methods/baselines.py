@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from prag_models.methods.profiles import ProfileIndex, Retrieved, top_by_cosine
@@ -9,27 +11,27 @@ from prag_models.methods.profiles import ProfileIndex, Retrieved, top_by_cosine
 
 def retrieve_random(index: ProfileIndex, user_id: str, k: int, rng: np.random.Generator) -> list[Retrieved]:
     """k documents of the user's profile drawn uniformly without replacement."""
-    rows = index.rows_of([user_id])
+    rows = index.visible_rows(user_id, [user_id])
     chosen = rng.permutation(rows)[:k]
     return index.as_retrieved(chosen, [0.0] * len(chosen))
 
 
 def retrieve_recency(index: ProfileIndex, user_id: str, k: int) -> list[Retrieved]:
     """The user's k most recent documents, newest first."""
-    rows = index.rows_of([user_id])[::-1][:k]
+    rows = index.visible_rows(user_id, [user_id])[::-1][:k]
     return index.as_retrieved(rows, [float(-i) for i in range(len(rows))])
 
 
 def retrieve_dense(index: ProfileIndex, user_id: str, query_vector: np.ndarray, k: int) -> list[Retrieved]:
     """The user's k documents closest to the query embedding (cosine)."""
-    return top_by_cosine(index, index.rows_of([user_id]), query_vector, k)
+    return top_by_cosine(index, index.visible_rows(user_id, [user_id]), query_vector, k)
 
 
 def retrieve_bm25(index: ProfileIndex, user_id: str, query: str, k: int) -> list[Retrieved]:
     """The user's k best documents by BM25 (bm25s, English stop words removed)."""
     import bm25s
 
-    rows = index.rows_of([user_id])
+    rows = index.visible_rows(user_id, [user_id])
     if len(rows) == 0:
         return []
     corpus = [index.texts[r] for r in rows]
@@ -43,16 +45,28 @@ def retrieve_bm25(index: ProfileIndex, user_id: str, query: str, k: int) -> list
     return index.as_retrieved(rows[found[0]], scores[0])
 
 
-def retrieve_dense_global(index: ProfileIndex, query_vectors: np.ndarray, k: int) -> list[list[Retrieved]]:
-    """Not personalized: the k documents of ALL users closest to each query (exact inner product, FAISS)."""
+def retrieve_dense_global(
+    index: ProfileIndex, viewers: Sequence[str], query_vectors: np.ndarray, k: int
+) -> list[list[Retrieved]]:
+    """Not personalized: the k documents closest to each query among all the viewer may see (its own and every
+    shareable document of the others; exact inner product, FAISS, one search per viewer)."""
     from prag_models.methods.vector_index import search
 
-    scores, rows = search(index.vectors, query_vectors, k)
-    return [index.as_retrieved(r[r >= 0], s[r >= 0]) for s, r in zip(scores, rows, strict=True)]
+    queries = np.atleast_2d(np.asarray(query_vectors, dtype=np.float32))
+    out: list[list[Retrieved]] = [[] for _ in range(len(queries))]
+    by_viewer: dict[str, list[int]] = {}
+    for i, viewer in enumerate(viewers):
+        by_viewer.setdefault(viewer, []).append(i)
+    for viewer, positions in by_viewer.items():
+        rows = index.visible_rows(viewer)
+        scores, local = search(index.vectors[rows], queries[positions], k)
+        for i, s, r in zip(positions, scores, local, strict=True):
+            out[i] = index.as_retrieved(rows[r[r >= 0]], s[r >= 0])
+    return out
 
 
 def retrieve_oracle_community(
-    index: ProfileIndex, members: list[str], query_vector: np.ndarray, k: int
+    index: ProfileIndex, user_id: str, members: list[str], query_vector: np.ndarray, k: int
 ) -> list[Retrieved]:
     """Ceiling where the truth is known (demo): dense retrieval over the documents of the user's TRUE community."""
-    return top_by_cosine(index, index.rows_of(members), query_vector, k)
+    return top_by_cosine(index, index.visible_rows(user_id, members), query_vector, k)

@@ -29,7 +29,8 @@ def retrieve_profile_mode(
     index: ProfileIndex, mode: str, user_id: str, neighbours: Sequence[str], query_vector: np.ndarray, k: int
 ) -> list[Retrieved]:
     """Top-k documents by cosine over the pool of the profile mode."""
-    return top_by_cosine(index, index.rows_of(profile_users(mode, user_id, neighbours)), query_vector, k)
+    pool = index.visible_rows(user_id, profile_users(mode, user_id, neighbours))
+    return top_by_cosine(index, pool, query_vector, k)
 
 
 #: Pools larger than this are clustered with FAISS k-means (√N clusters) instead of HDBSCAN, whose cost grows about

@@ -30,7 +30,7 @@ class CommunityRetriever:
     user_vectors: Mapping[str, np.ndarray]  # unit z_u per user
     user_weight: float = 0.5
     top_n: int = 0  # > 0: the top-N most similar users instead of the cluster
-    _pools: dict[int, tuple[np.ndarray, object]] = field(default_factory=dict, init=False)
+    _pools: dict[tuple[int, str | None], tuple[np.ndarray, object]] = field(default_factory=dict, init=False)
 
     def members(self, user_id: str) -> list[str]:
         """Whose documents the user's retrieval searches: its cluster, or its top-N users by cos(z_u, z_v)."""
@@ -48,15 +48,16 @@ class CommunityRetriever:
         return np.asarray(self.user_vectors.get(user_id, np.zeros(dim)), dtype=np.float32)
 
     def _pool(self, user_id: str) -> tuple[np.ndarray, object | None]:
-        """(rows, FAISS index) of the user's pool; cached per cluster (top-N pools are per user, not cached)."""
+        """(rows, FAISS index) of the documents of the user's pool the user may see (docs/privacy.md); cached per
+        cluster for users who share all their documents (they all see the same rows), per user otherwise."""
         if self.top_n > 0 or user_id not in self.cluster_of:
-            rows = self.index.rows_of(self.members(user_id))
-            return rows, None
+            return self.index.visible_rows(user_id, self.members(user_id)), None
         cluster = self.cluster_of[user_id]
-        if cluster not in self._pools:
-            rows = self.index.rows_of(self.members(user_id))
-            self._pools[cluster] = (rows, flat_index(self.index.vectors[rows]) if len(rows) else None)
-        return self._pools[cluster]
+        key = (cluster, None if self.index.shares_all(user_id) else user_id)
+        if key not in self._pools:
+            rows = self.index.visible_rows(user_id, self.members(user_id))
+            self._pools[key] = (rows, flat_index(self.index.vectors[rows]) if len(rows) else None)
+        return self._pools[key]
 
     def retrieve(self, user_id: str, query_vector: np.ndarray, k: int) -> list[Retrieved]:
         """The k pool documents with the highest cos(q, d) + w · cos(z_u, z_author)."""

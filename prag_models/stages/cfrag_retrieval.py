@@ -63,7 +63,7 @@ def foreign_share(frame: pd.DataFrame, method: str) -> float | None:
 
 def cfrag_retrieval_rows(con, task: str, settings: Settings, models: dict) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The cfrag_retrievals rows of one task with the given retriever / rerankers, and their statistics."""
-    index, samples, _ = load_task_inputs(con, task, with_neighbours=False)
+    index, samples, _ = load_task_inputs(con, task, False, default_share=settings.privacy.default_share)
     users = read_rows(con, "cfrag_user_embeddings", {"task": task})
     user_emb = dict(zip(users["user_id"], users["embedding"], strict=True))
     neighbours = {"encoder": neighbour_lists(con, task), "mean": mean_embedding_neighbours(con, task, settings)}

@@ -93,7 +93,7 @@ def lamp_expansions(
     """P-PRF of every dev sample with a profile: the top-k1 own documents by cosine, then the two LLM prompts."""
     items = []
     for s in samples.itertuples():
-        rows = index.rows_of([s.user_id])
+        rows = index.visible_rows(s.user_id, [s.user_id])
         if len(rows):
             top = top_k_prf(np.asarray(s.embedding, dtype=np.float32), index.vectors[rows], pbr.k1)
             items.append((s.sample_id, s.query, [index.texts[rows[i]] for i in top]))
@@ -118,7 +118,7 @@ def pbr_lamp_rows(
     anchors: dict[str, np.ndarray] = {}
     out: list[tuple] = []
     for s in samples.itertuples():
-        rows = index.rows_of([s.user_id])
+        rows = index.visible_rows(s.user_id, [s.user_id])
         if not len(rows):
             continue
         docs = index.vectors[rows]

@@ -28,10 +28,11 @@ CLUSTERRAG_METHODS = (
 
 
 def load_task_inputs(
-    con, task: str, with_neighbours: bool = True
+    con, task: str, with_neighbours: bool = True, *, default_share: bool
 ) -> tuple[ProfileIndex, pd.DataFrame, dict[str, list[str]]]:
-    """The task's profile index, its dev samples with query vectors, and each user's similar users."""
-    index, _ = profile_index(con, task)
+    """The task's profile index (with its sharing flags), its dev samples with query vectors, and each user's
+    similar users."""
+    index, _ = profile_index(con, task, default_share=default_share)
     samples = con.execute(
         "SELECT s.sample_id, s.user_id, s.query, q.embedding FROM lamp_samples s JOIN query_embeddings q "
         "USING (task, sample_id) WHERE task = ? AND s.split = 'dev' ORDER BY s.sample_id",
@@ -70,7 +71,8 @@ def run_baselines(
     rng = np.random.default_rng(settings.retrieval.seed)
     rows: list[tuple] = []
     queries = column_to_matrix(samples["embedding"].tolist(), index.vectors.shape[1])
-    for s, found in zip(samples.itertuples(), baselines.retrieve_dense_global(index, queries, k), strict=True):
+    found_global = baselines.retrieve_dense_global(index, samples["user_id"].tolist(), queries, k)
+    for s, found in zip(samples.itertuples(), found_global, strict=True):
         rows += _rows(task, "dense_global", s.sample_id, s.user_id, found)
     members: dict[int, list[str]] = {}
     for user, community in (planted or {}).items():
@@ -78,7 +80,7 @@ def run_baselines(
     for s in samples.itertuples():
         if planted and s.user_id in planted:
             q = np.asarray(s.embedding, dtype=np.float32)
-            found = baselines.retrieve_oracle_community(index, members[planted[s.user_id]], q, k)
+            found = baselines.retrieve_oracle_community(index, s.user_id, members[planted[s.user_id]], q, k)
             rows += _rows(task, "oracle_community", s.sample_id, s.user_id, found)
     for s in samples.itertuples():
         q = np.asarray(s.embedding, dtype=np.float32)
@@ -113,7 +115,7 @@ def run_clusterrag(
             found = clusterrag.retrieve_profile_mode(index, mode, s.user_id, nb, q, k)
             rows += _rows(task, f"clusterrag_{mode}", s.sample_id, s.user_id, found)
         if s.user_id not in pools:
-            pool = index.rows_of(clusterrag.profile_users("hybrid", s.user_id, nb))
+            pool = index.visible_rows(s.user_id, clusterrag.profile_users("hybrid", s.user_id, nb))
             pools[s.user_id] = clusterrag.cluster_documents(index, pool, c.two_stage_min_cluster_size)
         found, n_scored = clusterrag.retrieve_two_stage(index, pools[s.user_id], q, k, c.two_stage_top_clusters)
         scored.append(n_scored)
@@ -150,7 +152,7 @@ def community_retriever(con, task: str, index: ProfileIndex, settings: Settings)
 
 def baseline_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The rows of baseline_retrievals for one task and their summary."""
-    index, samples, _ = load_task_inputs(con, task, with_neighbours=False)
+    index, samples, _ = load_task_inputs(con, task, False, default_share=settings.privacy.default_share)
     frame = pd.DataFrame(run_baselines(settings, task, index, samples, planted_communities(con, task)),
                          columns=RETRIEVAL_COLUMNS)  # fmt: skip
     return frame, summary(frame)
@@ -158,7 +160,7 @@ def baseline_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, dic
 
 def clusterrag_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The rows of clusterrag_retrievals for one task, their summary and the two-stage cost."""
-    index, samples, neighbours = load_task_inputs(con, task)
+    index, samples, neighbours = load_task_inputs(con, task, default_share=settings.privacy.default_share)
     community = community_retriever(con, task, index, settings)
     rows, cost = run_clusterrag(settings, task, index, samples, neighbours, community)
     frame = pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)

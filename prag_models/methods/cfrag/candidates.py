@@ -29,15 +29,17 @@ def select_feedback_samples(sample_ids: Sequence[str], cap: int, seed: int) -> l
 
 def per_user_top_k(
     index: ProfileIndex,
+    viewer: str,
     users: Sequence[str],
     k: int,
     scores_of: Callable[[np.ndarray], np.ndarray],
 ) -> list[Retrieved]:
-    """The top-k docs of each user in turn by ``scores_of(rows)`` (ties keep profile order): m·k candidates (§2.4)."""
+    """The top-k docs of each user in turn by ``scores_of(rows)`` (ties keep profile order): m·k candidates (§2.4);
+    only the documents the viewer may see (docs/privacy.md)."""
     out: list[Retrieved] = []
     for user in dict.fromkeys(users):
-        rows = index.rows_by_user.get(user)
-        if rows is None or len(rows) == 0:
+        rows = index.visible_rows(viewer, [user])
+        if len(rows) == 0:
             continue
         scores = np.asarray(scores_of(rows), dtype=np.float32)
         order = np.argsort(-scores, kind="stable")[:k]

@@ -46,7 +46,7 @@ class FeedbackInputs:
 
 def load_feedback_inputs(con, task: str, settings: Settings) -> FeedbackInputs:
     """Selected train samples and their candidates: top-k docs by base dense cosine from each of the m similar users."""
-    index, docs = profile_index(con, task)
+    index, docs = profile_index(con, task, default_share=settings.privacy.default_share)
     prompt_docs = [
         prompt_document(task, t, json.loads(f)) for t, f in zip(docs["text"], docs["fields_json"], strict=True)
     ]
@@ -61,7 +61,7 @@ def load_feedback_inputs(con, task: str, settings: Settings) -> FeedbackInputs:
     neighbours = neighbour_lists(con, task)
     candidates = {
         s.sample_id: per_user_top_k(
-            index, neighbours.get(s.user_id, [s.user_id]), c.docs_per_user, cosine_scorer(index, s.embedding)
+            index, s.user_id, neighbours.get(s.user_id, [s.user_id]), c.docs_per_user, cosine_scorer(index, s.embedding)
         )
         for s in samples.itertuples(index=False)
     }

@@ -62,7 +62,7 @@ def candidates(
     if variant.users == "own":
         users, per_user = [query.user_id], per_user * settings.cfrag.top_m_users
     scorer = _scorer(index, variant.retriever, query.vector, query.e_u, models)
-    return per_user_top_k(index, users, per_user, scorer)
+    return per_user_top_k(index, query.user_id, users, per_user, scorer)
 
 
 def retrieve(

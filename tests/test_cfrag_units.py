@@ -344,3 +344,21 @@ def test_validation_split_and_ndcg() -> None:
     mask = np.ones((1, 3), dtype=bool)
     assert ndcg(np.array([[3.0, 2.0, 1.0]]), teacher, mask, 2) == 1.0
     assert ndcg(np.array([[1.0, 2.0, 3.0]]), teacher, mask, 2) < 0.5
+
+
+def test_untrained_residual_rerankers_are_reported_as_coinciding() -> None:
+    """Two rerankers still at their zero correction make cfrag = cfrag_no_reranker_eu, and the metadata says why."""
+    import torch
+
+    from prag_models.config import CfragSettings
+    from prag_models.methods.cfrag.training_set import new_reranker
+    from prag_models.stages.cfrag_retrieval import coincidences
+
+    settings = CfragSettings(reranker_layers=1)
+    a, b = new_reranker(settings, 8), new_reranker(settings, 8)
+    assert a.kept_initialisation() and b.kept_initialisation()
+    assert ("cfrag", "cfrag_no_reranker_eu") in coincidences({"reranker": a, "reranker_no_eu": b})
+    with torch.no_grad():
+        b.head[-1].bias.fill_(0.1)
+    assert not b.kept_initialisation()
+    assert ("cfrag", "cfrag_no_reranker_eu") not in coincidences({"reranker": a, "reranker_no_eu": b})

@@ -61,6 +61,19 @@ def foreign_share(frame: pd.DataFrame, method: str) -> float | None:
     return round(float((rows["source_user_id"] != rows["user_id"]).mean()), 3) if len(rows) else None
 
 
+def coincidences(models: dict) -> dict[tuple[str, str], str]:
+    """Pairs of CFRAG rows that coincide by construction with these models, and why."""
+    found = dict(inference.COINCIDENCES)
+    rerankers = [models.get(k) for k in ("reranker", "reranker_no_eu")]
+    kept = [m for m in rerankers if hasattr(m, "kept_initialisation") and m.kept_initialisation()]
+    if len(kept) == 2:
+        found[("cfrag", "cfrag_no_reranker_eu")] = (
+            "both rerankers kept their untrained initialisation (no training epoch beat it on the validation "
+            "samples), so both score cos(q, d) and e_u has nothing to act on"
+        )
+    return found
+
+
 def cfrag_retrieval_rows(con, task: str, settings: Settings, models: dict) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The cfrag_retrievals rows of one task with the given retriever / rerankers, and their statistics."""
     index, samples, _ = load_task_inputs(con, task, False, default_share=settings.privacy.default_share)
@@ -77,7 +90,7 @@ def cfrag_retrieval_rows(con, task: str, settings: Settings, models: dict) -> tu
         "same_as_cfrag": {m: agreement(frame, "cfrag", m) for m in CFRAG_METHODS[1:]},
         "coinciding_by_construction": {
             f"{a} = {b}": {"same_lists": agreement(frame, a, b), "why": why}
-            for (a, b), why in inference.COINCIDENCES.items()
+            for (a, b), why in coincidences(models).items()
         },
         "inference_docs_per_user": inference.docs_per_user(settings),
     }

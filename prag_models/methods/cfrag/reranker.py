@@ -75,6 +75,11 @@ class PersonalizedReranker(nn.Module):
             nn.init.zeros_(self.head[-1].bias)
         self.eval()
 
+    def kept_initialisation(self) -> bool:
+        """True for a residual reranker whose correction is still exactly zero (it ranks like dense retrieval)."""
+        last = self.head[-1]
+        return self.residual and not bool(last.weight.detach().any()) and not bool(last.bias.detach().any())
+
     def config(self) -> dict[str, Any]:
         """Constructor arguments (except paths), stored next to the weights by the serializer."""
         return {

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from prag_assets import doctor
 from prag_assets.doctor import exclusive
+from prag_assets.forget_command import add_forget_command
 from prag_assets.sql_command import add_sql_command
 from prag_models.config import ALL_TASKS, PROJECT_ROOT, Settings, load_settings
 
@@ -363,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--method", default="cfrag", choices=["cfrag", "clusterrag_collaborative", "clusterrag_hybrid"])
     a.set_defaults(func=_answer)
     add_sql_command(sub)
+    add_forget_command(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from prag_models.metrics import HIGHER_IS_BETTER, primary_metric
+from prag_models.privacy_forget import flagged_versions as _flagged
 from prag_models.registry import CHALLENGER, CHAMPION, MODEL_NAMES, MlflowTarget, make_client, registered_name
 
 if TYPE_CHECKING:
@@ -294,9 +295,15 @@ def promote(target: MlflowTarget, task: str, actor: str, reason: str, override: 
     not_learned = _not_improved(client, names, changed)
     chal_value, chal_data = _bundle_value(client, names, challenger, metric)
     champ_value, champ_data = _bundle_value(client, names, champion, metric)
+    erased, kept = _flagged(client, names, challenger), _flagged(client, names, champion)  # docs/privacy.md
     if challenger == champion:
         verdict = Verdict(False, f"{task}: nothing to promote, the challenger versions are already champion "
-                                 f"({bundle_key(challenger)})")  # fmt: skip
+                                 f"({bundle_key(challenger)})" + (f"; {kept} must be retrained" if kept else ""))
+    elif erased:
+        verdict = Verdict(False, f"{task}: refused: {erased} trained on data of an erased user; retrain first")
+    elif kept:
+        verdict = Verdict(True, f"{task}: the champion {kept} was trained on data of an erased user and cannot be "
+                                "kept; the retrained challenger replaces it")  # fmt: skip
     elif not_learned and not override:
         why = "training did not beat its untrained initialisation on its validation samples"
         verdict = Verdict(False, f"{task}: refused: {not_learned} ({why}); override to promote anyway")

@@ -1,0 +1,52 @@
+"""`prag forget --user U [--task T]`: erase a user's data from the DuckDB file and flag the models trained on it
+(prag_models.privacy_forget; docs/privacy.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def run_forget(user: str, task: str | None = None) -> int:
+    """Forget one user (of one task, or everywhere) and print what went; 0 on success, 1 on an unknown user."""
+    from prag_models.config import load_settings
+    from prag_models.privacy_forget import forget
+    from prag_models.promotion import mlflow_target
+    from prag_models.registry import make_client
+    from prag_models.store import DuckDBBusyError, connect, publish_snapshot, snapshot_path
+
+    settings = load_settings()
+    path = settings.duckdb_path
+    if not path.exists():
+        print(f"prag forget: {path} does not exist: there is no data to erase", file=sys.stderr)
+        return 1
+    client = make_client(mlflow_target(settings))
+    try:
+        with connect(path) as con:
+            erasure = forget(con, user, task, client)
+    except LookupError as exc:
+        print(f"prag forget: {exc}", file=sys.stderr)
+        return 1
+    scope = f" ({task})" if task else ""
+    if erasure.already_erased:
+        print(f"user {user}{scope} was erased before: nothing left to delete")
+        return 0
+    print(f"erased user {user}{scope}: {erasure.rows_deleted} rows (erasure {erasure.erasure_id})")
+    for table, n in sorted(erasure.deleted.items()):
+        print(f"  {table}: {n}")
+    print(f"models flagged for retraining: {', '.join(erasure.models_flagged) or 'none'}")
+    if snapshot_path(path).exists():  # the readers' copy must not keep the user either
+        try:
+            publish_snapshot(path)
+        except DuckDBBusyError as exc:
+            print(f"prag forget: readers' snapshot NOT refreshed (still holds the user): {exc}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def add_forget_command(sub: argparse._SubParsersAction) -> None:
+    """Register `prag forget --user U [--task T]` on the CLI's subcommands."""
+    f = sub.add_parser("forget", help="erase a user's data (all tables, one transaction) and flag affected models")
+    f.add_argument("--user", required=True, help="the user id to erase")
+    f.add_argument("--task", default=None, help="only this LaMP task (default: every task)")
+    f.set_defaults(func=lambda args: run_forget(args.user, args.task))

@@ -1,0 +1,242 @@
+"""Forgetting a user (docs/privacy.md): every row of the user in DuckDB is deleted in one transaction, the erasure is
+audited (who, when, counts per table; never content), and every registered model of the user's tasks is flagged
+for retraining (model-version tag ``privacy.needs_retraining``).
+
+Which rows are the user's, in every table of the file (found by their columns, so a new table is covered too):
+the user's own rows (``user_id``), other users' rows that point at the user (``source_user_id``, ``neighbour_id``:
+retrieved documents, neighbour lists, feedback labels), rows keyed by the user's samples (``sample_id``: query
+embeddings, generations, per-sample scores), rows keyed only by the user's documents or texts (``doc_id`` of no
+remaining user: relevance labels; ``content_hash``: the embedding cache) and the LLM answer cache entries whose
+prompt shows one of the user's documents or questions. With ``task`` only that task's rows go (tables without a
+task column are matched by the user's ids of that task).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pandas as pd
+
+from prag_models.faults import maybe_fail
+from prag_models.store import table_exists
+
+AUDIT_TABLE = "erasure_audit"
+AUDIT_DDL = (
+    "erasure_id VARCHAR, user_id VARCHAR, task VARCHAR, erased_at TIMESTAMP, rows_deleted BIGINT, "
+    "tables_json VARCHAR, models_flagged_json VARCHAR"
+)
+#: Columns naming a user: the row's user, the author of a retrieved document, a neighbour.
+USER_COLUMNS = ("user_id", "source_user_id", "neighbour_id")
+#: Tables never searched for the user: the audit itself (it names who was erased, by design).
+KEPT_TABLES = (AUDIT_TABLE,)
+#: Characters of a document / question used to find the prompts that show it (prompts keep a document's start).
+SNIPPET = 48
+RETRAIN_TAG = "privacy.needs_retraining"
+ERASURES_TAG = "privacy.erasures"
+
+
+@dataclass
+class Erasure:
+    """What one ``forget`` did: rows deleted per table, the model versions flagged, and whether it was a no-op."""
+
+    erasure_id: str
+    user_id: str
+    task: str | None
+    erased_at: datetime
+    deleted: dict[str, int] = field(default_factory=dict)
+    models_flagged: list[str] = field(default_factory=list)
+    already_erased: bool = False
+
+    @property
+    def rows_deleted(self) -> int:
+        """Rows deleted over all tables."""
+        return sum(self.deleted.values())
+
+
+def _tables(con) -> dict[str, set[str]]:
+    """Columns of every base table of the main schema."""
+    rows = con.execute(
+        "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'main' "
+        "AND table_name IN (SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE')"
+    ).fetchall()
+    out: dict[str, set[str]] = {}
+    for table, column in rows:
+        out.setdefault(table, set()).add(column)
+    return out
+
+
+def _owned(con, tables: dict[str, set[str]], user_id: str, task: str | None) -> pd.DataFrame:
+    """(task, kind, value) of the user's ids: its samples, documents, content hashes and texts, per task."""
+    parts = []
+    where, params = ("user_id = ?", [user_id]) if task is None else ("user_id = ? AND task = ?", [user_id, task])
+    if "lamp_samples" in tables:
+        parts.append(f"SELECT task, 'sample' AS kind, sample_id AS value FROM lamp_samples WHERE {where}")
+        parts.append(f"SELECT task, 'text', input FROM lamp_samples WHERE {where}")
+    for table in ("profile_documents", "profile_history", "lamp_sample_profiles"):
+        if {"task", "user_id", "doc_id", "text"} <= tables.get(table, set()):
+            parts.append(f"SELECT task, 'doc', doc_id FROM {table} WHERE {where}")
+            parts.append(f"SELECT task, 'text', text FROM {table} WHERE {where}")
+            if "content_hash" in tables[table]:
+                parts.append(f"SELECT task, 'hash', content_hash FROM {table} WHERE {where}")
+    if not parts:
+        return pd.DataFrame(columns=["task", "kind", "value"])
+    sql = " UNION ".join(parts)
+    rows = con.execute(sql, params * len(parts)).fetchall()
+    return pd.DataFrame(rows, columns=["task", "kind", "value"]).dropna()
+
+
+def _known(con, tables: dict[str, set[str]], user_id: str, task: str | None) -> bool:
+    """Whether any table holds a row of the user (of the task)."""
+    for table, cols in tables.items():
+        if table in KEPT_TABLES or "user_id" not in cols or (task is not None and "task" not in cols):
+            continue
+        sql = f'SELECT 1 FROM "{table}" WHERE user_id = ?' + (" AND task = ?" if task is not None else "") + " LIMIT 1"
+        if con.execute(sql, [user_id] + ([task] if task is not None else [])).fetchall():
+            return True
+    return False
+
+
+def _conditions(cols: set[str], table: str) -> list[str]:
+    """SQL conditions (over the registered frame ``_forget_ids``) that select the user's rows of a table."""
+    tasked = "task" in cols
+    match = " AND f.task = t.task" if tasked else ""
+    conds = [f"t.{c} = $user" for c in USER_COLUMNS if c in cols]
+    if "sample_id" in cols:
+        conds.append(f"EXISTS (SELECT 1 FROM _forget_ids f WHERE f.kind = 'sample' AND f.value = t.sample_id{match})")
+    if set(USER_COLUMNS) & cols:  # a row of another user that merely shares an id or a text with the user stays
+        return conds
+    if "doc_id" in cols:
+        conds.append(f"EXISTS (SELECT 1 FROM _forget_ids f WHERE f.kind = 'orphan' AND f.value = t.doc_id{match})")
+    if "content_hash" in cols:
+        conds.append("EXISTS (SELECT 1 FROM _forget_ids f WHERE f.kind = 'hash' AND f.value = t.content_hash)")
+    if "prompt" in cols:
+        conds.append("EXISTS (SELECT 1 FROM _forget_ids f WHERE f.kind = 'snippet' AND contains(t.prompt, f.value))")
+    return conds
+
+
+def _ids(con, tables: dict[str, set[str]], user_id: str, task: str | None) -> pd.DataFrame:
+    """The user's ids to match: samples, orphan documents (no other user has them), hashes, prompt snippets."""
+    owned = _owned(con, tables, user_id, task)
+    frames = [owned[owned["kind"] == "sample"]]
+    docs, hashes = owned[owned["kind"] == "doc"], owned[owned["kind"] == "hash"]
+    if "profile_documents" in tables:  # ids and texts another user still has are not the user's alone
+        kept = "user_id <> ?" + (" OR task <> ?" if task else "")
+        sql = f"SELECT task, doc_id, content_hash FROM profile_documents WHERE {kept}"
+        rest = con.execute(sql, [user_id, task] if task else [user_id]).fetchall()
+        other_docs, other_hashes = {(t, d) for t, d, _ in rest}, {h for _, _, h in rest}
+        docs = docs[[(t, d) not in other_docs for t, d in zip(docs["task"], docs["value"], strict=True)]]
+        hashes = hashes[~hashes["value"].isin(other_hashes)]
+    frames += [docs.assign(kind="orphan"), hashes]
+    texts = owned[owned["kind"] == "text"]
+    snippets = {str(v).strip()[:SNIPPET] for v in texts["value"] if len(str(v).strip()) >= 8}
+    frames.append(pd.DataFrame([(None, "snippet", s) for s in sorted(snippets)], columns=["task", "kind", "value"]))
+    return pd.concat(frames, ignore_index=True).astype({"value": str})
+
+
+def start_erasure(con, user_id: str, task: str | None = None, now: datetime | None = None) -> Erasure:
+    """A new erasure of a user no table has forgotten yet; ``already_erased`` when an earlier one did (idempotent);
+    LookupError for a user no table ever held."""
+    now = now or datetime.now(UTC).replace(tzinfo=None)
+    erasure = Erasure(uuid.uuid4().hex[:16], user_id, task, now)
+    if _known(con, _tables(con), user_id, task):
+        return erasure
+    if table_exists(con, AUDIT_TABLE):
+        sql = f"SELECT count(*) FROM {AUDIT_TABLE} WHERE user_id = ? AND (task = ? OR task IS NULL OR ? IS NULL)"
+        if con.execute(sql, [user_id, task, task]).fetchall()[0][0]:
+            erasure.already_erased = True
+            return erasure
+    scope = f" in {task}" if task else ""
+    raise LookupError(f"unknown user {user_id!r}{scope}: no table holds a row of this user")
+
+
+def forget_rows(con, erasure: Erasure) -> Erasure:
+    """Delete every row of the erasure's user (of its task) from every table in ONE transaction and audit it (with
+    the model versions already flagged)."""
+    user_id, task, tables = erasure.user_id, erasure.task, _tables(con)
+    ids = _ids(con, tables, user_id, task)
+    con.register("_forget_ids", ids)
+    try:
+        con.execute("BEGIN TRANSACTION")
+        for table, cols in sorted(tables.items()):
+            conds = [] if table in KEPT_TABLES else _conditions(cols, table)
+            if not conds:
+                continue
+            scope = " AND t.task = $task" if task is not None and "task" in cols else ""
+            sql = f'DELETE FROM "{table}" t WHERE ({" OR ".join(conds)}){scope}'
+            params: dict[str, Any] = {"user": user_id} if "$user" in sql else {}
+            params |= {"task": task} if "$task" in sql else {}
+            n = int(con.execute(sql, params).fetchall()[0][0])
+            if n:
+                erasure.deleted[table] = n
+        con.execute(f"CREATE TABLE IF NOT EXISTS {AUDIT_TABLE} ({AUDIT_DDL})")
+        con.execute(
+            f"INSERT INTO {AUDIT_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [erasure.erasure_id, user_id, task, erasure.erased_at, erasure.rows_deleted, json.dumps(erasure.deleted),
+             json.dumps(erasure.models_flagged)],
+        )
+        maybe_fail("table_write", [AUDIT_TABLE])  # reliability tests: die before the commit
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    finally:
+        con.unregister("_forget_ids")
+    con.execute("CHECKPOINT")  # deleted rows leave the file's live blocks now, not at some later checkpoint
+    return erasure
+
+
+def flag_models(client: Any, erasure: Erasure, tasks: set[str]) -> list[str]:
+    """Tag every version of the tasks' registered models created before the erasure as needing retraining."""
+    flagged = []
+    cutoff = int(erasure.erased_at.replace(tzinfo=UTC).timestamp() * 1000)
+    for model in client.search_registered_models():
+        if not any(model.name.endswith(f"-{t}") for t in tasks):
+            continue
+        for mv in client.search_model_versions(f"name = '{model.name}'"):
+            if int(mv.creation_timestamp) > cutoff:
+                continue
+            erasures = [e for e in (mv.tags or {}).get(ERASURES_TAG, "").split(",") if e]
+            client.set_model_version_tag(model.name, mv.version, RETRAIN_TAG, "true")
+            client.set_model_version_tag(model.name, mv.version, ERASURES_TAG, ",".join([*erasures,
+                                                                                          erasure.erasure_id]))
+            flagged.append(f"{model.name}/{mv.version}")
+    return sorted(flagged)
+
+
+def user_tasks(con, user_id: str) -> set[str]:
+    """The tasks in which the user has samples or documents (before the erasure)."""
+    out: set[str] = set()
+    for table in ("lamp_samples", "profile_documents", "profile_history"):
+        if table_exists(con, table):
+            out |= {t for (t,) in con.execute(f"SELECT DISTINCT task FROM {table} WHERE user_id = ?",
+                                               [user_id]).fetchall()}  # fmt: skip
+    return out
+
+
+def needs_retraining(tags: dict[str, str]) -> bool:
+    """Whether a model version's tags mark it as trained on data of an erased user."""
+    return tags.get(RETRAIN_TAG) == "true"
+
+
+def flagged_versions(client: Any, names: Mapping[str, str], versions: Mapping[str, int | None]) -> str:
+    """The promotion gate's check: versions of a bundle trained on data of a user erased since ("" = none)."""
+    return ", ".join(
+        f"{name} v{versions[kind]}" for kind, name in names.items()
+        if versions.get(kind) is not None and needs_retraining(client.get_model_version(name, str(versions[kind])).tags)
+    )  # fmt: skip
+
+
+def forget(con, user_id: str, task: str | None = None, client: Any = None) -> Erasure:
+    """Forget a user (of one task, or everywhere): flag the models trained on its data first (a flag without the
+    deletion only costs a retraining), then delete its rows in one transaction with the audit row."""
+    erasure = start_erasure(con, user_id, task)
+    if erasure.already_erased:
+        return erasure
+    if client is not None:
+        erasure.models_flagged = flag_models(client, erasure, {task} if task else user_tasks(con, user_id))
+    return forget_rows(con, erasure)

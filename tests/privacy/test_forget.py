@@ -1,0 +1,123 @@
+"""`prag forget` (docs/privacy.md): every row of the user in one transaction, the audit, the flagged models and the
+promotion gate, on a real DuckDB file and a real MLflow sqlite store."""
+
+from __future__ import annotations
+
+import time
+
+import duckdb
+import pandas as pd
+import pytest
+
+from prag_models import promotion, registry
+from prag_models.privacy_forget import AUDIT_TABLE, RETRAIN_TAG, forget
+
+TASK = "LaMP-2"
+
+
+def _store(path) -> duckdb.DuckDBPyConnection:
+    """Tables shaped like the graph's, with rows of users a (to erase), b and c."""
+    con = duckdb.connect(str(path))
+    frames = {
+        "lamp_samples": pd.DataFrame({"task": [TASK] * 3, "split": "dev", "sample_id": ["s-a", "s-b", "s-c"],
+                                      "user_id": ["a", "b", "c"], "input": ["tag of: alpha heist", "b q", "c q"]}),
+        "profile_documents": pd.DataFrame({"task": TASK, "user_id": ["a", "a", "b", "c"],
+                                           "doc_id": ["da1", "shared", "shared", "dc1"],
+                                           "text": ["alpha secret diary entry", "x", "x", "y"],
+                                           "content_hash": ["h-a1", "h-x", "h-x", "h-c1"]}),
+        "query_embeddings": pd.DataFrame({"task": TASK, "sample_id": ["s-a", "s-b"], "embedding": [[1.0], [0.0]]}),
+        "similar_users": pd.DataFrame({"task": TASK, "user_id": ["b", "c", "a"], "neighbour_id": ["a", "b", "b"],
+                                       "rank": 1}),
+        "clusterrag_retrievals": pd.DataFrame({"task": TASK, "method": "m", "sample_id": ["s-b", "s-b", "s-c"],
+                                               "user_id": ["b", "b", "c"], "doc_id": ["da1", "shared", "dc1"],
+                                               "source_user_id": ["a", "b", "c"]}),
+        "feedback_labels": pd.DataFrame({"task": TASK, "sample_id": ["s-c"], "doc_id": ["da1"],
+                                         "source_user_id": ["a"], "score": [1.0]}),
+        "relevance_labels": pd.DataFrame({"task": TASK, "sample_id": ["s-b", "s-b"], "doc_id": ["da1", "shared"]}),
+        "embedding_cache": pd.DataFrame({"model_id": "m", "content_hash": ["h-a1", "h-x", "h-c1"]}),
+        "generation_cache": pd.DataFrame({"generator_id": "g", "prompt_hash": ["p1", "p2", "p3"],
+                                          "prompt": ["doc: alpha secret diary entry\nq", "tag of: alpha heist", "y"],
+                                          "output": ["o", "o", "o"]}),
+        "lamp_evaluation": pd.DataFrame({"task": [TASK], "method": ["m"], "value": [0.5]}),
+    }  # fmt: skip
+    for name, frame in frames.items():
+        con.register("_f", frame)
+        con.execute(f"CREATE TABLE {name} AS SELECT * FROM _f")
+        con.unregister("_f")
+    return con
+
+
+def _user_rows(con, user: str) -> dict[str, int]:
+    """Rows naming the user in any user column, per table (the audit excluded)."""
+    out = {}
+    for (table,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall():
+        cols = {c for (c,) in con.execute(f"SELECT column_name FROM duckdb_columns() WHERE table_name = '{table}'")
+                .fetchall()} & {"user_id", "source_user_id", "neighbour_id"}  # fmt: skip
+        if table == AUDIT_TABLE or not cols:
+            continue
+        n = con.execute(f"SELECT count(*) FROM {table} WHERE " + " OR ".join(f"{c} = ?" for c in cols),
+                        [user] * len(cols)).fetchall()[0][0]  # fmt: skip
+        if n:
+            out[table] = n
+    return out
+
+
+def test_forget_deletes_every_row_audits_and_is_idempotent(tmp_path) -> None:
+    con = _store(tmp_path / "t.duckdb")
+    erasure = forget(con, "a", TASK)
+    assert _user_rows(con, "a") == {}
+    assert erasure.deleted == {
+        "clusterrag_retrievals": 1, "embedding_cache": 1, "feedback_labels": 1, "generation_cache": 2,
+        "lamp_samples": 1, "profile_documents": 2, "query_embeddings": 1, "relevance_labels": 1, "similar_users": 2,
+    }  # fmt: skip
+    # other users keep their rows, including the document id user b shares with a
+    assert con.execute("SELECT count(*) FROM profile_documents WHERE user_id = 'b'").fetchall()[0][0] == 1
+    assert con.execute("SELECT doc_id FROM relevance_labels").fetchall() == [("shared",)]
+    assert con.execute("SELECT count(*) FROM embedding_cache").fetchall()[0][0] == 2
+    assert con.execute("SELECT count(*) FROM lamp_evaluation").fetchall()[0][0] == 1  # aggregates stay
+    audit = con.execute(f"SELECT user_id, task, rows_deleted, tables_json FROM {AUDIT_TABLE}").fetchall()
+    assert len(audit) == 1 and audit[0][:3] == ("a", TASK, 12) and "alpha" not in audit[0][3]
+    again = forget(con, "a", TASK)
+    assert again.already_erased and again.rows_deleted == 0
+    assert con.execute(f"SELECT count(*) FROM {AUDIT_TABLE}").fetchall()[0][0] == 1
+    with pytest.raises(LookupError, match="unknown user 'zed'"):
+        forget(con, "zed")
+
+
+def test_a_failed_forget_changes_nothing(tmp_path, monkeypatch) -> None:
+    con = _store(tmp_path / "t.duckdb")
+    monkeypatch.setenv("PRAG_FAULT", f"table_write@{AUDIT_TABLE}:raise")
+    with pytest.raises(Exception, match="PRAG_FAULT|fault"):
+        forget(con, "a", TASK)
+    assert _user_rows(con, "a") == {"clusterrag_retrievals": 1, "feedback_labels": 1, "lamp_samples": 1,
+                                    "profile_documents": 2, "similar_users": 2}  # fmt: skip
+
+
+def _bundle(target, folder) -> dict[str, int]:
+    return {
+        kind: registry.log_and_register(target, folder, registry.registered_name(kind, TASK), {}, [1.0], "d").version
+        for kind in promotion.KINDS
+    }
+
+
+def test_flagged_models_and_the_promotion_gate(tmp_path) -> None:
+    target = registry.MlflowTarget(f"sqlite:///{tmp_path / 'mlflow.db'}", "test", str(tmp_path / "artifacts"))
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"w")  # never loaded: promotion reads tags only
+    old = _bundle(target, folder)
+    promotion.promote(target, TASK, "test", "first", override=True)
+    other = registry.log_and_register(target, folder, registry.registered_name("retriever", "LaMP-3"), {}, [1.0], "d")
+    client = registry.make_client(target)
+    time.sleep(0.01)
+    erasure = forget(_store(tmp_path / "t.duckdb"), "a", None, client)
+    assert len(erasure.models_flagged) == len(promotion.KINDS)
+    for kind, version in old.items():
+        assert client.get_model_version(registry.registered_name(kind, TASK), str(version)).tags[RETRAIN_TAG] == "true"
+    assert RETRAIN_TAG not in client.get_model_version(other.name, str(other.version)).tags  # not the user's task
+    kept = promotion.promote(target, TASK, "test", "again", override=True)
+    assert not kept.promoted and "must be retrained" in kept.message
+    new = _bundle(target, folder)  # the retraining after the erasure: unflagged versions
+    replaced = promotion.promote(target, TASK, "test", "retrained")
+    assert replaced.promoted and "cannot be kept" in replaced.message
+    assert replaced.to_versions == new

@@ -231,6 +231,7 @@ class Settings(BaseSettings):
     mlflow: MlflowSettings = Field(default_factory=MlflowSettings)
     cfrag: CfragSettings = Field(default_factory=CfragSettings)
     pbr: PbrSettings = Field(default_factory=PbrSettings)
+    privacy: PrivacySettings = Field(default_factory=PrivacySettings)
 
     @property
     def home_path(self) -> Path:
@@ -238,7 +239,6 @@ class Settings(BaseSettings):
         return Path(self.home or PROJECT_ROOT / ".prag").expanduser().resolve()
 
     @property
-    privacy: PrivacySettings = Field(default_factory=PrivacySettings)
     def duckdb_path(self) -> Path:
         """The DuckDB file with every table of the graph."""
         return self.home_path / "prag.duckdb"

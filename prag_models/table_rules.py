@@ -12,6 +12,7 @@ from prag_models.data.history import HISTORY_TABLE, has_table
 from prag_models.data.source import llm_eval_sample_ids
 from prag_models.data.tasks import LABELS, TASK_KIND
 from prag_models.metrics import metric_bounds
+from prag_models.privacy import unshareable_retrievals
 from prag_models.store import column_to_matrix, table_exists
 from prag_models.users.incremental import STATE_TABLE
 from prag_models.validation import Expect, between, has_columns, in_set, matrix_problems, min_rows, not_null, unique
@@ -142,15 +143,16 @@ def retrieval_extra(table: str) -> Extra:
         bad = []
         for r in df.itertuples():
             nb = neighbours.get(r.user_id, set())
-            if r.method == "dense_global" or (
-                r.method == "clusterrag_community" and settings.clustering.community_top_n
+            method = r.method.partition("@")[0]  # a consent-cost row (docs/privacy.md) follows its method's rule
+            if method == "dense_global" or (
+                method == "clusterrag_community" and settings.clustering.community_top_n
             ):
                 ok = True  # not personalized / top-N most similar users of all
-            elif r.method in groups:
-                ok = groups[r.method].get(r.source_user_id, -1) == groups[r.method].get(r.user_id, -2)
-            elif r.method in own_only:
+            elif method in groups:
+                ok = groups[method].get(r.source_user_id, -1) == groups[method].get(r.user_id, -2)
+            elif method in own_only:
                 ok = r.source_user_id == r.user_id
-            elif r.method == "clusterrag_collaborative":
+            elif method == "clusterrag_collaborative":
                 ok = r.source_user_id in nb
             else:
                 ok = r.source_user_id == r.user_id or r.source_user_id in nb
@@ -158,7 +160,7 @@ def retrieval_extra(table: str) -> Extra:
                 bad.append(f"{r.method}/{r.sample_id}: doc {r.doc_id} of user {r.source_user_id}")
         if bad:
             problems.append(f"{len(bad)} documents come from users the method may not use, e.g. {bad[:3]}")
-        return problems
+        return problems + unshareable_retrievals(con, task, df, settings.privacy.default_share)
 
     return extra
 

@@ -40,6 +40,7 @@ import pandas as pd
 
 from prag_models.data.lamp import (
     PROFILE_LABELS,
+    VISIBILITIES,
     _as_id,
     _fail,
     _field_text,
@@ -48,6 +49,7 @@ from prag_models.data.lamp import (
     check_date,
     text_problem,
 )
+from prag_models.data.sharing import append_statements
 from prag_models.data.tasks import PROFILE_FIELDS, RENDER_FIELDS, LampDataError, render_document, task_from_name
 from prag_models.text.embedder import content_hash
 
@@ -75,6 +77,8 @@ class HistoryDoc:
     fields: dict[str, str]
     text: str
     content_hash: str
+    share: bool | None = None  # the user's sharing consent, when the record states it (docs/privacy.md)
+    visibility: str | None = None  # "shared" | "private", when the record states it
 
 
 @dataclass(frozen=True)
@@ -145,7 +149,13 @@ def parse_history_records(data: Any, path: Path, task: str, undated: str = "erro
         text = render_document(task, fields)
         if not any(fields[n].strip() for n in RENDER_FIELDS[task]):
             raise _fail(path, where, "/".join(RENDER_FIELDS[task]), "is blank (the document would have no text)")
-        out.append(HistoryDoc(ids["user_id"], ids["id"], date_text, fields, text, content_hash(text)))
+        share, visibility = record.get("share"), record.get("visibility")
+        if (share is not None and not isinstance(share, bool)) or visibility not in (None, *VISIBILITIES):
+            bad = "share" if share is not None and not isinstance(share, bool) else "visibility"
+            raise _fail(path, where, bad, f"{record[bad]!r} is not allowed (share: true|false; visibility: "
+                                          f"{' | '.join(VISIBILITIES)})")  # fmt: skip
+        out.append(HistoryDoc(ids["user_id"], ids["id"], date_text, fields, text, content_hash(text), share,
+                              visibility))  # fmt: skip
     return tuple(out)
 
 
@@ -222,6 +232,7 @@ def append_history(
                 con.execute(f"INSERT INTO {HISTORY_TABLE} SELECT * FROM _prag_history")
             finally:
                 con.unregister("_prag_history")
+            append_statements(con, batch.task, batch.docs, stamp, batch.source)  # docs/privacy.md
             done.add(batch.batch_id)
             report.append((batch.source, batch.batch_id, len(rows)))
         con.execute("COMMIT")

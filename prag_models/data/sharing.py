@@ -29,7 +29,7 @@ import pandas as pd
 from prag_models.data.lamp import VISIBILITIES, _read_json
 from prag_models.data.tasks import LampDataError
 
-__all__ = ["VISIBILITIES", "SharingFile", "load_sharing_file", "parse_sharing", "sharing_frames"]
+__all__ = ["VISIBILITIES", "SharingFile", "append_statements", "load_sharing_file", "parse_sharing", "sharing_frames"]
 SHARING_FILE = "sharing.json"
 SHARING_TABLE = "user_sharing"
 VISIBILITY_TABLE = "document_visibility"
@@ -128,9 +128,11 @@ def sharing_frames(
             rows.append((task, user, stated[user], "record"))
         else:
             rows.append((task, user, default_share, "default"))
-    sharing = pd.DataFrame(rows, columns=SHARING_COLUMNS).astype({"share": bool})
+    text = "string"  # typed even when empty: the tables get VARCHAR columns
+    sharing = pd.DataFrame(rows, columns=SHARING_COLUMNS).astype({"task": text, "user_id": text, "share": bool,
+                                                                  "source": text})  # fmt: skip
     docs = pd.DataFrame([(task, u, d, v) for (u, d), v in visibility.items()], columns=VISIBILITY_COLUMNS)
-    return sharing, docs
+    return sharing, docs.astype(text)
 
 
 def task_sharing(settings: Any, task: str, splits: Mapping[str, Iterable[Any]]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -140,3 +142,22 @@ def task_sharing(settings: Any, task: str, splits: Mapping[str, Iterable[Any]]) 
     side = load_sharing_file(lamp_root(settings))
     samples = [s for split in splits.values() for s in split]
     return sharing_frames(task, samples, side, settings.privacy.default_share)
+
+
+STATEMENTS_TABLE = "sharing_statements"
+STATEMENTS_DDL = (
+    "task VARCHAR, user_id VARCHAR, doc_id VARCHAR, share BOOLEAN, visibility VARCHAR, stated_at TIMESTAMP, "
+    "source VARCHAR"
+)
+
+
+def append_statements(con: Any, task: str, docs: Iterable[Any], stamp: Any, source: str) -> int:
+    """Append the consents and visibilities stated by ingested records (``prag ingest``; HistoryDoc: user_id, doc_id,
+    share, visibility) to sharing_statements; a later statement overrides the LaMP files' (docs/privacy.md)."""
+    rows = [(task, d.user_id, d.doc_id if d.visibility is not None else None, d.share, d.visibility, stamp, source)
+            for d in docs if getattr(d, "share", None) is not None or getattr(d, "visibility", None) is not None]
+    if not rows:
+        return 0
+    con.execute(f"CREATE TABLE IF NOT EXISTS {STATEMENTS_TABLE} ({STATEMENTS_DDL})")
+    con.executemany(f"INSERT INTO {STATEMENTS_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    return len(rows)

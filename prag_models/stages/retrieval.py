@@ -13,6 +13,7 @@ from prag_models.methods import baselines, clusterrag
 from prag_models.methods.community import CommunityRetriever
 from prag_models.methods.profiles import ProfileIndex, Retrieved
 from prag_models.methods.task_tables import clustered_users, profile_index
+from prag_models.privacy import opted_out_users
 from prag_models.store import column_to_matrix, table_exists
 from prag_models.users.embeddings import normalize_rows
 
@@ -150,18 +151,50 @@ def community_retriever(con, task: str, index: ProfileIndex, settings: Settings)
     )
 
 
+def consent_scenario(index: ProfileIndex, settings: Settings) -> tuple[ProfileIndex, str, int] | None:
+    """The consent-cost scenario (docs/privacy.md): the index with a seeded ``privacy.consent_cost_share`` of the
+    users opted out, the method-name suffix (``@consent<percent still sharing>``) and how many opted out; None when
+    the share is 0."""
+    p = settings.privacy
+    if p.consent_cost_share <= 0:
+        return None
+    out = opted_out_users(index.user_ids, p.consent_cost_share, p.consent_cost_seed)
+    flags = np.asarray(index.shareable) & ~np.isin(np.asarray(index.user_ids), sorted(out))
+    return index.with_shareable(flags), f"@consent{round(100 * (1 - p.consent_cost_share))}", len(out)
+
+
+def _consent_only(rows: list[tuple], suffix: str, settings: Settings) -> list[tuple]:
+    """The rows of the configured consent-cost methods, renamed ``<method><suffix>``."""
+    keep = set(settings.privacy.consent_cost_methods)
+    return [(r[0], r[1] + suffix, *r[2:]) for r in rows if r[1] in keep]
+
+
 def baseline_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The rows of baseline_retrievals for one task and their summary."""
+    """The rows of baseline_retrievals for one task (with the consent-cost rows of dense_global) and their summary."""
     index, samples, _ = load_task_inputs(con, task, False, default_share=settings.privacy.default_share)
-    frame = pd.DataFrame(run_baselines(settings, task, index, samples, planted_communities(con, task)),
-                         columns=RETRIEVAL_COLUMNS)  # fmt: skip
+    rows = run_baselines(settings, task, index, samples, planted_communities(con, task))
+    scenario = consent_scenario(index, settings)
+    if scenario and "dense_global" in settings.privacy.consent_cost_methods:
+        k, queries = settings.retrieval.k, column_to_matrix(samples["embedding"].tolist(), index.vectors.shape[1])
+        found = baselines.retrieve_dense_global(scenario[0], samples["user_id"].tolist(), queries, k)
+        rows += [r for s, f in zip(samples.itertuples(), found, strict=True)
+                 for r in _rows(task, "dense_global" + scenario[1], s.sample_id, s.user_id, f)]  # fmt: skip
+    frame = pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)
     return frame, summary(frame)
 
 
 def clusterrag_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The rows of clusterrag_retrievals for one task, their summary and the two-stage cost."""
+    """The rows of clusterrag_retrievals for one task (with the consent-cost rows), their summary and the two-stage
+    cost."""
     index, samples, neighbours = load_task_inputs(con, task, default_share=settings.privacy.default_share)
     community = community_retriever(con, task, index, settings)
     rows, cost = run_clusterrag(settings, task, index, samples, neighbours, community)
+    scenario = consent_scenario(index, settings)
+    if scenario and set(settings.privacy.consent_cost_methods) & set(CLUSTERRAG_METHODS):
+        restricted, suffix, n_out = scenario
+        more, _ = run_clusterrag(settings, task, restricted, samples, neighbours,
+                                 community_retriever(con, task, restricted, settings))  # fmt: skip
+        rows += _consent_only(more, suffix, settings)
+        cost["consent_cost"] = {"opted_out_users": n_out, "users": len(set(index.user_ids)), "suffix": suffix}
     frame = pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)
     return frame, {**summary(frame), **cost}

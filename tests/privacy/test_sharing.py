@@ -116,3 +116,23 @@ def test_flags_from_duckdb_and_opt_out(tmp_path) -> None:
     assert flags.tolist() == [True, False, False, False]
     out = opted_out_users([f"u{i}" for i in range(10)], 0.5, 0)
     assert len(out) == 5 and out == opted_out_users([f"u{i}" for i in range(10)], 0.5, 0)
+
+
+def test_prag_ingest_records_state_consent_and_visibility(tmp_path) -> None:
+    from prag_models.data.history import ingest_files
+
+    con = duckdb.connect(str(tmp_path / "t.duckdb"))
+    samples = [type("S", (), {"user_id": "u", "share": None, "profile": ()})()]
+    sharing, visibility = sharing_frames("LaMP-2", samples, SharingFile(), True)
+    replace_many(con, [("user_sharing", sharing, {"task": "LaMP-2"})])
+    doc = {"description": "a heist", "tag": "twist ending"}
+    path = tmp_path / "new.json"
+    path.write_text(json.dumps([{"user_id": "u", "id": "d1", "share": False, **doc},
+                                {"user_id": "n", "id": "d2", "visibility": "private", **doc},
+                                {"user_id": "n", "id": "d3", **doc}]), encoding="utf-8")  # fmt: skip
+    ingest_files(con, [path], "LaMP-2")
+    flags = shareable_flags(con, "LaMP-2", ["u", "n", "n"], ["d1", "d2", "d3"], default_share=True)
+    assert flags.tolist() == [False, False, True]
+    path.write_text(json.dumps([{"user_id": "n", "id": "d4", "share": "no", **doc}]), encoding="utf-8")
+    with pytest.raises(LampDataError, match="share"):
+        ingest_files(con, [path], "LaMP-2")

@@ -7,6 +7,7 @@ import pandas as pd
 
 from prag_models.config import Settings
 from prag_models.methods.cfrag import feedback_labels, tables, variants
+from prag_models.privacy import unshareable_retrievals
 from prag_models.store import column_to_matrix, read_rows, table_exists
 from prag_models.validation import between, matrix_problems, min_rows, not_null, unique, validate_frame
 
@@ -64,6 +65,7 @@ def retrieval_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> lis
             bad.append(f"{r.method}/{r.sample_id}: doc {r.doc_id} of user {r.source_user_id}")
     if bad:
         problems.append(f"{len(bad)} documents come from users the method may not use, e.g. {bad[:3]}")
+    problems += unshareable_retrievals(con, task, df, settings.privacy.default_share)  # docs/privacy.md
     expected = set(variants.CFRAG_METHODS)
     if set(df["method"]) != expected:
         problems.append(f"methods {sorted(set(df['method']))} != {sorted(expected)}")

@@ -13,15 +13,20 @@ import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from prag_models.faults import maybe_fail
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Rows per Arrow record batch when a stage streams a table: with the vector index, it bounds a stage's memory.
+CHUNK_ROWS = int(os.environ.get("PRAG_CHUNK_ROWS", "65536"))
 
 
 def _ident(name: str) -> str:
@@ -149,41 +154,106 @@ def table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
     return bool(row and row[0][0])
 
 
-def replace_rows(
-    con: duckdb.DuckDBPyConnection, table: str, df: pd.DataFrame, where: dict[str, object] | None = None
-) -> int:
+def replace_rows(con: duckdb.DuckDBPyConnection, table: str, df: Rows, where: dict[str, object] | None = None) -> int:
     """Atomically replace the rows matching `where` (all rows if None) by df; create the table from df if needed."""
     replace_many(con, [(table, df, where)])
     return len(df)
+
+
+def require_table(con: duckdb.DuckDBPyConnection, table: str) -> None:
+    """Raise a clear LookupError when a table does not exist (its asset was never materialized)."""
+    _ident(table)
+    if not table_exists(con, table):
+        raise LookupError(f"table {table!r} does not exist: materialize the asset that writes it first")
 
 
 def read_rows(
     con: duckdb.DuckDBPyConnection, table: str, where: dict[str, object] | None = None, order_by: str = ""
 ) -> pd.DataFrame:
     """Read the rows of a table matching `where` as a DataFrame (clear error if the table is missing)."""
-    _ident(table)
-    if not table_exists(con, table):
-        raise LookupError(f"table {table!r} does not exist: materialize the asset that writes it first")
-    sql = f"SELECT * FROM {table}"
+    sql, params = _select(con, table, where, order_by, "*")
+    return con.execute(sql, params).df()
+
+
+def _select(
+    con: duckdb.DuckDBPyConnection, table: str, where: dict[str, object] | None, order_by: str, columns: str
+) -> tuple[str, list[object]]:
+    """The SELECT of `columns` of a table's rows matching `where` (LookupError when the table is missing)."""
+    require_table(con, table)
+    sql = f"SELECT {columns} FROM {table}"
     params: list[object] = []
     if where:
         sql += " WHERE " + " AND ".join(f"{_ident(k)} = ?" for k in where)
         params = list(where.values())
     if order_by:
         sql += " ORDER BY " + ", ".join(_ident(c.strip()) for c in order_by.split(","))
-    return con.execute(sql, params).df()
+    return sql, params
 
 
-def matrix_to_column(matrix: np.ndarray) -> list[np.ndarray]:
-    """Turn an (n, d) array into a list of float32 rows for a DataFrame vector column."""
-    return list(np.asarray(matrix, dtype=np.float32))
+def read_arrow(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    where: dict[str, object] | None = None,
+    order_by: str = "",
+    columns: Sequence[str] = (),
+) -> pa.Table:
+    """Read the rows of a table matching `where` as an Arrow table (vector columns stay contiguous float arrays)."""
+    cols = ", ".join(f'"{_ident(c)}"' for c in columns) or "*"
+    sql, params = _select(con, table, where, order_by, cols)
+    return con.sql(sql, params=params).to_arrow_table()
 
 
-def column_to_matrix(values: Sequence[object], dim: int | None = None) -> np.ndarray:
-    """Stack a vector column read from DuckDB into an (n, d) float32 array."""
-    if len(values) == 0:
+def iter_batches(
+    con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[object] = (), rows: int = CHUNK_ROWS
+) -> Iterator[pa.RecordBatch]:
+    """Stream a query's result as Arrow record batches of at most `rows` rows, on its own cursor so the caller may
+    write through `con` between batches (the query reads the snapshot it started on)."""
+    cursor = con.cursor()
+    try:
+        yield from cursor.sql(sql, params=list(params) or None).to_arrow_reader(rows)
+    finally:
+        cursor.close()
+
+
+def matrix_to_column(matrix: np.ndarray) -> pa.FixedSizeListArray:
+    """An (n, d) array as an Arrow fixed-size list column (DuckDB ``FLOAT[d]``), sharing the float32 buffer."""
+    m = np.ascontiguousarray(matrix, dtype=np.float32)
+    if m.ndim != 2:
+        raise ValueError(f"expected an (n, d) matrix, got shape {m.shape}")
+    return pa.FixedSizeListArray.from_arrays(pa.array(m.reshape(-1)), m.shape[1])
+
+
+def column_to_matrix(values: object, dim: int | None = None) -> np.ndarray:
+    """Stack a vector column into an (n, d) float32 array: Arrow list / fixed-size list columns (``FLOAT[]`` or
+    ``FLOAT[d]``) without per-row Python objects, or a sequence of per-row arrays from a DataFrame."""
+    if isinstance(values, pa.ChunkedArray | pa.Array):
+        return _arrow_matrix(values, dim)
+    if isinstance(values, np.ndarray) and values.ndim == 2:
+        return values.astype(np.float32, copy=False)
+    if len(values) == 0:  # type: ignore[arg-type]
         return np.zeros((0, dim or 0), dtype=np.float32)
-    return np.stack([np.asarray(v, dtype=np.float32) for v in values])
+    return np.stack([np.asarray(v, dtype=np.float32) for v in values])  # type: ignore[union-attr]
+
+
+def _arrow_matrix(values: pa.ChunkedArray | pa.Array, dim: int | None) -> np.ndarray:
+    """(n, d) float32 from an Arrow list or fixed-size list column (ValueError on nulls or ragged rows)."""
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    parts = []
+    for chunk in chunks:
+        if chunk.null_count:
+            raise ValueError(f"{chunk.null_count} vectors are missing (NULL) in the column")
+        if pa.types.is_fixed_size_list(chunk.type):
+            width = chunk.type.list_size
+        else:
+            lengths = pc.list_value_length(chunk).to_numpy()
+            width = int(lengths[0]) if len(lengths) else (dim or 0)
+            if len(lengths) and (lengths != width).any():
+                raise ValueError("vectors of different lengths in one column")
+        flat = pc.list_flatten(chunk).to_numpy(zero_copy_only=False)
+        parts.append(flat.astype(np.float32, copy=False).reshape(len(chunk), width))
+    if not parts:
+        return np.zeros((0, dim or 0), dtype=np.float32)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def snapshot_path(path: str | Path) -> Path:
@@ -227,27 +297,73 @@ def read_connection(path: str | Path, wait_s: float = 2.0) -> Iterator[tuple[duc
         yield con, f"snapshot {snap}"
 
 
-def replace_many(
-    con: duckdb.DuckDBPyConnection, writes: Sequence[tuple[str, pd.DataFrame, dict[str, object] | None]]
-) -> None:
+@dataclass(frozen=True)
+class QueryRows:
+    """A table's new rows as a query: replace_many writes them with INSERT … SELECT inside DuckDB, so they never pass
+    through Python (the query must not read the table it replaces)."""
+
+    sql: str
+    params: tuple[object, ...] = ()
+    rows: int = 0  # how many rows the query yields (for logs and metadata)
+
+    def __len__(self) -> int:
+        """The number of rows the query yields."""
+        return self.rows
+
+
+#: What a partition-replacing write takes: a DataFrame, an Arrow table (vector columns as FLOAT[d]) or a query.
+Rows = pd.DataFrame | pa.Table | QueryRows
+
+
+def column_types(con: duckdb.DuckDBPyConnection, source: str, params: Sequence[object] = ()) -> dict[str, str]:
+    """Column name → DuckDB type of a table, registered view or parenthesised query."""
+    rel = con.sql(f"SELECT * FROM {source} LIMIT 0", params=list(params) or None)
+    return {name: str(kind) for name, kind in zip(rel.columns, rel.types, strict=True)}
+
+
+def migrate_columns(con: duckdb.DuckDBPyConnection, table: str, incoming: dict[str, str]) -> None:
+    """Bring a table written by an older prag to the incoming columns: add the columns it lacks (NULL in old rows),
+    and turn a variable-length vector column (``FLOAT[]``) into the incoming ``FLOAT[d]`` when every stored row has
+    d values (otherwise leave it: the insert casts, readers accept both)."""
+    stored = column_types(con, table)
+    for name, kind in incoming.items():
+        if name not in stored:
+            con.execute(f'ALTER TABLE {table} ADD COLUMN "{_ident(name)}" {kind}')
+            continue
+        fixed = re.fullmatch(r"(\w+)\[(\d+)\]", kind)
+        if not fixed or stored.get(name, "") != f"{fixed.group(1)}[]":
+            continue
+        col = f'"{_ident(name)}"'
+        (ragged,) = con.execute(f"SELECT count(*) FROM {table} WHERE len({col}) <> {int(fixed.group(2))}").fetchall()[0]
+        if not ragged:
+            con.execute(f"ALTER TABLE {table} ALTER COLUMN {col} SET DATA TYPE {kind}")
+
+
+def replace_many(con: duckdb.DuckDBPyConnection, writes: Sequence[tuple[str, Rows, dict[str, object] | None]]) -> None:
     """Several partition-replacing writes (table, rows, where) in ONE transaction: all of them land, or none."""
     names = []
     try:
         con.execute("BEGIN TRANSACTION")
-        for i, (table, df, where) in enumerate(writes):
+        for i, (table, rows, where) in enumerate(writes):
             _ident(table)
-            name = f"_prag_incoming_{i}"
-            con.register(name, df)
-            names.append(name)
+            if isinstance(rows, QueryRows):
+                source, params = f"({rows.sql})", list(rows.params)
+            else:
+                source, params = f"_prag_incoming_{i}", []
+                con.register(source, rows)
+                names.append(source)
+            incoming = column_types(con, source, params)
             if not table_exists(con, table):
-                con.execute(f"CREATE TABLE {table} AS SELECT * FROM {name} LIMIT 0")
+                con.execute(f"CREATE TABLE {table} AS SELECT * FROM {source} LIMIT 0", params or None)
+            else:
+                migrate_columns(con, table, incoming)
             if where:
                 clause = " AND ".join(f"{_ident(k)} = ?" for k in where)
                 con.execute(f"DELETE FROM {table} WHERE {clause}", list(where.values()))
             else:
                 con.execute(f"DELETE FROM {table}")
-            cols = ", ".join(f'"{_ident(c)}"' for c in df.columns)
-            con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {name}")
+            cols = ", ".join(f'"{_ident(c)}"' for c in incoming)
+            con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {source}", params or None)
         maybe_fail("table_write", [table for table, _, _ in writes])  # reliability tests: die before the commit
         con.execute("COMMIT")
     except Exception:

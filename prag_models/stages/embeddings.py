@@ -1,57 +1,71 @@
-"""Stage 2 (embeddings): unit-norm document and query embeddings from the frozen encoder, cached by content hash."""
+"""Stage 2 (embeddings): unit-norm document and query embeddings from the frozen encoder, cached by content hash.
+
+Both tables are written from DuckDB to DuckDB: the texts the cache lacks stream to the encoder chunk by chunk, and
+the task's rows are an INSERT … SELECT joining the cache (vectors cast to ``FLOAT[d]``), so a task's documents are
+never held in Python.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from prag_models.store import read_rows
-from prag_models.text.embedding_cache import embed_with_cache
+from prag_models.store import QueryRows, require_table
+from prag_models.text.embedding_cache import CACHE_TABLE, cache_dim, embed_missing
 
 if TYPE_CHECKING:
+    import duckdb
+
     from prag_models.text.embedder import Embedder
 
 Progress = Callable[[int, int], None] | None
 
+#: content_hash of a SQL text column, equal to prag's content_hash (sha256 hex, first 32 characters).
+SQL_HASH = "substr(sha256({}), 1, 32)"
+
+
+def _cached_rows(
+    con: duckdb.DuckDBPyConnection, source: str, columns: str, params: list[object], model_id: str, what: str
+) -> tuple[QueryRows, int]:
+    """The task's rows (source joined to the cache, vectors as FLOAT[d]) and d; KeyError when a text has no vector."""
+    (n,) = con.execute(f"SELECT count(*) FROM ({source})", params).fetchall()[0]
+    dim = cache_dim(con, model_id) if n else 0
+    sql = (
+        f"SELECT {columns}, ?::VARCHAR AS model_id, s.content_hash, "
+        f"c.embedding{f'::FLOAT[{dim}]' if dim else ''} AS embedding "
+        f"FROM ({source}) s JOIN {CACHE_TABLE} c ON c.content_hash = s.content_hash AND c.model_id = ? ORDER BY s._o"
+    )
+    rows = QueryRows(sql, (model_id, *params, model_id), n)
+    (found,) = con.execute(f"SELECT count(*) FROM ({sql})", list(rows.params)).fetchall()[0]
+    if found != n:
+        raise KeyError(f"{n - found} {what} have no cached embedding for {model_id!r}")
+    return rows, dim
+
 
 def document_embedding_rows(
-    con, task: str, embedder: Embedder, progress: Progress = None
-) -> tuple[pd.DataFrame, dict[str, Any]]:
+    con: duckdb.DuckDBPyConnection, task: str, embedder: Embedder, progress: Progress = None
+) -> tuple[QueryRows, dict[str, Any]]:
     """One embedding per profile document of a task (only texts not in embedding_cache are embedded)."""
-    docs = read_rows(con, "profile_documents", {"task": task}, order_by="user_id, position")
-    matrix, _, new = embed_with_cache(con, embedder.embed, embedder.model_id, docs["text"].tolist(), progress=progress)
-    frame = pd.DataFrame(
-        {
-            "task": task,
-            "user_id": docs["user_id"],
-            "doc_id": docs["doc_id"],
-            "position": docs["position"],
-            "model_id": embedder.model_id,
-            "content_hash": docs["content_hash"],
-            "embedding": list(matrix),
-        }
+    require_table(con, "profile_documents")
+    source = (
+        "SELECT task, user_id, doc_id, position, content_hash, text, row_number() OVER (ORDER BY user_id, position) "
+        "AS _o FROM profile_documents WHERE task = ?"
     )
-    return frame, {"documents": len(frame), "newly_embedded": new, "dim": int(matrix.shape[1])}
+    new = embed_missing(con, embedder.embed, embedder.model_id, source, [task], progress=progress)
+    rows, dim = _cached_rows(con, source, "s.task, s.user_id, s.doc_id, s.position", [task], embedder.model_id,
+                             "documents")  # fmt: skip
+    return rows, {"documents": len(rows), "newly_embedded": new, "dim": dim}
 
 
 def query_embedding_rows(
-    con, task: str, embedder: Embedder, progress: Progress = None
-) -> tuple[pd.DataFrame, dict[str, Any]]:
+    con: duckdb.DuckDBPyConnection, task: str, embedder: Embedder, progress: Progress = None
+) -> tuple[QueryRows, dict[str, Any]]:
     """One embedding per sample query of a task (docs/methods.md §1 query side), cached."""
-    samples = read_rows(con, "lamp_samples", {"task": task}, order_by="split, sample_id")
-    matrix, hashes, new = embed_with_cache(
-        con, embedder.embed, embedder.model_id, samples["query"].tolist(), progress=progress
+    require_table(con, "lamp_samples")
+    source = (
+        f"SELECT task, sample_id, user_id, {SQL_HASH.format('query')} AS content_hash, query AS text, "
+        "row_number() OVER (ORDER BY split, sample_id) AS _o FROM lamp_samples WHERE task = ?"
     )
-    frame = pd.DataFrame(
-        {
-            "task": task,
-            "sample_id": samples["sample_id"],
-            "user_id": samples["user_id"],
-            "model_id": embedder.model_id,
-            "content_hash": hashes,
-            "embedding": list(matrix),
-        }
-    )
-    return frame, {"queries": len(frame), "newly_embedded": new}
+    new = embed_missing(con, embedder.embed, embedder.model_id, source, [task], progress=progress)
+    rows, _ = _cached_rows(con, source, "s.task, s.sample_id, s.user_id", [task], embedder.model_id, "queries")
+    return rows, {"queries": len(rows), "newly_embedded": new}

@@ -6,20 +6,73 @@ from collections.abc import Callable, Sequence
 
 import duckdb
 import numpy as np
-import pandas as pd
+import pyarrow as pa
 
 from prag_models.faults import maybe_fail
+from prag_models.store import column_to_matrix, iter_batches, matrix_to_column
 from prag_models.text.embedder import content_hash
 
 CACHE_TABLE = "embedding_cache"
 
 
 def ensure_cache_table(con: duckdb.DuckDBPyConnection) -> None:
-    """Create the cache table if it does not exist."""
+    """Create the cache table if it does not exist (``FLOAT[]``: models of any width share it; the task tables that
+    read from it cast to ``FLOAT[d]``)."""
     con.execute(
         f"CREATE TABLE IF NOT EXISTS {CACHE_TABLE} (model_id VARCHAR, content_hash VARCHAR, embedding FLOAT[], "
         "PRIMARY KEY (model_id, content_hash))"
     )
+
+
+def _store(con: duckdb.DuckDBPyConnection, model_id: str, hashes: pa.Array | list[str], vectors: np.ndarray) -> None:
+    """Insert one chunk of new embeddings (an Arrow table: the vectors stay one float32 buffer)."""
+    if not np.isfinite(vectors).all():
+        raise ValueError(f"embedder {model_id!r} returned non-finite values")
+    models = pa.array([model_id] * len(vectors), pa.string())
+    frame = pa.table({"model_id": models, "content_hash": hashes, "embedding": matrix_to_column(vectors)})
+    con.register("_prag_new", frame)
+    try:
+        con.execute(f"INSERT OR IGNORE INTO {CACHE_TABLE} SELECT model_id, content_hash, embedding FROM _prag_new")
+    finally:
+        con.unregister("_prag_new")
+
+
+def embed_missing(
+    con: duckdb.DuckDBPyConnection,
+    embed: Callable[[Sequence[str]], np.ndarray],
+    model_id: str,
+    source_sql: str,
+    params: Sequence[object] = (),
+    chunk_size: int = 512,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Embed the texts of a query (columns content_hash, text) that have no cached embedding for the model; returns
+    how many. The texts stream from DuckDB chunk by chunk and each chunk is committed, so memory stays at one chunk
+    and an interrupted run keeps what it finished."""
+    ensure_cache_table(con)
+    missing = (
+        f"SELECT s.content_hash, any_value(s.text) AS text FROM ({source_sql}) s WHERE s.content_hash NOT IN "
+        f"(SELECT content_hash FROM {CACHE_TABLE} WHERE model_id = ?) GROUP BY s.content_hash"
+    )
+    args = [*params, model_id]
+    (total,) = con.execute(f"SELECT count(*) FROM ({missing})", args).fetchall()[0]
+    done = 0
+    if total:
+        for batch in iter_batches(con, missing, args, rows=chunk_size):
+            _store(con, model_id, batch["content_hash"], np.asarray(embed(batch["text"].to_pylist()), np.float32))
+            done += batch.num_rows
+            if progress:
+                progress(done, total)
+            maybe_fail("embedding_chunk")  # reliability tests (prag_models/faults.py): die after a committed chunk
+    return int(total)
+
+
+def cache_dim(con: duckdb.DuckDBPyConnection, model_id: str) -> int:
+    """Width of the model's cached embeddings (LookupError when nothing is cached for it)."""
+    rows = con.execute(f"SELECT len(embedding) FROM {CACHE_TABLE} WHERE model_id = ? LIMIT 1", [model_id]).fetchall()
+    if not rows:
+        raise LookupError(f"no cached embedding for {model_id!r}")
+    return int(rows[0][0])
 
 
 def embed_with_cache(
@@ -30,37 +83,30 @@ def embed_with_cache(
     chunk_size: int = 512,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[np.ndarray, list[str], int]:
-    """Embeddings for texts (in order), their content hashes, and how many texts had to be embedded now.
+    """Embeddings for a short list of texts (in order), their content hashes, and how many had to be embedded now.
 
-    New embeddings are committed chunk by chunk, so an interrupted run keeps what it finished.
+    For a task's documents use embed_missing, which streams from the table instead of holding the texts.
     """
     ensure_cache_table(con)
     hashes = [content_hash(t) for t in texts]
     unique = dict(zip(hashes, texts, strict=True))
-    con.register("_prag_hashes", pd.DataFrame({"content_hash": list(unique)}))
+    con.register("_prag_hashes", pa.table({"content_hash": pa.array(list(unique), pa.string())}))
     try:
         known = set(
-            h
-            for (h,) in con.execute(
+            con.sql(
                 f"SELECT c.content_hash FROM {CACHE_TABLE} c JOIN _prag_hashes h USING (content_hash) "
                 "WHERE c.model_id = ?",
-                [model_id],
-            ).fetchall()
+                params=[model_id],
+            )
+            .to_arrow_table()["content_hash"]
+            .to_pylist()
         )
     finally:
         con.unregister("_prag_hashes")
     missing = [h for h in unique if h not in known]
     for start in range(0, len(missing), chunk_size):
         chunk = missing[start : start + chunk_size]
-        vectors = np.asarray(embed([unique[h] for h in chunk]), dtype=np.float32)
-        if not np.isfinite(vectors).all():
-            raise ValueError(f"embedder {model_id!r} returned non-finite values")
-        frame = pd.DataFrame({"model_id": model_id, "content_hash": chunk, "embedding": list(vectors)})
-        con.register("_prag_new", frame)
-        try:
-            con.execute(f"INSERT OR IGNORE INTO {CACHE_TABLE} SELECT model_id, content_hash, embedding FROM _prag_new")
-        finally:
-            con.unregister("_prag_new")
+        _store(con, model_id, chunk, np.asarray(embed([unique[h] for h in chunk]), dtype=np.float32))
         if progress:
             progress(min(start + chunk_size, len(missing)), len(missing))
         maybe_fail("embedding_chunk")  # reliability tests (prag_models/faults.py): die after a committed chunk
@@ -68,20 +114,19 @@ def embed_with_cache(
 
 
 def lookup_embeddings(con: duckdb.DuckDBPyConnection, model_id: str, hashes: Sequence[str]) -> np.ndarray:
-    """Fetch cached embeddings in the order of hashes (KeyError naming the first missing hash)."""
+    """Fetch cached embeddings in the order of hashes as one float32 array (KeyError naming the first missing hash)."""
     if not hashes:
         return np.zeros((0, 0), dtype=np.float32)
-    con.register("_prag_lookup", pd.DataFrame({"content_hash": list(dict.fromkeys(hashes))}))
+    con.register("_prag_lookup", pa.table({"i": np.arange(len(hashes)), "content_hash": pa.array(hashes, pa.string())}))
     try:
-        rows = con.execute(
-            f"SELECT c.content_hash, c.embedding FROM {CACHE_TABLE} c JOIN _prag_lookup l USING (content_hash) "
-            "WHERE c.model_id = ?",
-            [model_id],
-        ).fetchall()
+        found = con.sql(
+            f"SELECT l.i, c.embedding FROM _prag_lookup l LEFT JOIN {CACHE_TABLE} c "
+            "ON c.content_hash = l.content_hash AND c.model_id = ? ORDER BY l.i",
+            params=[model_id],
+        ).to_arrow_table()["embedding"]
     finally:
         con.unregister("_prag_lookup")
-    found = {h: np.asarray(v, dtype=np.float32) for h, v in rows}
-    missing = [h for h in hashes if h not in found]
-    if missing:
-        raise KeyError(f"{len(missing)} texts have no cached embedding for {model_id!r} (first: {missing[0]})")
-    return np.stack([found[h] for h in hashes])
+    if found.null_count:
+        first = int(np.flatnonzero(found.is_null().to_numpy(zero_copy_only=False))[0])
+        raise KeyError(f"{found.null_count} texts have no cached embedding for {model_id!r} (first: {hashes[first]})")
+    return column_to_matrix(found)

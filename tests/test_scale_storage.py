@@ -1,0 +1,119 @@
+"""Bounded-memory storage (issue 14): vectors as FLOAT[d] Arrow columns, FLOAT[] files migrated, streamed batches,
+SQL content hashes, and incremental neighbour lists equal to a full recomputation."""
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from prag_models.stages.embeddings import SQL_HASH
+from prag_models.store import (
+    QueryRows,
+    column_to_matrix,
+    iter_batches,
+    matrix_to_column,
+    read_arrow,
+    replace_rows,
+)
+from prag_models.text.embedder import content_hash
+from prag_models.text.embedding_cache import embed_missing, lookup_embeddings
+from prag_models.users.clustering import assign_new_users, cluster_users
+from prag_models.users.neighbour_refresh import affected_users
+from prag_models.users.similar import neighbour_arrays, neighbour_table
+
+
+def _types(con, table):
+    return {name: kind for name, kind, *_ in con.execute(f"DESCRIBE {table}").fetchall()}
+
+
+def test_vectors_round_trip_as_fixed_size_arrays():
+    con = duckdb.connect()
+    m = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+    replace_rows(con, "t", pa.table({"task": ["a"] * 5, "embedding": matrix_to_column(m)}), {"task": "a"})
+    assert _types(con, "t")["embedding"] == "FLOAT[3]"
+    np.testing.assert_array_equal(column_to_matrix(read_arrow(con, "t")["embedding"]), m)
+
+
+def test_an_older_float_list_table_is_migrated_on_write_and_read_either_way():
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (task VARCHAR, embedding FLOAT[])")
+    con.execute("INSERT INTO t VALUES ('b', [1, 2]), ('c', [3, 4])")
+    assert column_to_matrix(read_arrow(con, "t")["embedding"]).tolist() == [[1, 2], [3, 4]]
+    replace_rows(
+        con, "t", pa.table({"task": ["a"], "embedding": matrix_to_column(np.ones((1, 2))), "x": [1]}), {"task": "a"}
+    )
+    assert _types(con, "t")["embedding"] == "FLOAT[2]" and "x" in _types(con, "t")
+    con.execute("CREATE TABLE r (task VARCHAR, embedding FLOAT[])")
+    con.execute("INSERT INTO r VALUES ('b', [1, 2, 3])")  # another width: stays a list, the insert casts
+    replace_rows(con, "r", pa.table({"task": ["a"], "embedding": matrix_to_column(np.ones((1, 2)))}), {"task": "a"})
+    assert _types(con, "r")["embedding"] == "FLOAT[]"
+    with pytest.raises(ValueError, match="different lengths"):
+        column_to_matrix(read_arrow(con, "r")["embedding"])
+
+
+def test_query_rows_are_written_inside_duckdb_and_batches_stream():
+    con = duckdb.connect()
+    con.execute("CREATE TABLE src AS SELECT i, 'a' AS task FROM range(10) r(i)")
+    replace_rows(con, "dst", QueryRows("SELECT task, i FROM src WHERE i < ?", (4,), 4), {"task": "a"})
+    assert con.execute("SELECT count(*) FROM dst").fetchall() == [(4,)]
+    sizes = [b.num_rows for b in iter_batches(con, "SELECT i FROM src", rows=3)]
+    assert sum(sizes) == 10 and max(sizes) <= 3
+
+
+def test_sql_hash_equals_content_hash():
+    text = "Ünïcode — text"
+    assert duckdb.connect().execute(f"SELECT {SQL_HASH.format('?')}", [text]).fetchall()[0][0] == content_hash(text)
+
+
+def test_embed_missing_embeds_only_new_texts_in_chunks():
+    con = duckdb.connect()
+    con.execute("CREATE TABLE docs (content_hash VARCHAR, text VARCHAR)")
+    texts = [f"text {i % 7}" for i in range(20)]
+    con.executemany("INSERT INTO docs VALUES (?, ?)", [[content_hash(t), t] for t in texts])
+    calls = []
+
+    def embed(batch):
+        calls.append(len(batch))
+        return np.array([[len(t), 1.0] for t in batch], dtype=np.float32)
+
+    assert embed_missing(con, embed, "m", "SELECT * FROM docs", chunk_size=3) == 7 and max(calls) <= 3
+    assert embed_missing(con, embed, "m", "SELECT * FROM docs") == 0
+    assert lookup_embeddings(con, "m", [content_hash("text 3")]).tolist() == [[6.0, 1.0]]
+    with pytest.raises(KeyError):
+        lookup_embeddings(con, "m", [content_hash("never seen")])
+
+
+def test_reduced_clustering_assigns_new_users_in_the_reduced_space():
+    rng = np.random.default_rng(0)
+    centres = rng.standard_normal((3, 50)) * 5
+    x = np.concatenate([c + rng.standard_normal((30, 50)) for c in centres])
+    fit = cluster_users(x, min_cluster_size=5, reduce_dims=8)
+    assert fit.projection is not None and fit.projection[1].shape == (8, 50)
+    assert assign_new_users(fit, centres).tolist() == [fit.labels[0], fit.labels[30], fit.labels[60]]
+
+
+def test_refreshing_only_affected_lists_equals_a_full_recomputation():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((200, 6)).astype(np.float32)
+    labels = rng.integers(0, 3, 200)
+    ids = np.array([f"u{i:03d}" for i in range(200)], dtype=object)
+    k = 4
+    before = neighbour_arrays(x, labels, k)
+    kth = {}
+    for u, s in zip(before[0], before[3], strict=True):
+        low, n = kth.get(ids[u], (np.inf, 0))
+        kth[ids[u]] = (min(low, float(s)), n + 1)
+    changed = np.zeros(200, dtype=bool)
+    changed[[5, 17]] = True
+    x2, labels2 = x.copy(), labels.copy()
+    x2[5], labels2[17] = rng.standard_normal(6), (labels[17] + 1) % 3
+    holders = np.isin(ids, [ids[u] for u, n in zip(before[0], before[1], strict=True) if changed[n]])
+    mask = affected_users(ids, x2, labels2, changed, kth, k) | holders
+    users = pa.table({"user_id": ids.tolist(), "cluster": labels2, "embedding": matrix_to_column(x2)})
+    partial = neighbour_table("t", users, k, mask).to_pandas()
+    old = neighbour_table("t", pa.table({"user_id": ids.tolist(), "cluster": labels,
+                                          "embedding": matrix_to_column(x)}), k).to_pandas()  # fmt: skip
+    merged = np.concatenate([old[~old["user_id"].isin(ids[mask])].to_numpy(), partial.to_numpy()])
+    full = neighbour_table("t", users, k).to_pandas().to_numpy()
+    key = lambda rows: sorted((r[1], r[3], r[2]) for r in rows)  # noqa: E731
+    assert key(merged) == key(full) and mask.sum() < 200

@@ -23,6 +23,7 @@ from prag_assets.sensors import (
 )
 from prag_models.config import ClusteringSettings, load_settings
 from prag_models.data.history import inbox_dir, ingest_files
+from prag_models.stages.users import similar_user_rows
 from prag_models.store import connect
 from prag_models.users.incremental import assign_to_reference, clustering_drift, merge_documents
 
@@ -170,7 +171,9 @@ def test_incremental_update_touches_only_changed_users(config):
     np.testing.assert_allclose(np.asarray(user["embedding"][0]), np.stack(docs["embedding"]).mean(axis=0), atol=1e-5)
     log = _table(config, "SELECT * FROM incremental_updates")
     assert set(log["user_id"]) == changed and log["neighbours_refreshed"].all()
-    assert set(log["reference"]) == {"snapshot"}
+    assert set(log["reference"]) == {"model"}  # the stored fit with its prediction data, no refit
+    assert set(_table(config, "SELECT DISTINCT fit_version FROM user_clusters WHERE task = 'LaMP-2'")["fit_version"]) \
+        == set(_table(config, "SELECT fit_version FROM cluster_models WHERE task = 'LaMP-2'")["fit_version"])
     # similar-user lists change only inside the clusters the changed users left or joined
     affected = set(log["old_cluster"].dropna().astype(int)) | set(log["new_cluster"])
     members = set(_table(config, "SELECT user_id FROM user_clusters WHERE task = 'LaMP-2' AND cluster IN "
@@ -179,6 +182,13 @@ def test_incremental_update_touches_only_changed_users(config):
     untouched = lambda df: df[~df["user_id"].isin(members)].sort_values(["user_id", "rank"]).reset_index(drop=True)  # noqa: E731
     pd.testing.assert_frame_equal(untouched(similar_before), untouched(similar_after))
     assert set(similar_after.query("user_id == 'brand-new'")["neighbour_id"]) - {"u0004"} <= members
+    # ... and the refreshed lists are exactly what a full recomputation over the updated tables gives
+    with connect(load_settings(config).duckdb_path) as con:
+        full, _ = similar_user_rows(con, "LaMP-2", load_settings(config))
+    order = ["user_id", "rank"]
+    pd.testing.assert_frame_equal(
+        full.to_pandas().sort_values(order).reset_index(drop=True)[["user_id", "neighbour_id", "rank"]],
+        similar_after.sort_values(order).reset_index(drop=True)[["user_id", "neighbour_id", "rank"]])
 
 
 def test_blocking_check_stops_the_neighbour_refresh(config, monkeypatch):

@@ -1,31 +1,73 @@
-"""Stage 3 (users): user embeddings, user clusters and intra-cluster similar users (docs/methods.md §3.1–3.3)."""
+"""Stage 3 (users): user embeddings, user clusters and intra-cluster similar users (docs/methods.md §3.1–3.3).
+
+Document vectors stream from DuckDB as Arrow record batches into per-user sums, so memory is one batch plus
+users × d; every table is written as Arrow (vectors as ``FLOAT[d]``).
+"""
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
-import pandas as pd
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from prag_models.config import Settings
-from prag_models.methods.task_tables import clustered_users
-from prag_models.store import column_to_matrix, read_rows
-from prag_models.users.clustering import cluster_users
-from prag_models.users.embeddings import mean_user_embeddings
-from prag_models.users.similar import intra_cluster_neighbours
+from prag_models.config import ClusteringSettings, Settings
+from prag_models.store import column_to_matrix, iter_batches, matrix_to_column, read_arrow, require_table
+from prag_models.users.clustering import Clustering, cluster_users, reduction_quality
+from prag_models.users.embeddings import UserMeans
+from prag_models.users.model_store import fit_version, save_model
+from prag_models.users.similar import clustered_user_vectors, neighbour_table
 
 
-def user_embedding_rows(con, task: str) -> tuple[pd.DataFrame, dict[str, Any]]:
+def cold_start_queries(con, task: str, users: pa.Array | None = None) -> dict[str, np.ndarray]:
+    """Mean query embedding of each user of the task without documents (or of `users`): the fallback of §3.6."""
+    if users is None:
+        sql = (
+            "SELECT user_id, embedding FROM query_embeddings WHERE task = ? AND user_id NOT IN "
+            "(SELECT user_id FROM document_embeddings WHERE task = ?)"
+        )
+        table = con.sql(sql, params=[task, task]).to_arrow_table()
+    else:
+        con.register("_prag_cold", pa.table({"user_id": users}))
+        try:
+            sql = "SELECT user_id, embedding FROM query_embeddings WHERE task = ? AND user_id IN (FROM _prag_cold)"
+            table = con.sql(sql, params=[task]).to_arrow_table()
+        finally:
+            con.unregister("_prag_cold")
+    if not table.num_rows:
+        return {}
+    ids = table["user_id"].to_numpy(zero_copy_only=False)
+    matrix = column_to_matrix(table["embedding"])
+    return {u: matrix[ids == u].mean(axis=0) for u in np.unique(ids)}
+
+
+def user_embedding_rows(con, task: str) -> tuple[pa.Table, dict[str, Any]]:
     """z_u = mean of the user's document embeddings; no history: the mean of its query embeddings (§3.6)."""
-    docs = read_rows(con, "document_embeddings", {"task": task})
-    queries = read_rows(con, "query_embeddings", {"task": task})
-    users = sorted(set(queries["user_id"]) | set(docs["user_id"]))
-    q_by_user = {u: column_to_matrix(g["embedding"].tolist()).mean(axis=0) for u, g in queries.groupby("user_id")}
-    vectors, counts, cold = mean_user_embeddings(
-        users, docs["user_id"].tolist(), column_to_matrix(docs["embedding"].tolist()), q_by_user
+    require_table(con, "document_embeddings")
+    require_table(con, "query_embeddings")
+    sql = (
+        "SELECT user_id FROM query_embeddings WHERE task = ? UNION "
+        "SELECT user_id FROM document_embeddings WHERE task = ?"
     )
-    frame = pd.DataFrame(
-        {"task": task, "user_id": users, "n_docs": counts, "cold_start": cold, "embedding": list(vectors)}
+    users = sorted(u for (u,) in con.execute(sql, [task, task]).fetchall())
+    value_set = pa.array(users, pa.string())
+    means = UserMeans(users)
+    docs = "SELECT user_id, embedding FROM document_embeddings WHERE task = ?"
+    for batch in iter_batches(con, docs, [task]):
+        rows = pc.index_in(batch["user_id"], value_set=value_set).to_numpy(zero_copy_only=False)
+        means.add(rows, column_to_matrix(batch["embedding"]))
+    vectors, counts, cold = means.result(cold_start_queries(con, task))
+    frame = pa.table(
+        {
+            "task": pa.array([task] * len(users), pa.string()),
+            "user_id": value_set,
+            "n_docs": pa.array(counts, pa.int64()),
+            "cold_start": pa.array(cold, pa.bool_()),
+            "embedding": matrix_to_column(vectors),
+        }
     )
     return frame, {"users": len(users), "cold_start": int(sum(cold))}
 
@@ -40,46 +82,65 @@ def planted_communities(settings: Settings, task: str) -> dict[str, int] | None:
     return manifest.get("tasks", manifest).get(task, {}).get("community_of_user")
 
 
-def user_cluster_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Every user in exactly one cluster (HDBSCAN noise = one extra cluster, or k-means); ARI on the demo."""
+def fit_clustering(vectors: np.ndarray, c: ClusteringSettings) -> tuple[Clustering, dict[str, Any]]:
+    """Cluster user vectors as the settings say (PCA first above reduce_above users) and what the fit cost and kept."""
+    dims = c.reduce_dims if len(vectors) > c.reduce_above else 0
+    fit = dict(min_cluster_size=c.min_cluster_size, min_samples=c.min_samples, kmeans_k=c.kmeans_k,
+               reduce_dims=dims, hdbscan_algorithm=c.hdbscan_algorithm, n_jobs=c.n_jobs)  # fmt: skip
+    t0 = time.perf_counter()
+    result = cluster_users(vectors, c.algorithm, seed=c.seed, **fit)  # type: ignore[arg-type]
+    seconds = time.perf_counter() - t0
+    quality = reduction_quality(vectors, c.quality_sample, c.seed, algorithm=c.algorithm, **fit) if dims else None
+    return result, {
+        "fit_seconds": round(seconds, 2),
+        "reduced_dims": dims or None,
+        "hdbscan_algorithm": c.hdbscan_algorithm if c.algorithm == "hdbscan" else None,
+        "reduction_ari_vs_full_dims": quality,
+        "reduction_quality_sample": min(c.quality_sample, len(vectors)) if quality is not None else None,
+    }
+
+
+def user_cluster_rows(con, task: str, settings: Settings) -> tuple[pa.Table, dict[str, Any]]:
+    """Every user in exactly one cluster (HDBSCAN noise = one extra cluster, or k-means); ARI on the demo.
+
+    The fitted model is stored (cluster_models) under the fit version its rows carry, for incremental assignment.
+    """
     from sklearn.metrics import adjusted_rand_score
 
     c = settings.clustering
-    users = read_rows(con, "user_embeddings", {"task": task}, order_by="user_id")
-    result = cluster_users(
-        column_to_matrix(users["embedding"].tolist()),
-        c.algorithm,
-        c.min_cluster_size,
-        c.min_samples,
-        c.kmeans_k,
-        c.seed,
-    )
-    frame = pd.DataFrame(
-        {"task": task, "user_id": users["user_id"], "cluster": result.labels, "algorithm": c.algorithm}
+    users = read_arrow(con, "user_embeddings", {"task": task}, "user_id", ["user_id", "embedding"])
+    user_ids = users["user_id"].to_pylist()
+    result, cost = fit_clustering(column_to_matrix(users["embedding"]), c)
+    version = fit_version(task, user_ids, result.labels)
+    save_model(con, task, version, result)
+    n = len(user_ids)
+    frame = pa.table(
+        {
+            "task": pa.array([task] * n, pa.string()),
+            "user_id": users["user_id"],
+            "cluster": pa.array(result.labels, pa.int64()),
+            "algorithm": pa.array([c.algorithm] * n, pa.string()),
+            "fit_version": pa.array([version] * n, pa.string()),
+        }
     )
     entry: dict[str, Any] = {
         "algorithm": c.algorithm,
         "clusters": result.n_clusters,
         "noise_users": result.n_noise,
         "silhouette": result.silhouette,
+        "fit_version": version,
+        **cost,
     }
     planted = planted_communities(settings, task)
     if planted:
-        truth = [planted.get(u, -1) for u in users["user_id"]]
+        truth = [planted.get(u, -1) for u in user_ids]
         entry["adjusted_rand_vs_planted"] = round(float(adjusted_rand_score(truth, result.labels)), 4)
     return frame, entry
 
 
-def similar_user_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, dict[str, Any]]:
+def similar_user_rows(con, task: str, settings: Settings) -> tuple[pa.Table, dict[str, Any]]:
     """Top-k most similar members of each user's own cluster (cosine of user embeddings, self excluded)."""
-    users = clustered_users(con, task)
-    rows = intra_cluster_neighbours(
-        users["user_id"].tolist(),
-        column_to_matrix(users["embedding"].tolist()),
-        users["cluster"].to_numpy(),
-        settings.clustering.similar_users,
-    )
-    frame = pd.DataFrame(rows, columns=["user_id", "neighbour_id", "rank", "similarity"])
-    frame.insert(0, "task", task)
-    missing = int(len(set(users["user_id"]) - set(frame["user_id"])))
-    return frame, {"pairs": len(frame), "users_without_neighbours": missing}
+    users = clustered_user_vectors(con, task)
+    frame = neighbour_table(task, users, settings.clustering.similar_users)
+    with_lists = len(pc.unique(frame["user_id"])) if frame.num_rows else 0
+    return frame, {"pairs": frame.num_rows, "users_without_neighbours": users.num_rows - with_lists}

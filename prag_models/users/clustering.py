@@ -20,16 +20,42 @@ class Clustering:
     silhouette: float | None
     model: object | None = None  # fitted HDBSCAN (prediction_data=True) or KMeans
     noise_cluster: int | None = None
+    projection: tuple[np.ndarray, np.ndarray] | None = None  # PCA (mean, components) applied before the fit
+
+    def project(self, vectors: np.ndarray) -> np.ndarray:
+        """Vectors in the space the model was fitted in (the PCA projection when there is one), as float64."""
+        x = np.asarray(vectors, dtype=np.float64)
+        if self.projection is None:
+            return x
+        mean, components = self.projection
+        return (x - mean) @ components.T
+
+
+def reduce(vectors: np.ndarray, dims: int, seed: int = 0) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+    """PCA to `dims` dimensions before clustering (None when the vectors are not wider): (reduced, (mean, comps))."""
+    x = np.asarray(vectors, dtype=np.float64)
+    if not dims or dims >= min(x.shape):
+        return x, None
+    from sklearn.decomposition import PCA
+
+    pca = PCA(n_components=dims, svd_solver="randomized", random_state=seed).fit(x)
+    projection = (pca.mean_.astype(np.float64), pca.components_.astype(np.float64))
+    return (x - projection[0]) @ projection[1].T, projection
+
+
+#: Above this many users the silhouette is estimated on a seeded sample of this size (it is quadratic in users).
+SILHOUETTE_SAMPLE = 5000
 
 
 def _silhouette(x: np.ndarray, labels: np.ndarray) -> float | None:
-    """Silhouette score, or None when it is undefined (one cluster or every point its own)."""
+    """Silhouette score (on a seeded sample above SILHOUETTE_SAMPLE users), or None when it is undefined."""
     from sklearn.metrics import silhouette_score
 
     n_labels = len(set(labels.tolist()))
     if n_labels < 2 or n_labels >= len(labels):
         return None
-    return float(silhouette_score(x, labels, metric="euclidean"))
+    sample = SILHOUETTE_SAMPLE if len(labels) > SILHOUETTE_SAMPLE else None
+    return float(silhouette_score(x, labels, metric="euclidean", sample_size=sample, random_state=0))
 
 
 def cluster_users(
@@ -39,21 +65,29 @@ def cluster_users(
     min_samples: int = 0,
     kmeans_k: int = 0,
     seed: int = 0,
+    reduce_dims: int = 0,
+    hdbscan_algorithm: str = "best",
+    n_jobs: int = 1,
 ) -> Clustering:
-    """Cluster user vectors; HDBSCAN noise users (label −1) become one extra cluster (ClusterRAG code behaviour)."""
+    """Cluster user vectors; HDBSCAN noise users (label −1) become one extra cluster (ClusterRAG code behaviour).
+
+    reduce_dims > 0: PCA to that many dimensions first (kept in the result so later users are projected alike);
+    hdbscan_algorithm and n_jobs (core distances) are passed to HDBSCAN.
+    """
     n = len(vectors)
     if n == 0:
         raise ValueError("no users to cluster")
     if n < 2:
         return Clustering(np.zeros(n, dtype=np.int64), algorithm, 1, 0, None)
-    x = np.asarray(vectors, dtype=np.float64)
+    x, projection = reduce(vectors, reduce_dims, seed)
     if algorithm == "kmeans":
         from sklearn.cluster import KMeans
 
         k = kmeans_k or max(2, int(round(np.sqrt(n / 2))))
         model = KMeans(n_clusters=min(k, n), n_init=10, random_state=seed).fit(x)
         labels = model.labels_.astype(np.int64)
-        return Clustering(labels, algorithm, int(labels.max()) + 1, 0, _silhouette(x, labels), model)
+        sil = _silhouette(x, labels)
+        return Clustering(labels, algorithm, int(labels.max()) + 1, 0, sil, model, projection=projection)
     if algorithm != "hdbscan":
         raise ValueError(f"unknown clustering algorithm {algorithm!r} (hdbscan | kmeans)")
     import hdbscan
@@ -63,6 +97,8 @@ def cluster_users(
         min_samples=min_samples or None,
         metric="euclidean",
         prediction_data=True,
+        algorithm=hdbscan_algorithm,
+        core_dist_n_jobs=n_jobs,
     ).fit(x)
     raw = model.labels_.astype(np.int64)
     noise = raw == NOISE_LABEL
@@ -73,14 +109,13 @@ def cluster_users(
         labels[noise] = n_real
     sil_mask = ~noise
     silhouette = _silhouette(x[sil_mask], raw[sil_mask]) if sil_mask.sum() > 2 else None
-    return Clustering(
-        labels, algorithm, n_real + (1 if noise.any() else 0), int(noise.sum()), silhouette, model, noise_cluster
-    )
+    n_clusters = n_real + (1 if noise.any() else 0)
+    return Clustering(labels, algorithm, n_clusters, int(noise.sum()), silhouette, model, noise_cluster, projection)
 
 
 def assign_new_users(clustering: Clustering, vectors: np.ndarray) -> np.ndarray:
     """Assign users to the existing clusters without refitting (HDBSCAN approximate_predict / k-means nearest)."""
-    x = np.asarray(vectors, dtype=np.float64)
+    x = clustering.project(vectors)
     if clustering.model is None:
         return np.zeros(len(x), dtype=np.int64)
     if clustering.algorithm == "kmeans":
@@ -95,3 +130,20 @@ def assign_new_users(clustering: Clustering, vectors: np.ndarray) -> np.ndarray:
         # No noise cluster existed: a new noise user opens one so every user keeps exactly one cluster.
         labels[labels == NOISE_LABEL] = clustering.n_clusters
     return labels
+
+
+def reduction_quality(vectors: np.ndarray, sample: int, seed: int = 0, **fit: object) -> float | None:
+    """Adjusted Rand index between the reduced and the full-dimension clustering of a seeded sample of users.
+
+    `fit` holds cluster_users' keyword arguments (reduce_dims among them); None when there is nothing to compare.
+    """
+    from sklearn.metrics import adjusted_rand_score
+
+    if not fit.get("reduce_dims") or sample < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(len(vectors), size=min(sample, len(vectors)), replace=False))
+    x = np.asarray(vectors)[rows]
+    reduced = cluster_users(x, seed=seed, **fit).labels  # type: ignore[arg-type]
+    full = cluster_users(x, seed=seed, **{**fit, "reduce_dims": 0}).labels  # type: ignore[arg-type]
+    return round(float(adjusted_rand_score(full, reduced)), 4)

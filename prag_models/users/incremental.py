@@ -21,17 +21,19 @@ from datetime import UTC, datetime
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from prag_models.config import ClusteringSettings
 from prag_models.data.history import HISTORY_TABLE, has_table
 from prag_models.data.lamp import parse_date
-from prag_models.store import column_to_matrix
+from prag_models.store import column_to_matrix, column_types, matrix_to_column, migrate_columns
 from prag_models.text.embedding_cache import embed_with_cache, lookup_embeddings
 from prag_models.users.clustering import assign_new_users, cluster_users
 from prag_models.users.embeddings import mean_user_embeddings
-from prag_models.users.similar import intra_cluster_neighbours
+from prag_models.users.model_store import current_model
+from prag_models.users.neighbour_refresh import UPDATES_TABLE
+from prag_models.users.neighbour_refresh import refresh_similar_users as refresh_similar_users  # re-exported
 
-UPDATES_TABLE = "incremental_updates"
 STATE_TABLE = "cluster_state"
 BASE_TABLES = ("profile_documents", "document_embeddings", "user_embeddings", "user_clusters", "similar_users")
 DOC_COLUMNS = ["task", "user_id", "doc_id", "date", "position", "text", "fields_json", "content_hash"]
@@ -150,7 +152,9 @@ def _replace_user_rows(con: duckdb.DuckDBPyConnection, table: str, frame: pd.Dat
     """Delete the task's rows of the users in _inc_users and insert frame (inside the caller's transaction)."""
     con.execute(f"DELETE FROM {table} WHERE task = ? AND user_id IN (SELECT user_id FROM _inc_users)", [task])
     con.register("_inc_rows", frame)
-    cols = ", ".join(f'"{c}"' for c in frame.columns)
+    incoming = column_types(con, "_inc_rows")
+    migrate_columns(con, table, incoming)
+    cols = ", ".join(f'"{c}"' for c in incoming)
     con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _inc_rows")
     con.unregister("_inc_rows")
 
@@ -218,8 +222,9 @@ def _cold_start_queries(con: duckdb.DuckDBPyConnection, task: str) -> dict[str, 
     sql = (
         "SELECT user_id, embedding FROM query_embeddings WHERE task = ? AND user_id IN (SELECT user_id FROM _inc_users)"
     )
-    rows = con.execute(sql, [task]).df()
-    return {u: column_to_matrix(g["embedding"].tolist()).mean(axis=0) for u, g in rows.groupby("user_id")}
+    rows = con.sql(sql, params=[task]).to_arrow_table()
+    ids, matrix = np.asarray(rows["user_id"].to_pylist(), dtype=object), column_to_matrix(rows["embedding"])
+    return {u: matrix[ids == u].mean(axis=0) for u in set(ids.tolist())}
 
 
 def _next_state(state: pd.DataFrame, task: str, new_label: Mapping[str, int]) -> pd.DataFrame:
@@ -257,15 +262,22 @@ def update_users(
     user_vecs, counts, cold_flags = mean_user_embeddings(
         users, docs["user_id"].tolist(), doc_matrix, _cold_start_queries(con, task)
     )
-    report.reference, state = reference_clustering(con, task)
-    fit = state[state["embedding"].notna()]
-    sql = "SELECT coalesce(max(cluster), -1) + 1 FROM user_clusters WHERE task = ?"
-    next_id = int(con.execute(sql, [task]).fetchall()[0][0])
-    labels, report.reference_agreement = assign_to_reference(
-        column_to_matrix(fit["embedding"].tolist()), fit["fit_cluster"].to_numpy(), user_vecs, clustering, next_id
-    )
+    stored = current_model(con, task)
+    state: pd.DataFrame | None = None
+    if stored is not None:  # the fitted model with its prediction data: no refit, nothing read beyond these users
+        report.reference, report.reference_agreement = "model", 1.0
+        labels = assign_new_users(stored[1], user_vecs)
+    else:
+        report.reference, state = reference_clustering(con, task)
+        fit = state[state["embedding"].notna()]
+        sql = "SELECT coalesce(max(cluster), -1) + 1 FROM user_clusters WHERE task = ?"
+        next_id = int(con.execute(sql, [task]).fetchall()[0][0])
+        labels, report.reference_agreement = assign_to_reference(
+            column_to_matrix(fit["embedding"].tolist()), fit["fit_cluster"].to_numpy(), user_vecs, clustering, next_id
+        )
     new_label = dict(zip(users, labels.tolist(), strict=True))
-    state = _next_state(state, task, new_label)
+    if state is not None:
+        state = _next_state(state, task, new_label)
     n_new = pending.groupby("user_id").size()
     max_seq = pending.groupby("user_id")["seq"].max()
     now = datetime.now(UTC).replace(tzinfo=None)
@@ -276,10 +288,10 @@ def update_users(
          "neighbours_refreshed": False}
         for i, u in enumerate(users)
     ]  # fmt: skip
-    user_rows = pd.DataFrame(
-        {"task": task, "user_id": users, "n_docs": counts, "cold_start": cold_flags, "embedding": list(user_vecs)}
-    )
-    cluster_rows = pd.DataFrame({"task": task, "user_id": users, "cluster": labels, "algorithm": clustering.algorithm})
+    user_rows = pa.table({"task": [task] * len(users), "user_id": users, "n_docs": pa.array(counts, pa.int64()),
+                          "cold_start": cold_flags, "embedding": matrix_to_column(user_vecs)})  # fmt: skip
+    cluster_rows = pd.DataFrame({"task": task, "user_id": users, "cluster": labels, "algorithm": clustering.algorithm,
+                                 "fit_version": stored[0] if stored else None})  # fmt: skip
     tables = {
         "profile_documents": docs[DOC_COLUMNS],
         "document_embeddings": docs[EMB_COLUMNS],
@@ -290,23 +302,40 @@ def update_users(
     return report
 
 
+_STATE_SYNC = (  # cluster_state follows user_clusters for the changed users only (new users: no fit data)
+    f"UPDATE {STATE_TABLE} s SET cluster = c.cluster FROM user_clusters c WHERE s.task = ? AND c.task = s.task "
+    "AND c.user_id = s.user_id AND s.user_id IN (SELECT user_id FROM _inc_users)",
+    f"INSERT INTO {STATE_TABLE} (task, user_id, cluster) SELECT task, user_id, cluster FROM user_clusters c WHERE "
+    "c.task = ? AND c.user_id IN (SELECT user_id FROM _inc_users) AND NOT EXISTS "
+    f"(SELECT 1 FROM {STATE_TABLE} s WHERE s.task = c.task AND s.user_id = c.user_id)",
+)
+
+
 def _write(
     con: duckdb.DuckDBPyConnection,
     task: str,
     users: Sequence[str],
-    tables: Mapping[str, pd.DataFrame],
-    state: pd.DataFrame,
+    tables: Mapping[str, pd.DataFrame | pa.Table],
+    state: pd.DataFrame | None,
     log: pd.DataFrame,
 ) -> None:
-    """Write the changed users' rows, the new cluster_state and the update log in one transaction."""
+    """Write the changed users' rows, cluster_state (whole when given, else the changed users' rows) and the update
+    log in one transaction."""
     ensure_tables(con)
     con.execute("BEGIN TRANSACTION")
     try:
         _with_users(con, users)
         for table, frame in tables.items():
             _replace_user_rows(con, table, frame, task)
-        con.execute(f"DELETE FROM {STATE_TABLE} WHERE task = ?", [task])
-        for name, frame, table in (("_inc_state", state, STATE_TABLE), ("_inc_log", log, UPDATES_TABLE)):
+        if state is None:
+            for sql in _STATE_SYNC:
+                con.execute(sql, [task])
+        else:
+            con.execute(f"DELETE FROM {STATE_TABLE} WHERE task = ?", [task])
+        writes = [("_inc_log", log, UPDATES_TABLE)]
+        if state is not None:
+            writes.append(("_inc_state", state, STATE_TABLE))
+        for name, frame, table in writes:
             con.register(name, frame)
             cols = ", ".join(f'"{c}"' for c in frame.columns)
             con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {name}")
@@ -315,38 +344,6 @@ def _write(
     except Exception:
         con.execute("ROLLBACK")
         raise
-
-
-def refresh_similar_users(con: duckdb.DuckDBPyConnection, task: str, k: int) -> dict[str, int]:
-    """Recompute the neighbour lists of every member of the clusters changed users left or joined."""
-    if not has_table(con, UPDATES_TABLE):
-        return {"clusters": 0, "users": 0, "pairs": 0}
-    sql = f"SELECT old_cluster, new_cluster FROM {UPDATES_TABLE} WHERE task = ? AND NOT neighbours_refreshed"
-    todo = con.execute(sql, [task]).df()
-    clusters = sorted({int(c) for c in pd.concat([todo["old_cluster"], todo["new_cluster"]]).dropna()})
-    if not clusters:
-        return {"clusters": 0, "users": 0, "pairs": 0}
-    con.register("_inc_clusters", pd.DataFrame({"cluster": clusters}))
-    members = con.execute(
-        "SELECT e.user_id, e.embedding, c.cluster FROM user_embeddings e JOIN user_clusters c USING (task, user_id) "
-        "WHERE task = ? AND c.cluster IN (SELECT cluster FROM _inc_clusters) ORDER BY e.user_id",
-        [task],
-    ).df()
-    rows = intra_cluster_neighbours(
-        members["user_id"].tolist(), column_to_matrix(members["embedding"].tolist()), members["cluster"].to_numpy(), k
-    )
-    frame = pd.DataFrame(rows, columns=["user_id", "neighbour_id", "rank", "similarity"])
-    frame.insert(0, "task", task)
-    con.execute("BEGIN TRANSACTION")
-    try:
-        _with_users(con, members["user_id"].tolist())
-        _replace_user_rows(con, "similar_users", frame, task)
-        con.execute(f"UPDATE {UPDATES_TABLE} SET neighbours_refreshed = true WHERE task = ?", [task])
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
-    return {"clusters": len(clusters), "users": len(members), "pairs": len(frame)}
 
 
 def clustering_drift(previous: Mapping[str, int], current: Mapping[str, int]) -> dict[str, float | int | None]:

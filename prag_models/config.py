@@ -162,6 +162,13 @@ class ClusteringSettings(Section):
     community_top_n: int = 0
     community_user_weight: float = 0.5
     seed: int = 0
+    # Scale (README "Scale"; measured by benchmarks/scale.py): above reduce_above users HDBSCAN runs on a PCA to
+    # reduce_dims dimensions; the ARI against the full-dimension clustering on quality_sample users is recorded.
+    reduce_dims: int = 32
+    reduce_above: int = 2000
+    quality_sample: int = 1000  # 0 = do not measure
+    hdbscan_algorithm: str = "best"  # HDBSCAN: best (boruvka_kdtree up to 60 dims) | prims_kdtree | boruvka_balltree …
+    n_jobs: int = 2  # HDBSCAN core-distance workers
 
 
 class PbrSettings(Section):

@@ -1,6 +1,6 @@
 """MLflow as a Dagster resource: tracking + registry in a sqlite store under the prag home (or a configured URI).
 
-Every CFRAG model it registers is an MLflow pyfunc model (``prag_models.methods.cfrag.pyfunc_model``) whose
+Every CFRAG model it registers is an MLflow pyfunc model (``prag_models.serving_pyfunc``) whose
 predict serves (task, user_id, query) rows from this home's DuckDB file."""
 
 from __future__ import annotations
@@ -45,16 +45,16 @@ class MlflowResource(dg.ConfigurableResource):
         model when ``tags`` name the task and a CFRAG model kind."""
         from functools import partial
 
-        from prag_models.methods.cfrag import pyfunc_model
+        from prag_models import serving_pyfunc
         from prag_models.registry import log_and_register
 
         target, tags = self.target(), dict(tags or {})
         package = None
-        if tags.get("task") and tags.get("kind") in pyfunc_model.KIND_VARIANTS:
-            config = pyfunc_model.model_config(
+        if tags.get("task") and tags.get("kind") in serving_pyfunc.KIND_VARIANTS:
+            config = serving_pyfunc.model_config(
                 tags["task"], tags["kind"], name, self.settings.get(), target.tracking_uri
             )
-            package = partial(pyfunc_model.save_pyfunc, weights=model_dir, config=config)
+            package = partial(serving_pyfunc.save_pyfunc, weights=model_dir, config=config)
         return log_and_register(
             target,
             model_dir,

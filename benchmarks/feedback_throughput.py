@@ -39,7 +39,7 @@ from prag_models.data.tasks import LABELS  # noqa: E402
 from prag_models.generation import choose_labels, lamp_prompt, max_new_tokens_for  # noqa: E402
 from prag_models.llm.base import Generator  # noqa: E402
 from prag_models.llm.factory import make_generator  # noqa: E402
-from prag_models.methods.cfrag.pipeline import score_outputs  # noqa: E402
+from prag_models.methods.cfrag.feedback_labels import score_outputs  # noqa: E402
 from prag_models.prompts import prompt_document  # noqa: E402
 
 

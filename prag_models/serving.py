@@ -2,7 +2,7 @@
 
 Everything here takes already-loaded models and DataFrames (the caller reads DuckDB and MLflow: ``prag answer`` in
 ``prag_assets/cli.py``) and uses the same functions the graph's retrieval assets use: ClusterRAG profile modes
-(``methods.clusterrag``) and the full CFRAG variant (``pipeline.per_user_top_k`` with the trained retriever, the
+(``methods.clusterrag``) and the full CFRAG variant (``candidates.per_user_top_k`` with the trained retriever, the
 personalized reranker, ``pipeline.top_final``). A user unknown to the tables gets the graph's cold-start rules:
 ClusterRAG z_u = the query embedding (docs/methods.md §3.6, ``mean_user_embeddings``), placed in the current
 clustering like
@@ -112,7 +112,8 @@ def encode_task_users(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """e_u of every user of the task by ``encoder`` and their top-m similar users, computed as the graph's
     ``cfrag_user_embeddings`` and ``cfrag_similar_users`` do (docs/methods.md §2.1, §2.3)."""
-    from prag_models.methods.cfrag.pipeline import single_thread, user_histories
+    from prag_models.methods.cfrag.candidates import user_histories
+    from prag_models.methods.cfrag.probes import single_thread
     from prag_models.methods.cfrag.user_encoder import encode_users, top_m_similar_users
 
     owners = [
@@ -232,7 +233,7 @@ def retrieve(
     if not models or not {"retriever", "reranker"} <= set(models) or user.embedding is None:
         raise ValueError("CFRAG needs the retriever, the reranker and the user's e_u")
     from prag_models.methods.cfrag import inference
-    from prag_models.methods.cfrag.pipeline import VARIANTS
+    from prag_models.methods.cfrag.variants import VARIANTS
 
     query_ = inference.CfragQuery("served", user.user_id, query, q, np.asarray(user.embedding, dtype=np.float32))
     full = [v for v in VARIANTS if v.method == "cfrag"]

@@ -9,7 +9,7 @@ import pytest
 from conftest import materialize_graph, write_config
 
 from prag_models.config import load_settings
-from prag_models.methods.cfrag.pipeline import CFRAG_METHODS
+from prag_models.methods.cfrag.variants import CFRAG_METHODS
 
 TASK = "LaMP-2"
 #: Fast CFRAG settings: a 1-layer reranker on short pairs; the default feedback budget (8 of the 12 train samples,

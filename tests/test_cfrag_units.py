@@ -289,8 +289,8 @@ def _vectors(n: int, d: int, seed: int) -> np.ndarray:
 
 
 def test_untrained_residual_reranker_ranks_exactly_like_cosine() -> None:
-    from prag_models.methods.cfrag.pipeline import new_reranker
     from prag_models.methods.cfrag.reranker import rerank_scores
+    from prag_models.methods.cfrag.training_set import new_reranker
 
     model = new_reranker(CfragSettings(reranker_layers=1, reranker_max_length=32), user_dim=8)
     q, d = _vectors(1, 16, 0), _vectors(5, 16, 1)
@@ -317,8 +317,8 @@ def _learnable_rerank_samples(n: int = 16) -> list:
 
 
 def test_reranker_training_lowers_validation_kl_and_gives_distinct_scores() -> None:
-    from prag_models.methods.cfrag.pipeline import new_reranker
     from prag_models.methods.cfrag.reranker import rerank_scores, train_reranker
+    from prag_models.methods.cfrag.training_set import new_reranker
 
     settings = CfragSettings(
         reranker_layers=1, reranker_max_length=32, train_epochs=8, train_lr=1e-3, validation_share=0.25, seed=0

@@ -21,7 +21,7 @@ from prag_models.generation import (
 )
 from prag_models.llm.base import GenerationError, Generator, answer_continuation
 from prag_models.llm.factory import make_generator
-from prag_models.methods.cfrag.pipeline import feedback_prompt_version
+from prag_models.methods.cfrag.feedback_labels import feedback_prompt_version
 from prag_models.prompts import build_prompt, content_free_prompts
 
 TAG_PROMPT = "Pick one tag from [sci-fi, comedy, dark comedy, romance] for: a spaceship crew explores a far galaxy."

@@ -79,8 +79,8 @@ def test_loading_never_unpickles(target, tmp_path, monkeypatch) -> None:
     """A cut-down reranker goes through the registry with torch.load / pickle disabled: safetensors only."""
     import pickle
 
-    from prag_models.methods.cfrag.pipeline import new_reranker
     from prag_models.methods.cfrag.reranker import rerank_scores
+    from prag_models.methods.cfrag.training_set import new_reranker
 
     model = new_reranker(CfragSettings(reranker_layers=1, reranker_max_length=32), user_dim=4)
     assert len(model.encoder.encoder.layer) == 1

@@ -26,7 +26,7 @@ from prag_models.faults import maybe_fail
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Rows per Arrow record batch when a stage streams a table: with the vector index, it bounds a stage's memory.
-CHUNK_ROWS = int(os.environ.get("PRAG_CHUNK_ROWS", "65536"))
+CHUNK_ROWS = int(os.environ.get("PRAG_CHUNK_ROWS", "16384"))
 
 
 def _ident(name: str) -> str:

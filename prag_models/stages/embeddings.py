@@ -1,8 +1,8 @@
 """Stage 2 (embeddings): unit-norm document and query embeddings from the frozen encoder, cached by content hash.
 
 Both tables are written from DuckDB to DuckDB: the texts the cache lacks stream to the encoder chunk by chunk, and
-the task's rows are an INSERT … SELECT joining the cache (vectors cast to ``FLOAT[d]``), so a task's documents are
-never held in Python.
+the task's rows are an INSERT … SELECT joining the cache (vectors cast to ``FLOAT[d]``, no ORDER BY: readers order), so
+a task's documents are never held in Python nor sorted as a whole.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _cached_rows(
     sql = (
         f"SELECT {columns}, ?::VARCHAR AS model_id, s.content_hash, "
         f"c.embedding{f'::FLOAT[{dim}]' if dim else ''} AS embedding "
-        f"FROM ({source}) s JOIN {CACHE_TABLE} c ON c.content_hash = s.content_hash AND c.model_id = ? ORDER BY s._o"
+        f"FROM ({source}) s JOIN {CACHE_TABLE} c ON c.content_hash = s.content_hash AND c.model_id = ?"
     )
     rows = QueryRows(sql, (model_id, *params, model_id), n)
     (found,) = con.execute(f"SELECT count(*) FROM ({sql})", list(rows.params)).fetchall()[0]
@@ -47,10 +47,7 @@ def document_embedding_rows(
 ) -> tuple[QueryRows, dict[str, Any]]:
     """One embedding per profile document of a task (only texts not in embedding_cache are embedded)."""
     require_table(con, "profile_documents")
-    source = (
-        "SELECT task, user_id, doc_id, position, content_hash, text, row_number() OVER (ORDER BY user_id, position) "
-        "AS _o FROM profile_documents WHERE task = ?"
-    )
+    source = "SELECT task, user_id, doc_id, position, content_hash, text FROM profile_documents WHERE task = ?"
     new = embed_missing(con, embedder.embed, embedder.model_id, source, [task], progress=progress)
     rows, dim = _cached_rows(con, source, "s.task, s.user_id, s.doc_id, s.position", [task], embedder.model_id,
                              "documents")  # fmt: skip
@@ -63,8 +60,8 @@ def query_embedding_rows(
     """One embedding per sample query of a task (docs/methods.md §1 query side), cached."""
     require_table(con, "lamp_samples")
     source = (
-        f"SELECT task, sample_id, user_id, {SQL_HASH.format('query')} AS content_hash, query AS text, "
-        "row_number() OVER (ORDER BY split, sample_id) AS _o FROM lamp_samples WHERE task = ?"
+        f"SELECT task, sample_id, user_id, {SQL_HASH.format('query')} AS content_hash, query AS text "
+        "FROM lamp_samples WHERE task = ?"
     )
     new = embed_missing(con, embedder.embed, embedder.model_id, source, [task], progress=progress)
     rows, _ = _cached_rows(con, source, "s.task, s.sample_id, s.user_id", [task], embedder.model_id, "queries")

@@ -1,17 +1,19 @@
-"""Dagster resources: settings, the DuckDB file, and the models (loaded once per process)."""
+"""Dagster resources: settings, the DuckDB file (on dagster-duckdb), and the models (loaded once per process)."""
 
 from __future__ import annotations
 
 import atexit
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
+import dagster_duckdb
 from pydantic import Field
 
 from prag_models.config import GeneratorSettings, Settings, load_settings
-from prag_models.store import connect
+from prag_models.store import connect, read_connection
 
 if TYPE_CHECKING:
     import duckdb
@@ -37,16 +39,46 @@ class PragSettingsResource(dg.ConfigurableResource):
         return load_settings(self.config_file or None, home=self.home or None, **self.overrides)
 
 
-class DuckDBResource(dg.ConfigurableResource):
-    """Connections to the one DuckDB file under the prag home."""
+class DuckDBResource(dagster_duckdb.DuckDBResource):
+    """dagster-duckdb's resource on prag's one DuckDB file: ``get_connection`` goes through ``store.connect`` (the
+    writer announces itself first, a wait names the lock holder, the folder is created), ``read_connection`` falls
+    back to the published snapshot while a run holds the file."""
 
     settings: PragSettingsResource
+    database: str = Field(default="", description="DuckDB file (default: the settings' <home>/prag.duckdb)")
+
+    @classmethod
+    def _is_dagster_maintained(cls) -> bool:
+        """prag's subclass, not the dagster-maintained resource."""
+        return False
+
+    def path(self) -> Path:
+        """The DuckDB file: ``database`` when set, else the one under the prag home."""
+        return Path(self.database).expanduser() if self.database else Path(self.settings.get().duckdb_path)
+
+    def _configure(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+        """Apply ``connection_config`` (DuckDB settings, e.g. {"threads": 2}) to an open connection."""
+        for name, value in self.connection_config.items():
+            if not name.replace("_", "").isalnum():
+                raise ValueError(f"connection_config key {name!r} is not a DuckDB setting name")
+            con.execute(f"SET {name} = ?", [value])
+        return con
 
     @contextmanager
-    def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+    def get_connection(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
         """Open the DuckDB file for one step and close it afterwards (one writer at a time: pool prag_duckdb)."""
-        with connect(self.settings.get().duckdb_path, read_only=read_only) as con:
-            yield con
+        with connect(self.path(), read_only=read_only) as con:
+            yield self._configure(con)
+
+    def connect(self, read_only: bool = False) -> AbstractContextManager[duckdb.DuckDBPyConnection]:
+        """The same as ``get_connection`` (the name the assets use)."""
+        return self.get_connection(read_only=read_only)
+
+    @contextmanager
+    def read_connection(self, wait_s: float = 2.0) -> Iterator[tuple[duckdb.DuckDBPyConnection, str]]:
+        """A read-only connection that never waits on a run: the live file, else its snapshot; yields (con, which)."""
+        with read_connection(self.path(), wait_s=wait_s) as (con, source):
+            yield self._configure(con), source
 
 
 #: Loaded generators, kept for the life of the process (a model load costs seconds); at most two, the oldest is closed

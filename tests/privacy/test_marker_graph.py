@@ -10,7 +10,6 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
-import pytest
 from conftest import materialize_graph, write_config
 
 from prag_models.config import load_settings
@@ -105,7 +104,6 @@ def _user_rows(con, user: str) -> list[str]:
     return out
 
 
-@pytest.mark.slow
 def test_markers_never_reach_another_user_and_forget_leaves_nothing(tmp_path, monkeypatch) -> None:
     config = write_config(tmp_path / "prag.toml", tmp_path / "home", generator_backend="fake",
                           data={"tasks": [TASK]}, cfrag=CFRAG)  # fmt: skip

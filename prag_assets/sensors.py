@@ -99,9 +99,9 @@ class Changes:
 
 def scan_changes(settings: Settings, cursor: HistoryCursor) -> Changes:
     """Pending history rows after the cursor and new drop-folder files, per configured task (DuckDB read-only)."""
-    from prag_models.data.history import HISTORY_TABLE, file_signature, has_table, inbox_entries
+    from prag_models.data.history import file_signature, inbox_entries
+    from prag_models.stages.history import pending_changes
     from prag_models.store import connect
-    from prag_models.users.incremental import pending_history
 
     tasks = [t for t in ALL_TASKS if t in settings.data.tasks]
     seen, files, refused = {}, {}, {}
@@ -121,27 +121,8 @@ def scan_changes(settings: Settings, cursor: HistoryCursor) -> Changes:
     seq = dict(cursor.seq)
     if settings.duckdb_path.exists():
         with connect(settings.duckdb_path, read_only=True, timeout_s=2.0) as con:  # a tick never waits long
-            if has_table(con, HISTORY_TABLE):
-                sql = f"SELECT task, max(seq) FROM {HISTORY_TABLE} GROUP BY task"
-                latest = {t: int(n) for t, n in con.execute(sql).fetchall()}
-                for task in tasks:
-                    pending = pending_history(con, task, since_seq=cursor.seq.get(task, 0))
-                    if pending.empty:
-                        seq.update({task: latest[task]} if task in latest else {})
-                    elif not _clustered(con, task):  # keep this task's cursor: noticed once the graph exists
-                        waiting[task] = "no user clusters yet (materialize the graph for this task)"
-                    else:
-                        changed[task] = sorted(pending["user_id"].unique())
-                        seq[task] = latest[task]
+            changed, waiting, seq = pending_changes(con, tasks, cursor.seq)
     return Changes(changed, files, HistoryCursor(seq, seen), waiting, {t: r for t, r in refused.items() if r})
-
-
-def _clustered(con, task: str) -> bool:
-    """Whether the task has a clustering to assign users to."""
-    from prag_models.data.history import has_table
-
-    sql = "SELECT count(*) FROM user_clusters WHERE task = ?"
-    return has_table(con, "user_clusters") and bool(con.execute(sql, [task]).fetchall()[0][0])
 
 
 @dg.sensor(

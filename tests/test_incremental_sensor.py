@@ -155,6 +155,9 @@ def test_incremental_update_touches_only_changed_users(config):
     run = _run(config, _requests(_sensor(config))[0])
     assert run.success and _checks(run) == {"every_user_one_cluster": True, "neighbours_in_same_cluster": True,
                                             "inbox_files_valid": True}
+    recorded = {(e.asset_key.to_user_string(), e.partition) for e in run.get_asset_materialization_events()}
+    assert {(t, "LaMP-2") for t in ("profile_documents", "document_embeddings", "user_embeddings", "user_clusters",
+                                    "similar_users")} <= recorded  # the rewritten tables' partitions, for Dagster
     changed = {"u0000", "brand-new"}
     for table, old in before.items():
         new = _table(config, f"SELECT * FROM {table} WHERE task = 'LaMP-2' ORDER BY ALL")

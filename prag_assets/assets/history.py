@@ -6,11 +6,7 @@ documents, embeddings and clusters) and ``incremental_similar_users`` (neighbour
 Group ``users``: ``cluster_drift`` and ``cluster_state``, which follow every full ``user_clusters`` materialization.
 """
 
-from datetime import UTC, datetime
-from pathlib import Path
-
 import dagster as dg
-import duckdb as duckdb_lib
 import pandas as pd
 
 from prag_assets.assets.users import similar_users, user_clusters, user_embeddings
@@ -18,72 +14,34 @@ from prag_assets.common import preview, run_tasks
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_assets.task_table import CODE_VERSION
-from prag_models.config import Settings
-from prag_models.data.history import (
-    HISTORY_TABLE,
-    IngestResult,
-    append_history,
-    archive_file,
-    ensure_history_table,
-    has_table,
-    inbox_dir,
-    inbox_entries,
-    parse_history_file,
+from prag_models.data.history import ensure_history_table, has_table
+from prag_models.stages.history import (
+    UPDATED_TABLES,
+    append_drift,
+    ingest_inbox,
+    ingest_stats,
+    latest_history,
+    snapshot_clustering,
+    task_drift,
+    update_summary,
 )
-from prag_models.data.tasks import LampDataError
-from prag_models.store import DuckDBBusyError
-from prag_models.users.incremental import (
-    STATE_TABLE,
-    NotMaterializedError,
-    clustering_drift,
-    ensure_tables,
-    refresh_similar_users,
-    update_users,
-)
+from prag_models.users.incremental import NotMaterializedError, ensure_tables, refresh_similar_users, update_users
 
 GROUP = "history"
 _COMMON = dict(partitions_def=task_partitions, backfill_policy=single_run, pool=DUCKDB_POOL, kinds={"duckdb"})
-_DRIFT_DDL = (
-    "task VARCHAR, run_id VARCHAR, computed_at TIMESTAMP, users_compared BIGINT, new_users BIGINT, "
-    "removed_users BIGINT, clusters_before BIGINT, clusters_after BIGINT, changed_share DOUBLE, adjusted_rand DOUBLE"
-)
-_UPDATED_TABLES = ("profile_documents", "document_embeddings", "user_embeddings", "user_clusters")
 
 
-def _reject(context: dg.AssetExecutionContext, path: Path, error: str) -> None:
-    """Move a drop-folder entry to rejected/ with its error beside it; a failed move is logged, never raised."""
-    error = error.encode("utf-8", "backslashreplace").decode("utf-8")
-    context.log.error(f"rejected {path.name}: {error}")
-    try:
-        archive_file(path, "rejected", error)
-    except OSError as exc:
-        context.log.error(f"could not move {path} to rejected/: {exc}")
+def _record_rewrites(
+    context: dg.AssetExecutionContext, task: str, keys: tuple[str, ...], description: str, metadata: dict
+) -> None:
+    """Record that this step rewrote some rows of assets defined elsewhere, as materializations of their partition.
 
-
-def _ingest_inbox(
-    context: dg.AssetExecutionContext, con: duckdb_lib.DuckDBPyConnection, settings: Settings, task: str
-) -> tuple[list[IngestResult], list[tuple[Path, str]]]:
-    """Ingest each regular file of a task's drop folder on its own (one transaction per file); every failing or refused
-    entry goes to rejected/ with the reason, and the others are still ingested. (ingest results, [(path, error)])."""
-    files, refused = inbox_entries(settings.home_path, task)
-    bad: list[tuple[Path, str]] = list(refused)
-    results = []
-    for path in files:
-        try:
-            batch = parse_history_file(path, task, settings.data.undated)
-            results.append(append_history(con, [batch]))
-        except (duckdb_lib.IOException, DuckDBBusyError):
-            raise  # the DuckDB file, not this file, is the problem: the file stays for the next run
-        except (LampDataError, OSError, ValueError, duckdb_lib.Error) as exc:
-            bad.append((path, str(exc) or type(exc).__name__))
-            continue
-        try:
-            archive_file(path, "done")
-        except OSError as exc:
-            context.log.error(f"could not move {path} to done/: {exc} (a later run skips it: same batch id)")
-    for path, error in bad:
-        _reject(context, path, error)
-    return results, bad
+    Not a multi_asset: Dagster allows one definition per asset key (a second spec of ``user_clusters`` fails with
+    "Duplicate asset key"), so an op reports a write to another asset's table with a runtime AssetMaterialization,
+    which Dagster stores like any other (downstream assets become stale, partition checks target it)."""
+    for key in keys:
+        context.log_event(dg.AssetMaterialization(asset_key=key, partition=task, description=description,
+                                                  metadata={**metadata, "incremental": True}))  # fmt: skip
 
 
 @dg.asset(
@@ -111,23 +69,12 @@ def profile_history(
     with duckdb.connect() as con:
         ensure_history_table(con)
         for task in run_tasks(context, settings):
-            ingested, bad = _ingest_inbox(context, con, settings, task)
+            ingested, bad = ingest_inbox(con, settings.home_path, task, settings.data.undated, context.log.error)
             rejected += [f"{task}/{path.name}: {error}" for path, error in bad]
-            total, users = con.execute(
-                f"SELECT count(*), count(DISTINCT user_id) FROM {HISTORY_TABLE} WHERE task = ?", [task]
-            ).fetchall()[0]
-            stats[task] = {
-                "files_ingested": sum(1 for r in ingested for _, _, n in r.batches if n),
-                "rows_appended": sum(n for r in ingested for _, _, n in r.batches),
-                "files_rejected": len(bad),
-                "new_users": len({u for r in ingested for u in r.new_users}),
-                "history_rows": int(total),
-                "history_users": int(users),
-                "inbox": str(inbox_dir(settings.home_path, task)),
-            }
-        last = con.execute(f"SELECT * FROM {HISTORY_TABLE} ORDER BY seq DESC LIMIT 5").df()
+            stats[task] = ingest_stats(con, settings.home_path, task, ingested, len(bad))
+        last = latest_history(con)
     return dg.MaterializeResult(
-        metadata={"per_task": dg.MetadataValue.json(stats), "latest_rows": preview(last.drop(columns=["text"]))},
+        metadata={"per_task": dg.MetadataValue.json(stats), "latest_rows": preview(last)},
         check_results=[
             dg.AssetCheckResult(
                 check_name="inbox_files_valid",
@@ -158,23 +105,10 @@ def cluster_drift(
     with duckdb.connect() as con:
         ensure_tables(con)
         for task in run_tasks(context, settings):
-            current = dict(con.execute("SELECT user_id, cluster FROM user_clusters WHERE task = ?", [task]).fetchall())
-            previous = dict(
-                con.execute(f"SELECT user_id, cluster FROM {STATE_TABLE} WHERE task = ?", [task]).fetchall()
-            )
-            drift = clustering_drift(previous, current)
-            stats[task] = drift if previous else {**drift, "note": "no previous clustering"}
-            rows.append(
-                {"task": task, "run_id": context.run_id, "computed_at": datetime.now(UTC).replace(tzinfo=None), **drift}
-            )
+            row, stats[task] = task_drift(con, task, context.run_id)
+            rows.append(row)
             context.log.info(f"{task}: drift {stats[task]}")
-        if rows:
-            con.execute(f"CREATE TABLE IF NOT EXISTS cluster_drift ({_DRIFT_DDL})")
-            frame = pd.DataFrame(rows)
-            con.register("_drift", frame)
-            cols = ", ".join(frame.columns)
-            con.execute(f"INSERT INTO cluster_drift ({cols}) SELECT {cols} FROM _drift")
-            con.unregister("_drift")
+        append_drift(con, rows)
     shares = [s["changed_share"] for s in stats.values() if s["changed_share"] is not None]
     rands = [s["adjusted_rand"] for s in stats.values() if s["adjusted_rand"] is not None]
     return dg.MaterializeResult(
@@ -204,20 +138,7 @@ def cluster_state(
     with duckdb.connect() as con:
         ensure_tables(con)
         for task in run_tasks(context, settings):
-            con.execute("BEGIN TRANSACTION")
-            try:
-                con.execute(f"DELETE FROM {STATE_TABLE} WHERE task = ?", [task])
-                con.execute(
-                    f"INSERT INTO {STATE_TABLE} SELECT u.task, u.user_id, u.embedding, c.cluster, c.cluster, "
-                    "?::TIMESTAMP FROM user_embeddings u JOIN user_clusters c USING (task, user_id) "
-                    "WHERE task = ? ORDER BY u.user_id",
-                    [datetime.now(UTC).replace(tzinfo=None), task],
-                )
-                con.execute("COMMIT")
-            except Exception:
-                con.execute("ROLLBACK")
-                raise
-            stats[task] = con.execute(f"SELECT count(*) FROM {STATE_TABLE} WHERE task = ?", [task]).fetchall()[0][0]
+            stats[task] = snapshot_clustering(con, task)
     return dg.MaterializeResult(metadata={"users_per_task": dg.MetadataValue.json(stats)})
 
 
@@ -255,27 +176,11 @@ def incremental_user_clusters(
                 context.log.warning(f"{exc}; the history stays pending")
                 stats[task] = {"skipped": str(exc)}
                 continue
-            frame = pd.DataFrame(report.users)
-            moved = int(((frame["old_cluster"] != frame["new_cluster"]) & ~frame["is_new"]).sum()) if len(frame) else 0
-            stats[task] = {
-                "users_updated": len(frame),
-                "new_users": int(frame["is_new"].sum()) if len(frame) else 0,
-                "users_changing_cluster": moved,
-                "newly_embedded": report.newly_embedded,
-                "reference": report.reference,
-                "reference_agreement": report.reference_agreement,
-            }
+            stats[task], frame = update_summary(report)
             if len(frame):
                 updated.append(frame)
-                for key in _UPDATED_TABLES:
-                    context.log_event(
-                        dg.AssetMaterialization(
-                            asset_key=key,
-                            partition=task,
-                            description=f"incremental update of {len(frame)} users (run {context.run_id})",
-                            metadata={"users_updated": len(frame), "incremental": True},
-                        )
-                    )
+                _record_rewrites(context, task, UPDATED_TABLES, f"incremental update of {len(frame)} users (run "
+                                 f"{context.run_id})", {"users_updated": len(frame)})  # fmt: skip
             context.log.info(f"{task}: {stats[task]}")
     rows = pd.concat(updated, ignore_index=True) if updated else pd.DataFrame()
     return dg.MaterializeResult(
@@ -308,12 +213,6 @@ def incremental_similar_users(
                 continue
             stats[task] = refresh_similar_users(con, task, settings.clustering.similar_users)
             if stats[task]["users"]:
-                context.log_event(
-                    dg.AssetMaterialization(
-                        asset_key="similar_users",
-                        partition=task,
-                        description=f"incremental refresh of {stats[task]['clusters']} clusters",
-                        metadata={**stats[task], "incremental": True},
-                    )
-                )
+                _record_rewrites(context, task, ("similar_users",),
+                                 f"incremental refresh of {stats[task]['clusters']} clusters", stats[task])  # fmt: skip
     return dg.MaterializeResult(metadata={"per_task": dg.MetadataValue.json(stats)})

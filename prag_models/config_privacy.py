@@ -20,4 +20,5 @@ class PrivacySettings(Section):
         "clusterrag_hybrid",
         "clusterrag_two_stage",
         "clusterrag_community",
+        "cfrag",
     )

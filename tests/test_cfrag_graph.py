@@ -83,6 +83,9 @@ def test_cfrag_assets_tables_checks_and_registered_versions(cfrag_config) -> Non
     assert (labels["score"] < 0).all() and set(labels["generator_id"]) == {"fake:v1"}
     spread = labels.groupby("sample_id")["score"].agg(lambda x: x.max() - x.min())
     assert (spread > 0).mean() > 0.5  # gold log-likelihood labels discriminate between candidates
+    consent = retrieved[retrieved["method"].str.contains("@")]  # CFRAG with half the users opted out
+    assert set(consent["method"]) == {"cfrag@consent50"} and consent["sample_id"].nunique() == n_dev
+    retrieved = retrieved[~retrieved["method"].str.contains("@")]
     assert set(retrieved["method"]) == set(CFRAG_METHODS)
     assert len(retrieved) == len(CFRAG_METHODS) * n_dev * 2  # final k = retrieval.k = 2
     own = retrieved[retrieved["method"] == "cfrag_no_user_retrieval"]

@@ -3,6 +3,7 @@ ablations — into rows shaped like the other retrieval tables, with agreement s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -11,9 +12,9 @@ import pandas as pd
 from prag_models.config import Settings
 from prag_models.methods.cfrag import inference
 from prag_models.methods.cfrag.tables import mean_embedding_neighbours, neighbour_lists
-from prag_models.methods.cfrag.variants import CFRAG_METHODS, VARIANTS
+from prag_models.methods.cfrag.variants import CFRAG_METHODS, VARIANTS, Variant
 from prag_models.methods.profiles import ProfileIndex
-from prag_models.stages.retrieval import RETRIEVAL_COLUMNS, load_task_inputs
+from prag_models.stages.retrieval import RETRIEVAL_COLUMNS, consent_scenario, load_task_inputs
 from prag_models.store import read_rows
 
 
@@ -25,8 +26,11 @@ def retrieve_variants(
     user_emb: dict[str, np.ndarray],
     neighbours: dict[str, dict[str, list[str]]],
     models: dict,
+    variants: Sequence[Variant] = VARIANTS,
+    suffix: str = "",
 ) -> list[tuple]:
-    """Rows of every CFRAG variant for every dev sample (prag_models.methods.cfrag.inference)."""
+    """Rows of every CFRAG variant (or the given ones, method names + ``suffix``) for every dev sample
+    (prag_models.methods.cfrag.inference)."""
     queries = [
         inference.CfragQuery(
             s.sample_id,
@@ -37,11 +41,11 @@ def retrieve_variants(
         )  # fmt: skip
         for s in samples.itertuples(index=False)
     ]
-    found = inference.retrieve(index, queries, neighbours, models, settings)
+    found = inference.retrieve(index, queries, neighbours, models, settings, variants)
     return [
-        (task, v.method, q.sample_id, q.user_id, rank, r.doc_id, r.source_user_id, r.score)
+        (task, v.method + suffix, q.sample_id, q.user_id, rank, r.doc_id, r.source_user_id, r.score)
         for q in queries
-        for v in VARIANTS
+        for v in variants
         for rank, r in enumerate(found[(q.sample_id, v.method)], 1)
     ]
 
@@ -80,12 +84,16 @@ def cfrag_retrieval_rows(con, task: str, settings: Settings, models: dict) -> tu
     users = read_rows(con, "cfrag_user_embeddings", {"task": task})
     user_emb = dict(zip(users["user_id"], users["embedding"], strict=True))
     neighbours = {"encoder": neighbour_lists(con, task), "mean": mean_embedding_neighbours(con, task, settings)}
-    frame = pd.DataFrame(
-        retrieve_variants(settings, task, index, samples, user_emb, neighbours, models), columns=RETRIEVAL_COLUMNS
-    )
+    rows = retrieve_variants(settings, task, index, samples, user_emb, neighbours, models)
+    scenario = consent_scenario(index, settings)
+    if scenario and "cfrag" in settings.privacy.consent_cost_methods:  # what consent costs CFRAG (docs/privacy.md)
+        restricted, suffix, _ = scenario
+        full = VARIANTS[:1]
+        rows += retrieve_variants(settings, task, restricted, samples, user_emb, neighbours, models, full, suffix)
+    frame = pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)
     stats = {
         "samples": int(frame["sample_id"].nunique()),
-        "docs_per_sample": round(len(frame) / max(frame["sample_id"].nunique() * len(VARIANTS), 1), 2),
+        "docs_per_sample": round(len(frame) / max(frame["sample_id"].nunique() * frame["method"].nunique(), 1), 2),
         "foreign_doc_share": foreign_share(frame, "cfrag"),
         "same_as_cfrag": {m: agreement(frame, "cfrag", m) for m in CFRAG_METHODS[1:]},
         "coinciding_by_construction": {

@@ -39,6 +39,10 @@ def _ident(name: str) -> str:
 #: How long an open waits for another process's lock on the DuckDB file before it fails (seconds).
 LOCK_TIMEOUT_S = float(os.environ.get("PRAG_DUCKDB_LOCK_TIMEOUT_S", "120"))
 _HOLDER_PID = re.compile(r"PID (\d+)")
+#: DuckDB memory_limit of every connection (e.g. "2GB"; empty = DuckDB's default, 80 % of RAM).
+MEMORY_LIMIT = os.environ.get("PRAG_DUCKDB_MEMORY_LIMIT", "")
+if MEMORY_LIMIT and not re.fullmatch(r"\d+(\.\d+)?\s*[KMGT]i?B", MEMORY_LIMIT):
+    raise ValueError(f"PRAG_DUCKDB_MEMORY_LIMIT={MEMORY_LIMIT!r} is not a size such as 2GB")
 
 
 class DuckDBBusyError(RuntimeError):
@@ -140,6 +144,8 @@ def connect(
         if not read_only:
             stack.enter_context(_writer_intent(p))
         con = _open(p, read_only, LOCK_TIMEOUT_S if timeout_s is None else timeout_s)
+        if MEMORY_LIMIT:  # DuckDB's buffer pool otherwise grows to 80 % of RAM on large tasks (benchmarks/scale.py)
+            con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
         try:
             yield con
         finally:

@@ -56,8 +56,9 @@ class CfragSettings(Section):
     # validation_share of the labelled samples (early stopping after early_stopping_patience epochs).
     # selection_metric says what "best" means: "relevance" = NDCG@k of the candidates against the task's truth for
     # those training samples (relevance labels where the data has them, else the document's label equals the gold
-    # output), falling back to "kl" where the validation samples carry no truth signal; "kl" = the lowest KL to the LLM feedback. The LLM's
-    # preferences can disagree with relevance (a small generator mostly does), and the model is kept for retrieval.
+    # output), falling back to "kl" where the validation samples carry no truth signal; "kl" = the lowest KL to the
+    # LLM feedback. The LLM's preferences can disagree with relevance (a small generator mostly does), and the model
+    # is kept for retrieval.
     selection_metric: Literal["relevance", "kl"] = "relevance"
     train_lr: float = 1e-3
     train_epochs: int = 30

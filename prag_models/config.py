@@ -126,6 +126,12 @@ class RetrievalSettings(Section):
 
     k: int = 3
     seed: int = 0
+    # dense_global at scale (README "Scale"): exact search up to ann_above documents, else an IVF index (sqrt(n)
+    # lists, 8-bit codes, candidates re-scored exactly) probing ann_nprobe lists per query; its recall@k against
+    # exact search is measured on ann_recall_sample queries and recorded in the run's metadata.
+    ann_above: int = 500_000
+    ann_nprobe: int = 32
+    ann_recall_sample: int = 200
     # Methods the LLM evaluation generates for (every retrieval method is also scored without an LLM by
     # lamp_retrieval_evaluation, the CFRAG ablations of §2.8 included; add them here to generate for them too).
     methods: Csv = (

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from prag_models.methods.profiles import ProfileIndex, Retrieved, top_by_cosine
+from prag_models.methods.vector_index import CorpusIndex, knn_rows, merge_top_k
 
 
 def retrieve_random(index: ProfileIndex, user_id: str, k: int, rng: np.random.Generator) -> list[Retrieved]:
@@ -46,23 +47,39 @@ def retrieve_bm25(index: ProfileIndex, user_id: str, query: str, k: int) -> list
 
 
 def retrieve_dense_global(
-    index: ProfileIndex, viewers: Sequence[str], query_vectors: np.ndarray, k: int
+    index: ProfileIndex,
+    viewers: Sequence[str],
+    query_vectors: np.ndarray,
+    k: int,
+    corpus: CorpusIndex | None = None,
 ) -> list[list[Retrieved]]:
-    """Not personalized: the k documents closest to each query among all the viewer may see (its own and every
-    shareable document of the others; exact inner product, FAISS, one search per viewer)."""
-    from prag_models.methods.vector_index import search
-
+    """Not personalized: the k documents closest to each query among all the viewer may see — its own and every
+    shareable document of the others. One batched search over the shareable rows (``corpus``: exact when None, or an
+    IVF index at scale), merged with an exact search of the viewer's own unshared rows."""
     queries = np.atleast_2d(np.asarray(query_vectors, dtype=np.float32))
-    out: list[list[Retrieved]] = [[] for _ in range(len(queries))]
+    corpus = corpus if corpus is not None else CorpusIndex(index.vectors)
+    scores, rows = corpus.search(queries, k, index.visible_mask(None))
     by_viewer: dict[str, list[int]] = {}
     for i, viewer in enumerate(viewers):
         by_viewer.setdefault(viewer, []).append(i)
     for viewer, positions in by_viewer.items():
-        rows = index.visible_rows(viewer)
-        scores, local = search(index.vectors[rows], queries[positions], k)
-        for i, s, r in zip(positions, scores, local, strict=True):
-            out[i] = index.as_retrieved(rows[r[r >= 0]], s[r >= 0])
-    return out
+        if index.shares_all(viewer):  # every own row is already among the shareable ones
+            continue
+        own_s, own_r = knn_rows(index.vectors, index.visible_rows(viewer, [viewer]), queries[positions], k)
+        s, r = merge_top_k([scores[positions], own_s], [rows[positions], own_r], k)
+        scores, rows = _put(scores, positions, s), _put(rows, positions, r)
+    return [index.as_retrieved(r[r >= 0], s[r >= 0]) for s, r in zip(scores, rows, strict=True)]
+
+
+def _put(target: np.ndarray, positions: list[int], values: np.ndarray) -> np.ndarray:
+    """target with the given rows replaced (widened, and padded with -1 / -inf, to fit the values)."""
+    fill = -1 if target.dtype.kind == "i" else -np.inf
+    if values.shape[1] > target.shape[1]:
+        pad = np.full((len(target), values.shape[1] - target.shape[1]), fill, dtype=target.dtype)
+        target = np.concatenate([target, pad], axis=1)
+    target[positions] = fill
+    target[positions, : values.shape[1]] = values
+    return target
 
 
 def retrieve_oracle_community(

@@ -1,11 +1,16 @@
-"""An in-memory view of one task's profile documents: texts, vectors and each user's rows in date order."""
+"""An in-memory view of one task's profile documents: one float32 matrix of vectors, each row's owner as a small
+integer code, ids as one Arrow column, each user's rows in date order; texts are read on demand (task_tables.py).
+
+Nothing here holds a Python object per document, so a 3.7 M-document task costs its vectors plus a few bytes a row.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 
 
 @dataclass(frozen=True)
@@ -18,54 +23,157 @@ class Retrieved:
     score: float
 
 
-@dataclass
+class StrColumn(Sequence[str]):
+    """Read-only strings over one Arrow string array (no Python object per row until one is asked for)."""
+
+    def __init__(self, values: pa.Array | pa.ChunkedArray | Sequence[str]) -> None:
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        self.values = values if isinstance(values, pa.Array) else pa.array(list(values), pa.string())
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, i):  # int or slice, like a list
+        if isinstance(i, slice):
+            return self.values[i].to_pylist()
+        return self.values[int(i)].as_py()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.values.to_pylist())
+
+    def take(self, rows: Sequence[int] | np.ndarray) -> list[str]:
+        """The strings of the given rows."""
+        return self.values.take(pa.array(np.asarray(rows, dtype=np.int64))).to_pylist()
+
+
+class OwnerColumn(Sequence[str]):
+    """Each row's owner as a code into ``names`` (users in order of first appearance)."""
+
+    def __init__(self, codes: np.ndarray, names: Sequence[str]) -> None:
+        self.codes = np.asarray(codes, dtype=np.int32)
+        self.names = list(names)
+
+    @classmethod
+    def of(cls, values: pa.Array | pa.ChunkedArray | Sequence[str]) -> OwnerColumn:
+        """Encode a column of user ids (Arrow or any sequence of strings)."""
+        if isinstance(values, OwnerColumn):
+            return values
+        if not isinstance(values, pa.Array | pa.ChunkedArray):
+            values = pa.array(list(values), pa.string())
+        encoded = _dictionary(values)
+        return cls(encoded.indices.to_numpy(zero_copy_only=False), encoded.dictionary.to_pylist())
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, i):  # int or slice, like a list
+        if isinstance(i, slice):
+            return [self.names[c] for c in self.codes[i]]
+        return self.names[self.codes[int(i)]]
+
+    def __iter__(self) -> Iterator[str]:
+        return (self.names[c] for c in self.codes)
+
+
+def _dictionary(values: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
+    """Dictionary-encode a string column into one DictionaryArray (codes in order of first appearance)."""
+    encoded = values.dictionary_encode()
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = encoded.unify_dictionaries().combine_chunks()
+    return encoded
+
+
+def _grouped(codes: np.ndarray, n_users: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows ordered by owner, then row; start of each owner's run) — no copy when rows are already by owner."""
+    if len(codes) and bool((np.diff(codes) < 0).any()):
+        order = np.argsort(codes, kind="stable")
+    else:
+        order = np.arange(len(codes), dtype=np.int64)
+    return order, np.searchsorted(codes[order], np.arange(n_users + 1)).astype(np.int64)
+
+
+@dataclass(eq=False)
 class ProfileIndex:
     """Documents of all users of a task; rows of a user are kept in profile (date) order.
 
     ``shareable[row]`` says whether a document may be shown to users other than its owner (docs/privacy.md: its
     owner shares and it is not private; ``prag_models.privacy.shareable_flags``). An index built without the flags
-    shares nothing. Every read of rows goes through ``visible_rows``: a viewer sees its own documents and the
-    shareable documents of the others — there is no other way to a user's rows.
+    shares nothing. Every read of rows goes through ``visible_rows`` (or ``visible_mask``, the same rule as a mask
+    over every row, for whole-corpus searches): a viewer sees its own documents and the shareable documents of the
+    others — there is no other way to a user's rows.
     """
 
-    doc_ids: list[str]
-    user_ids: list[str]
-    texts: list[str]
+    doc_ids: Sequence[str]
+    user_ids: Sequence[str]
+    texts: Sequence[str]
     vectors: np.ndarray  # (n_docs, d), unit rows
     shareable: np.ndarray | None = None  # (n_docs,) bool; None = nothing leaves its owner
-    _rows_by_user: dict[str, np.ndarray] = field(init=False, repr=False)
-    _shared_by_user: dict[str, np.ndarray] = field(init=False, repr=False)
+    _code_of: dict[str, int] = field(init=False, repr=False)
+    _rows_by_user: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False)
+    _shared_by_user: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        by_user: dict[str, list[int]] = {}
-        for row, user in enumerate(self.user_ids):
-            by_user.setdefault(user, []).append(row)
-        self._rows_by_user = {u: np.asarray(r, dtype=np.int64) for u, r in by_user.items()}
-        flags = np.zeros(len(self.user_ids), dtype=bool) if self.shareable is None else np.asarray(self.shareable)
-        if flags.shape != (len(self.user_ids),):
-            raise ValueError(f"shareable has shape {flags.shape}, expected ({len(self.user_ids)},)")
-        self.shareable = flags.astype(bool)
-        self._shared_by_user = {u: r[self.shareable[r]] for u, r in self._rows_by_user.items()}
+        owners = OwnerColumn.of(self.user_ids)
+        self.user_ids = owners
+        n = len(owners)
+        flags = np.zeros(n, dtype=bool) if self.shareable is None else np.asarray(self.shareable)
+        if flags.shape != (n,):
+            raise ValueError(f"shareable has shape {flags.shape}, expected ({n},)")
+        self.shareable = flags.astype(bool, copy=False)
+        self._code_of = {u: i for i, u in enumerate(owners.names)}
+        order, starts = _grouped(owners.codes, len(owners.names))
+        self._rows_by_user = (order, starts)
+        shared = order[self.shareable[order]]
+        self._shared_by_user = (shared, np.searchsorted(owners.codes[shared], np.arange(len(owners.names) + 1)))
 
-    def visible_rows(self, viewer: str, owners: Sequence[str] | None = None) -> np.ndarray:
+    @property
+    def owners(self) -> OwnerColumn:
+        """Each row's owner as a code (``owners.codes``) into the task's users (``owners.names``)."""
+        return self.user_ids  # type: ignore[return-value]
+
+    @property
+    def users(self) -> list[str]:
+        """Every user with documents, in order of first appearance."""
+        return self.owners.names
+
+    def _run(self, user: str, own: bool) -> np.ndarray:
+        """One user's rows (all of them, or only the shareable ones)."""
+        code = self._code_of.get(user)
+        if code is None:
+            return np.zeros(0, dtype=np.int64)
+        rows, starts = self._rows_by_user if own else self._shared_by_user
+        return rows[starts[code] : starts[code + 1]]
+
+    def visible_rows(self, viewer: str | None, owners: Sequence[str] | None = None) -> np.ndarray:
         """Rows of the owners' documents the viewer may see, owner by owner in the given order (None = every user in
-        index order): all of the viewer's own rows, only the shareable rows of anyone else."""
-        owners = list(self._rows_by_user) if owners is None else owners
-        parts = [
-            (self._rows_by_user if u == viewer else self._shared_by_user)[u]
-            for u in dict.fromkeys(owners)
-            if u in self._rows_by_user
-        ]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        index order): all of the viewer's own rows, only the shareable rows of anyone else (viewer None: a user with
+        no documents, who sees only shareable rows)."""
+        owners = self.users if owners is None else owners
+        parts = [self._run(u, u == viewer) for u in dict.fromkeys(owners) if u in self._code_of]
+        return np.concatenate(parts).astype(np.int64, copy=False) if parts else np.zeros(0, dtype=np.int64)
+
+    def visible_mask(self, viewer: str | None = None) -> np.ndarray:
+        """The same rule over every row at once: True where the viewer may see the row (None: shareable rows)."""
+        if viewer is None:
+            return self.shareable.copy()  # type: ignore[union-attr]
+        mask = self.shareable.copy()  # type: ignore[union-attr]
+        mask[self._run(viewer, True)] = True
+        return mask
 
     def shares_all(self, user_id: str) -> bool:
         """Whether every document of the user is shareable (then it sees exactly what the others see of it)."""
-        rows = self._rows_by_user.get(user_id)
-        return rows is None or len(self._shared_by_user[user_id]) == len(rows)
+        return len(self._run(user_id, True)) == len(self._run(user_id, False))
 
     def with_shareable(self, shareable: np.ndarray) -> ProfileIndex:
         """The same documents under other sharing flags (the consent-cost evaluation)."""
         return ProfileIndex(self.doc_ids, self.user_ids, self.texts, self.vectors, shareable)
+
+    def with_opted_out(self, users: Sequence[str]) -> ProfileIndex:
+        """The same documents with the given users' consent withdrawn (none of their rows shareable any more)."""
+        codes = [self._code_of[u] for u in users if u in self._code_of]
+        out = np.isin(self.owners.codes, np.asarray(codes, dtype=np.int32))
+        return self.with_shareable(self.shareable & ~out)  # type: ignore[operator]
 
     def as_retrieved(self, rows: Sequence[int], scores: Sequence[float]) -> list[Retrieved]:
         """Wrap rows and scores into Retrieved records."""

@@ -1,34 +1,142 @@
 """Reads shared by the retrieval methods: a task's profile index (documents with their embeddings) and its users'
-embeddings with their clusters, from the DuckDB tables the embeddings and users stages write."""
+embeddings with their clusters, from the DuckDB tables the embeddings and users stages write.
+
+The index is built without a Python object per document: the keys (owner, id, the embedding's rowid) come sorted
+from DuckDB as Arrow, the vectors stream in record batches straight into one float32 matrix, and the texts stay in
+DuckDB until a method asks for them (``DocumentTexts``, a block of whole users at a time).
+"""
 
 from __future__ import annotations
 
-import pandas as pd
+from collections.abc import Sequence
 
-from prag_models.methods.profiles import ProfileIndex
-from prag_models.privacy import shareable_flags
-from prag_models.store import column_to_matrix
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from prag_models.methods.profiles import OwnerColumn, ProfileIndex, StrColumn
+from prag_models.privacy import private_documents, user_consents
+from prag_models.store import column_to_matrix, iter_batches
+
+#: Rows of texts read from DuckDB at once by DocumentTexts (whole users; a user larger than this is read alone).
+TEXT_BLOCK_ROWS = 262_144
+_ORDER = "ORDER BY p.user_id, p.position, p.doc_id"
+_KEYS = (
+    "SELECT e.rowid AS rid, p.user_id, p.doc_id FROM profile_documents p JOIN document_embeddings e "
+    f"USING (task, user_id, doc_id) WHERE p.task = ? {_ORDER}"
+)
+
+
+class DocumentTexts(Sequence[str]):
+    """The texts of an index's rows, read from profile_documents a block of whole users at a time (the index itself
+    holds none). Needs the index's rows grouped by owner, as ``read_profile_index`` orders them."""
+
+    def __init__(self, con, task: str, owners: OwnerColumn, doc_ids: StrColumn, block_rows: int = TEXT_BLOCK_ROWS):
+        if len(owners.codes) and bool((np.diff(owners.codes) < 0).any()):
+            raise ValueError("DocumentTexts needs the rows grouped by owner")
+        self.con, self.task, self.owners, self.doc_ids, self.block_rows = con, task, owners, doc_ids, block_rows
+        self._starts = np.searchsorted(owners.codes, np.arange(len(owners.names) + 1))
+        self._lo = self._hi = 0
+        self._texts: list[str] = []
+        self.blocks_read = 0
+
+    def __len__(self) -> int:
+        return len(self.owners)
+
+    def __getitem__(self, row):  # int or slice, like a list
+        if isinstance(row, slice):
+            return [self[i] for i in range(*row.indices(len(self)))]
+        row = int(row) + (len(self) if int(row) < 0 else 0)
+        if not self._lo <= row < self._hi:
+            self._load(row)
+        return self._texts[row - self._lo]
+
+    def _load(self, row: int) -> None:
+        """Read the block of whole users that starts with the owner of ``row``."""
+        first = int(self.owners.codes[row])
+        last = max(first, int(np.searchsorted(self._starts, self._starts[first] + self.block_rows, "right")) - 2)
+        lo, hi = int(self._starts[first]), int(self._starts[last + 1])
+        names = self.owners.names
+        found = self.con.sql(
+            "SELECT user_id, doc_id, text FROM profile_documents WHERE task = ? AND user_id BETWEEN ? AND ?",
+            params=[self.task, names[first], names[last]],
+        ).to_arrow_table()
+        lookup = dict(zip(zip(found["user_id"].to_pylist(), found["doc_id"].to_pylist(), strict=True),
+                          found["text"].to_pylist(), strict=True))  # fmt: skip
+        keys = zip(self.owners[lo:hi], self.doc_ids[lo:hi], strict=True)
+        self._texts, self._lo, self._hi = [lookup[key] for key in keys], lo, hi
+        self.blocks_read += 1
+
+
+def _vectors(con, task: str, rid: np.ndarray) -> np.ndarray:
+    """The embedding of each index row (rid: the row's document_embeddings rowid), streamed in record batches."""
+    n = len(rid)
+    if n == 0:
+        return np.zeros((0, 0), dtype=np.float32)
+    row_of = np.full(int(rid.max()) + 1, -1, dtype=np.int64)
+    row_of[rid] = np.arange(n)
+    out: np.ndarray | None = None
+    filled = np.zeros(n, dtype=bool)
+    for batch in iter_batches(con, "SELECT rowid AS rid, embedding FROM document_embeddings WHERE task = ?", [task]):
+        r = batch["rid"].to_numpy()
+        rows = np.full(len(r), -1, dtype=np.int64)
+        inside = r < len(row_of)
+        rows[inside] = row_of[r[inside]]
+        keep = rows >= 0
+        if not keep.any():
+            continue
+        matrix = column_to_matrix(batch["embedding"])
+        if out is None:
+            out = np.empty((n, matrix.shape[1]), dtype=np.float32)
+        out[rows[keep]] = matrix[keep]
+        filled[rows[keep]] = True
+    assert out is not None
+    missing = np.flatnonzero(~filled)  # a document listed twice shares its embedding row
+    out[missing] = out[row_of[rid[missing]]]
+    return out
+
+
+def shareable_mask(con, task: str, keys: pa.Table, owners: OwnerColumn, default_share: bool) -> np.ndarray:
+    """privacy.shareable_flags without a Python object per row: the owner shares (consent per user) and the
+    document is not private (keys: user_id, doc_id per row)."""
+    consent = user_consents(con, task)
+    per_user = np.asarray([consent.get(u, default_share) for u in owners.names], dtype=bool)
+    flags = per_user[owners.codes] if len(per_user) else np.zeros(len(owners), dtype=bool)
+    private = private_documents(con, task)
+    if private:
+        wanted = pa.array([f"{u}\x1f{d}" for u, d in private], pa.string())
+        joined = pc.binary_join_element_wise(keys["user_id"], keys["doc_id"], "\x1f")
+        flags &= ~pc.is_in(joined, value_set=wanted).to_numpy(zero_copy_only=False)
+    return flags
+
+
+def read_profile_index(con, task: str, *, default_share: bool) -> ProfileIndex:
+    """The task's profile documents as an index (profile order, sharing flags of docs/privacy.md), texts on demand."""
+    keys = con.sql(_KEYS, params=[task]).to_arrow_table()
+    owners, doc_ids = OwnerColumn.of(keys["user_id"]), StrColumn(keys["doc_id"])
+    vectors = _vectors(con, task, keys["rid"].to_numpy())
+    shareable = shareable_mask(con, task, keys, owners, default_share)
+    return ProfileIndex(doc_ids, owners, DocumentTexts(con, task, owners, doc_ids), vectors, shareable)
 
 
 def profile_index(con, task: str, *, default_share: bool) -> tuple[ProfileIndex, pd.DataFrame]:
-    """The task's profile documents as an index (profile order, with the sharing flags of docs/privacy.md) and their
-    rows (with fields_json)."""
-
+    """The task's profile index with every text in memory, and its rows (doc_id, user_id, text, fields_json) in the
+    index's order — for the callers that show every document (CFRAG feedback)."""
+    index = read_profile_index(con, task, default_share=default_share)
     docs = con.execute(
-        "SELECT p.doc_id, p.user_id, p.text, p.fields_json, e.embedding FROM profile_documents p "
-        "JOIN document_embeddings e USING (task, user_id, doc_id) WHERE task = ? ORDER BY p.user_id, p.position",
+        "SELECT p.doc_id, p.user_id, p.text, p.fields_json FROM profile_documents p JOIN document_embeddings e "
+        f"USING (task, user_id, doc_id) WHERE task = ? {_ORDER}",
         [task],
     ).df()
-    vectors = column_to_matrix(docs["embedding"].tolist())
-    users, ids = docs["user_id"].tolist(), docs["doc_id"].tolist()
-    shareable = shareable_flags(con, task, users, ids, default_share)
-    return ProfileIndex(ids, users, docs["text"].tolist(), vectors, shareable), docs
+    texts: Sequence[str] = docs["text"].tolist()
+    return ProfileIndex(index.doc_ids, index.owners, texts, index.vectors, index.shareable), docs
 
 
-def clustered_users(con, task: str) -> pd.DataFrame:
+def clustered_users(con, task: str) -> pa.Table:
     """user_id, embedding (z_u) and cluster of every clustered user of the task, by user id."""
-    return con.execute(
+    return con.sql(
         "SELECT e.user_id, e.embedding, c.cluster FROM user_embeddings e JOIN user_clusters c "
         "USING (task, user_id) WHERE task = ? ORDER BY e.user_id",
-        [task],
-    ).df()
+        params=[task],
+    ).to_arrow_table()

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -12,7 +14,8 @@ from prag_models.config import Settings
 from prag_models.methods import baselines, clusterrag
 from prag_models.methods.community import CommunityRetriever
 from prag_models.methods.profiles import ProfileIndex, Retrieved
-from prag_models.methods.task_tables import clustered_users, profile_index
+from prag_models.methods.task_tables import clustered_users, read_profile_index
+from prag_models.methods.vector_index import CorpusIndex
 from prag_models.privacy import opted_out_users
 from prag_models.store import column_to_matrix, table_exists
 from prag_models.users.embeddings import normalize_rows
@@ -31,14 +34,16 @@ CLUSTERRAG_METHODS = (
 def load_task_inputs(
     con, task: str, with_neighbours: bool = True, *, default_share: bool
 ) -> tuple[ProfileIndex, pd.DataFrame, dict[str, list[str]]]:
-    """The task's profile index (with its sharing flags), its dev samples with query vectors, and each user's
-    similar users."""
-    index, _ = profile_index(con, task, default_share=default_share)
-    samples = con.execute(
+    """The task's profile index (with its sharing flags; texts read on demand), its dev samples with query vectors
+    (rows of one float32 matrix), and each user's similar users."""
+    index = read_profile_index(con, task, default_share=default_share)
+    table = con.sql(
         "SELECT s.sample_id, s.user_id, s.query, q.embedding FROM lamp_samples s JOIN query_embeddings q "
         "USING (task, sample_id) WHERE task = ? AND s.split = 'dev' ORDER BY s.sample_id",
-        [task],
-    ).df()
+        params=[task],
+    ).to_arrow_table()
+    samples = table.drop(["embedding"]).to_pandas()
+    samples["embedding"] = list(column_to_matrix(table["embedding"], index.vectors.shape[1]))
     neighbours: dict[str, list[str]] = {}
     if not with_neighbours:
         return index, samples, neighbours
@@ -47,6 +52,19 @@ def load_task_inputs(
     ).fetchall():
         neighbours.setdefault(user, []).append(nb)
     return index, samples, neighbours
+
+
+def query_matrix(samples: pd.DataFrame, dim: int) -> np.ndarray:
+    """The samples' query vectors as one (n, d) float32 matrix."""
+    return column_to_matrix(samples["embedding"].tolist(), dim)
+
+
+def by_user(samples: pd.DataFrame) -> list[tuple[str, list[int]]]:
+    """Sample positions grouped by user, users in id order (the order the index and its texts are stored in)."""
+    groups: dict[str, list[int]] = {}
+    for i, user in enumerate(samples["user_id"]):
+        groups.setdefault(user, []).append(i)
+    return sorted(groups.items())
 
 
 def _rows(task: str, method: str, sample_id: str, user_id: str, found: list[Retrieved]) -> list[tuple]:
@@ -63,18 +81,34 @@ def summary(frame: pd.DataFrame) -> dict:
     }
 
 
+def _timed(seconds: dict[str, float] | None, name: str, t0: float) -> None:
+    """Add the time since t0 to seconds[name] (when timing is asked for)."""
+    if seconds is not None:
+        seconds[name] = round(seconds.get(name, 0.0) + time.perf_counter() - t0, 2)
+
+
 def run_baselines(
-    settings: Settings, task: str, index: ProfileIndex, samples: pd.DataFrame, planted: dict[str, int] | None = None
+    settings: Settings,
+    task: str,
+    index: ProfileIndex,
+    samples: pd.DataFrame,
+    planted: dict[str, int] | None = None,
+    corpus: CorpusIndex | None = None,
+    seconds: dict[str, float] | None = None,
 ) -> list[tuple]:
     """Random, recency, BM25 and dense retrieval over each sample's own profile; dense over all users' documents
-    (not personalized); and, where the planted communities are known (demo), dense over the true community."""
+    (not personalized; ``corpus``: exact when None); and, where the planted communities are known (demo), dense over
+    the true community."""
     k = settings.retrieval.k
     rng = np.random.default_rng(settings.retrieval.seed)
     rows: list[tuple] = []
-    queries = column_to_matrix(samples["embedding"].tolist(), index.vectors.shape[1])
-    found_global = baselines.retrieve_dense_global(index, samples["user_id"].tolist(), queries, k)
+    users, texts = samples["user_id"].tolist(), samples["query"].tolist()
+    t0 = time.perf_counter()
+    found_global = baselines.retrieve_dense_global(index, users, query_matrix(samples, index.vectors.shape[1]), k,
+                                                   corpus)  # fmt: skip
     for s, found in zip(samples.itertuples(), found_global, strict=True):
         rows += _rows(task, "dense_global", s.sample_id, s.user_id, found)
+    _timed(seconds, "dense_global", t0)
     members: dict[int, list[str]] = {}
     for user, community in (planted or {}).items():
         members.setdefault(community, []).append(user)
@@ -83,12 +117,17 @@ def run_baselines(
             q = np.asarray(s.embedding, dtype=np.float32)
             found = baselines.retrieve_oracle_community(index, s.user_id, members[planted[s.user_id]], q, k)
             rows += _rows(task, "oracle_community", s.sample_id, s.user_id, found)
-    for s in samples.itertuples():
+    t0 = time.perf_counter()
+    bm25 = {i: baselines.retrieve_bm25(index, user, texts[i], k) for user, pos in by_user(samples) for i in pos}
+    _timed(seconds, "bm25", t0)
+    t0 = time.perf_counter()
+    for i, s in enumerate(samples.itertuples()):
         q = np.asarray(s.embedding, dtype=np.float32)
         rows += _rows(task, "random", s.sample_id, s.user_id, baselines.retrieve_random(index, s.user_id, k, rng))
         rows += _rows(task, "recency", s.sample_id, s.user_id, baselines.retrieve_recency(index, s.user_id, k))
-        rows += _rows(task, "bm25", s.sample_id, s.user_id, baselines.retrieve_bm25(index, s.user_id, s.query, k))
+        rows += _rows(task, "bm25", s.sample_id, s.user_id, bm25[i])
         rows += _rows(task, "dense", s.sample_id, s.user_id, baselines.retrieve_dense(index, s.user_id, q, k))
+    _timed(seconds, "random_recency_dense", t0)
     return rows
 
 
@@ -99,29 +138,42 @@ def run_clusterrag(
     samples: pd.DataFrame,
     neighbours: dict[str, list[str]],
     community: CommunityRetriever | None = None,
+    methods: Collection[str] = CLUSTERRAG_METHODS,
+    seconds: dict[str, float] | None = None,
 ) -> tuple[list[tuple], dict]:
-    """The three ClusterRAG profile modes, the two-stage retrieval over the hybrid pool and the community-wide mode."""
+    """The three ClusterRAG profile modes, the two-stage retrieval over the hybrid pool (clustered once per user,
+    users one after the other: one pool in memory) and the community-wide mode; ``methods`` limits which run."""
     k, c = settings.retrieval.k, settings.clustering
     rows: list[tuple] = []
-    if community is not None:
-        for s in samples.itertuples():
-            found = community.retrieve(s.user_id, np.asarray(s.embedding, dtype=np.float32), k)
+    queries = query_matrix(samples, index.vectors.shape[1])
+    t0 = time.perf_counter()
+    if community is not None and "clusterrag_community" in methods:
+        found_all = community.retrieve_many(samples["user_id"].tolist(), queries, k)
+        for s, found in zip(samples.itertuples(), found_all, strict=True):
             rows += _rows(task, "clusterrag_community", s.sample_id, s.user_id, found)
-    pools: dict[str, clusterrag.DocumentClusters] = {}
+    _timed(seconds, "clusterrag_community", t0)
+    t0 = time.perf_counter()
+    two_stage: dict[int, list[Retrieved]] = {}
     scored, pool_sizes = [], []
-    for s in samples.itertuples():
-        q = np.asarray(s.embedding, dtype=np.float32)
+    for user, positions in by_user(samples) if "clusterrag_two_stage" in methods else []:
+        pool = index.visible_rows(user, clusterrag.profile_users("hybrid", user, neighbours.get(user, [])))
+        clusters = clusterrag.cluster_documents(index, pool, c.two_stage_min_cluster_size)
+        for i in positions:
+            two_stage[i], n_scored = clusterrag.retrieve_two_stage(index, clusters, queries[i], k,
+                                                                   c.two_stage_top_clusters)  # fmt: skip
+            scored.append(n_scored)
+            pool_sizes.append(len(pool))
+    _timed(seconds, "clusterrag_two_stage", t0)
+    t0 = time.perf_counter()
+    modes = [m for m in clusterrag.PROFILE_MODES if f"clusterrag_{m}" in methods]
+    for i, s in enumerate(samples.itertuples()):
         nb = neighbours.get(s.user_id, [])
-        for mode in clusterrag.PROFILE_MODES:
-            found = clusterrag.retrieve_profile_mode(index, mode, s.user_id, nb, q, k)
+        for mode in modes:
+            found = clusterrag.retrieve_profile_mode(index, mode, s.user_id, nb, queries[i], k)
             rows += _rows(task, f"clusterrag_{mode}", s.sample_id, s.user_id, found)
-        if s.user_id not in pools:
-            pool = index.visible_rows(s.user_id, clusterrag.profile_users("hybrid", s.user_id, nb))
-            pools[s.user_id] = clusterrag.cluster_documents(index, pool, c.two_stage_min_cluster_size)
-        found, n_scored = clusterrag.retrieve_two_stage(index, pools[s.user_id], q, k, c.two_stage_top_clusters)
-        scored.append(n_scored)
-        pool_sizes.append(len(pools[s.user_id].rows))
-        rows += _rows(task, "clusterrag_two_stage", s.sample_id, s.user_id, found)
+        if i in two_stage:
+            rows += _rows(task, "clusterrag_two_stage", s.sample_id, s.user_id, two_stage[i])
+    _timed(seconds, "clusterrag_profile_modes", t0)
     cost = {
         "two_stage_docs_scored_mean": float(np.mean(scored)) if scored else 0.0,
         "hybrid_pool_mean": float(np.mean(pool_sizes)) if pool_sizes else 0.0,
@@ -140,12 +192,13 @@ def planted_communities(con, task: str) -> dict[str, int] | None:
 def community_retriever(con, task: str, index: ProfileIndex, settings: Settings) -> CommunityRetriever:
     """The community-wide retriever of a task over its user clusters and unit user embeddings z_u."""
     users = clustered_users(con, task)
-    vectors = normalize_rows(column_to_matrix(users["embedding"].tolist(), index.vectors.shape[1]))
+    vectors = normalize_rows(column_to_matrix(users["embedding"], index.vectors.shape[1]))
+    ids = users["user_id"].to_pylist()
     c = settings.clustering
     return CommunityRetriever(
         index,
-        dict(zip(users["user_id"], users["cluster"].astype(int), strict=True)),
-        dict(zip(users["user_id"], vectors, strict=True)),
+        dict(zip(ids, users["cluster"].to_numpy().astype(int).tolist(), strict=True)),
+        dict(zip(ids, vectors, strict=True)),
         c.community_user_weight,
         c.community_top_n,
     )
@@ -158,9 +211,8 @@ def consent_scenario(index: ProfileIndex, settings: Settings) -> tuple[ProfileIn
     p = settings.privacy
     if p.consent_cost_share <= 0:
         return None
-    out = opted_out_users(index.user_ids, p.consent_cost_share, p.consent_cost_seed)
-    flags = np.asarray(index.shareable) & ~np.isin(np.asarray(index.user_ids), sorted(out))
-    return index.with_shareable(flags), f"@consent{round(100 * (1 - p.consent_cost_share))}", len(out)
+    out = opted_out_users(index.users, p.consent_cost_share, p.consent_cost_seed)
+    return index.with_opted_out(sorted(out)), f"@consent{round(100 * (1 - p.consent_cost_share))}", len(out)
 
 
 def _consent_only(rows: list[tuple], suffix: str, settings: Settings) -> list[tuple]:
@@ -170,31 +222,45 @@ def _consent_only(rows: list[tuple], suffix: str, settings: Settings) -> list[tu
 
 
 def baseline_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The rows of baseline_retrievals for one task (with the consent-cost rows of dense_global) and their summary."""
+    """The rows of baseline_retrievals for one task (with the consent-cost rows of dense_global), their summary and
+    how dense_global searched (exact, or IVF with its recall@k against exact search on a sample of the queries)."""
     index, samples, _ = load_task_inputs(con, task, False, default_share=settings.privacy.default_share)
-    rows = run_baselines(settings, task, index, samples, planted_communities(con, task))
+    rs, seconds = settings.retrieval, {}
+    t0 = time.perf_counter()
+    corpus = CorpusIndex.build(index.vectors, rs.ann_above, rs.ann_nprobe, rs.seed)
+    queries = query_matrix(samples, index.vectors.shape[1])
+    search = {"index": corpus.kind, "documents": len(index.doc_ids), "build_seconds": round(corpus.build_seconds, 2),
+              "recall_at_k_vs_exact": corpus.recall_at_k(queries, rs.k, index.visible_mask(None), rs.ann_recall_sample),
+              "recall_sample": min(rs.ann_recall_sample, len(samples)) if corpus.ivf is not None else 0}  # fmt: skip
+    _timed(seconds, "dense_global_index", t0)
+    rows = run_baselines(settings, task, index, samples, planted_communities(con, task), corpus, seconds)
     scenario = consent_scenario(index, settings)
     if scenario and "dense_global" in settings.privacy.consent_cost_methods:
-        k, queries = settings.retrieval.k, column_to_matrix(samples["embedding"].tolist(), index.vectors.shape[1])
-        found = baselines.retrieve_dense_global(scenario[0], samples["user_id"].tolist(), queries, k)
+        t0 = time.perf_counter()
+        found = baselines.retrieve_dense_global(scenario[0], samples["user_id"].tolist(), queries, rs.k, corpus)
         rows += [r for s, f in zip(samples.itertuples(), found, strict=True)
                  for r in _rows(task, "dense_global" + scenario[1], s.sample_id, s.user_id, f)]  # fmt: skip
+        _timed(seconds, "dense_global" + scenario[1], t0)
     frame = pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)
-    return frame, summary(frame)
+    return frame, {**summary(frame), "dense_global_search": search, "seconds": seconds}
 
 
 def clusterrag_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The rows of clusterrag_retrievals for one task (with the consent-cost rows), their summary and the two-stage
     cost."""
     index, samples, neighbours = load_task_inputs(con, task, default_share=settings.privacy.default_share)
+    seconds: dict[str, float] = {}
     community = community_retriever(con, task, index, settings)
-    rows, cost = run_clusterrag(settings, task, index, samples, neighbours, community)
+    rows, cost = run_clusterrag(settings, task, index, samples, neighbours, community, seconds=seconds)
     scenario = consent_scenario(index, settings)
-    if scenario and set(settings.privacy.consent_cost_methods) & set(CLUSTERRAG_METHODS):
+    wanted = [m for m in CLUSTERRAG_METHODS if m in settings.privacy.consent_cost_methods]
+    if scenario and wanted:
         restricted, suffix, n_out = scenario
-        more, _ = run_clusterrag(settings, task, restricted, samples, neighbours,
-                                 community_retriever(con, task, restricted, settings))  # fmt: skip
+        more_seconds: dict[str, float] = {}
+        again = community_retriever(con, task, restricted, settings)
+        more, _ = run_clusterrag(settings, task, restricted, samples, neighbours, again, wanted, more_seconds)
         rows += _consent_only(more, suffix, settings)
-        cost["consent_cost"] = {"opted_out_users": n_out, "users": len(set(index.user_ids)), "suffix": suffix}
+        seconds |= {m + suffix: v for m, v in more_seconds.items()}
+        cost["consent_cost"] = {"opted_out_users": n_out, "users": len(index.users), "suffix": suffix}
     frame = pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)
-    return frame, {**summary(frame), **cost}
+    return frame, {**summary(frame), **cost, "seconds": seconds}

@@ -135,3 +135,43 @@ def test_opting_out_removes_only_those_users_documents():
     assert {index.user_ids[i] for i in changed} == {"u001"}
     with pytest.raises(ValueError, match="shape"):
         ProfileIndex(["a"], ["u"], ["t"], np.ones((1, 2), dtype=np.float32), np.ones(2, dtype=bool))
+
+
+def test_two_stage_small_pools_scored_directly_agree_with_the_ivf_lists(monkeypatch):
+    from prag_models.methods import clusterrag
+
+    index = _corpus(n_users=10, per=30)
+    rows = np.arange(len(index.doc_ids))
+    small = clusterrag.cluster_documents(index, rows, 2)
+    assert small.ivf is None and small.sizes.sum() == len(rows)
+    monkeypatch.setattr(clusterrag, "IVF_MIN_POOL", 1)
+    listed = clusterrag.index_clusters(index, rows, small.labels)
+    assert listed.ivf is not None
+    np.testing.assert_allclose(listed.centroids, small.centroids)
+    for q in _unit(np.random.default_rng(5).standard_normal((30, 16))):
+        a, cost_a = clusterrag.retrieve_two_stage(index, small, q, 4, 2)
+        b, cost_b = clusterrag.retrieve_two_stage(index, listed, q, 4, 2)
+        assert [r.row for r in a] == [r.row for r in b] and cost_a == cost_b
+        np.testing.assert_allclose([r.score for r in a], [r.score for r in b], rtol=1e-5)
+
+
+def test_cfrag_histories_from_batches_equal_the_whole_table_reading():
+    from prag_models.hashing import data_version
+    from prag_models.methods.cfrag.candidates import user_histories
+    from prag_models.methods.cfrag.tables import history_version, task_histories
+    from prag_models.store import column_to_matrix, read_rows
+
+    index = _corpus(n_users=8, per=6)
+    con = duckdb.connect()
+    _write_task(con, index)
+    con.execute("CREATE OR REPLACE TABLE document_embeddings AS SELECT e.task, e.user_id, e.doc_id, p.position, "
+                "'m' AS model_id, e.doc_id || 'h' AS content_hash, e.embedding FROM document_embeddings e "
+                "JOIN profile_documents p USING (task, user_id, doc_id)")  # fmt: skip
+    con.execute("CREATE TABLE lamp_samples AS SELECT 'T' task, 'u999' user_id")
+    users, histories, matrix, keys = task_histories(con, "T")
+    docs = read_rows(con, "document_embeddings", {"task": "T"}, order_by="user_id, position")
+    assert users == sorted({*index.users, "u999"})
+    assert {u: list(h) for u, h in histories.items()} == user_histories(docs["user_id"].tolist())
+    np.testing.assert_array_equal(matrix, column_to_matrix(docs["embedding"].tolist()))
+    cols = ["user_id", "doc_id", "position", "model_id", "content_hash"]
+    assert history_version(keys) == data_version(docs[cols])

@@ -38,6 +38,8 @@ def retrieve_profile_mode(
 HDBSCAN_MAX_POOL = 5000
 #: Up to this pool size HDBSCAN runs its exact pairwise ("generic") algorithm (memory: pool² doubles).
 HDBSCAN_GENERIC_MAX_POOL = 2000
+#: From this pool size on the clusters are searched through a FAISS IVF index whose lists are the clusters.
+IVF_MIN_POOL = 4096
 
 
 @dataclass
@@ -51,6 +53,8 @@ class DocumentClusters:
     ivf: object = None  # faiss.IndexIVFFlat over the pool, list c = cluster c; ids are pool positions
     sizes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # documents per cluster
     quantizer: object = None  # the centroid index the IVF index points to (kept alive with it)
+    members: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # pool positions by cluster
+    starts: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # cluster c: members[starts[c]:]
 
 
 def _labels(x: np.ndarray, min_cluster_size: int, seed: int) -> np.ndarray:
@@ -90,7 +94,8 @@ def cluster_documents(
 
 
 def index_clusters(index: ProfileIndex, rows: np.ndarray, labels: np.ndarray) -> DocumentClusters:
-    """Centroids and the IVF index (list c = the pool documents labelled c) of a labelled pool."""
+    """Centroids and the lists (list c = the pool documents labelled c) of a labelled pool; a FAISS IVF index over
+    those lists from IVF_MIN_POOL documents on (smaller pools: the listed documents are scored with one product)."""
     import faiss
 
     x = np.ascontiguousarray(index.vectors[rows], dtype=np.float32)
@@ -98,16 +103,21 @@ def index_clusters(index: ProfileIndex, rows: np.ndarray, labels: np.ndarray) ->
     n = int(labels.max()) + 1 if len(labels) else 0
     if n == 0:
         return DocumentClusters(rows, labels, np.zeros((0, x.shape[1]), dtype=np.float32))
-    sums = np.zeros((n, x.shape[1]), dtype=np.float64)
-    np.add.at(sums, labels, x)
+    members = np.argsort(labels, kind="stable")
     sizes = np.bincount(labels, minlength=n).astype(np.int64)
-    centroids = normalize_rows(sums / sizes[:, None])
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    sums = np.zeros((n, x.shape[1]), dtype=np.float64)
+    filled = sizes > 0
+    sums[filled] = np.add.reduceat(x[members].astype(np.float64), starts[:-1][filled], axis=0)
+    centroids = normalize_rows(sums / np.maximum(sizes, 1)[:, None])
+    if len(x) < IVF_MIN_POOL:
+        return DocumentClusters(rows, labels, centroids, None, sizes, None, members, starts)
     quantizer = faiss.IndexFlatIP(x.shape[1])
     quantizer.add(centroids)
     ivf = faiss.IndexIVFFlat(quantizer, x.shape[1], n, faiss.METRIC_INNER_PRODUCT)
     ivf.is_trained = True  # the lists are our clusters: no k-means inside FAISS
     ivf.add_core(len(x), faiss.swig_ptr(x), None, faiss.swig_ptr(labels))
-    return DocumentClusters(rows, labels, centroids, ivf, sizes, quantizer)
+    return DocumentClusters(rows, labels, centroids, ivf, sizes, quantizer, members, starts)
 
 
 def retrieve_two_stage(
@@ -119,7 +129,7 @@ def retrieve_two_stage(
     If the B clusters hold fewer than k documents, further clusters are added in centroid order.
     Returns the documents and the number of documents scored (the O(K + B·N/K) cost: centroids + listed documents).
     """
-    if len(clusters.rows) == 0 or clusters.ivf is None:
+    if len(clusters.rows) == 0 or len(clusters.centroids) == 0:
         return [], 0
     q = np.ascontiguousarray(np.atleast_2d(query_vector), dtype=np.float32)
     n_clusters = len(clusters.centroids)
@@ -130,6 +140,11 @@ def retrieve_two_stage(
         probe += 1
     chosen = order[:probe]
     size = int(clusters.sizes[chosen].sum())
+    if clusters.ivf is None:  # a small pool: score the chosen lists' documents directly
+        listed = np.concatenate([clusters.members[clusters.starts[c] : clusters.starts[c + 1]] for c in chosen])
+        scores = index.vectors[clusters.rows[listed]] @ q[0]
+        top = np.lexsort((listed, -scores))[:k]
+        return index.as_retrieved(clusters.rows[listed[top]], scores[top]), size + n_clusters
     clusters.ivf.nprobe = probe  # search_preassigned takes exactly nprobe lists per query
     scores, local = clusters.ivf.search_preassigned(
         q, min(k, size), chosen[None, :].astype(np.int64), cos[chosen][None, :].astype(np.float32)

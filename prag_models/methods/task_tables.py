@@ -69,8 +69,9 @@ class DocumentTexts(Sequence[str]):
         self.blocks_read += 1
 
 
-def _vectors(con, task: str, rid: np.ndarray) -> np.ndarray:
-    """The embedding of each index row (rid: the row's document_embeddings rowid), streamed in record batches."""
+def vectors_by_rowid(con, task: str, rid: np.ndarray) -> np.ndarray:
+    """The document_embeddings vector of each row (rid: its rowid in that table), streamed in record batches into
+    one float32 matrix (no sort of the vectors, no Python object per row)."""
     n = len(rid)
     if n == 0:
         return np.zeros((0, 0), dtype=np.float32)
@@ -115,7 +116,7 @@ def read_profile_index(con, task: str, *, default_share: bool) -> ProfileIndex:
     """The task's profile documents as an index (profile order, sharing flags of docs/privacy.md), texts on demand."""
     keys = con.sql(_KEYS, params=[task]).to_arrow_table()
     owners, doc_ids = OwnerColumn.of(keys["user_id"]), StrColumn(keys["doc_id"])
-    vectors = _vectors(con, task, keys["rid"].to_numpy())
+    vectors = vectors_by_rowid(con, task, keys["rid"].to_numpy())
     shareable = shareable_mask(con, task, keys, owners, default_share)
     return ProfileIndex(doc_ids, owners, DocumentTexts(con, task, owners, doc_ids), vectors, shareable)
 

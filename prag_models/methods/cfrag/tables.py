@@ -3,16 +3,19 @@ embeddings and similar users, and the ``cfrag_models`` rows of registered models
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from prag_models.config import Settings
-from prag_models.methods.cfrag.candidates import user_histories
 from prag_models.methods.cfrag.probes import PROBE_DOCS, PROBE_ROWS, Probe, loss_trend
+from prag_models.methods.profiles import OwnerColumn
+from prag_models.methods.task_tables import vectors_by_rowid
 from prag_models.store import column_to_matrix, read_rows, table_exists
 
 MODELS_TABLE = "cfrag_models"
@@ -23,15 +26,36 @@ def model_dir(settings: Settings, task: str, kind: str) -> Path:
     return settings.home_path / "models" / task / kind
 
 
-def task_histories(con, task: str) -> tuple[list[str], dict[str, list[int]], np.ndarray, pd.DataFrame]:
-    """Users of the task (with documents or samples), their histories (rows in profile order) and the doc matrix."""
-    docs = read_rows(con, "document_embeddings", {"task": task}, order_by="user_id, position")
-    histories = user_histories(docs["user_id"].tolist())
+_HISTORY_COLUMNS = ["user_id", "doc_id", "position", "model_id", "content_hash"]
+
+
+def task_histories(con, task: str) -> tuple[list[str], dict[str, range], np.ndarray, pa.Table]:
+    """Users of the task (with documents or samples), their histories (rows in profile order, a range each), the doc
+    matrix and the rows' keys (user_id, doc_id, position, model_id, content_hash) — the keys sorted in DuckDB, the
+    vectors streamed into one float32 matrix (no Python object per document)."""
+    keys = con.sql(
+        f"SELECT rowid AS rid, {', '.join(_HISTORY_COLUMNS)} FROM document_embeddings WHERE task = ? "
+        "ORDER BY user_id, position, doc_id",
+        params=[task],
+    ).to_arrow_table()
+    matrix = vectors_by_rowid(con, task, keys["rid"].to_numpy())
+    owners = OwnerColumn.of(keys["user_id"])
+    starts = np.searchsorted(owners.codes, np.arange(len(owners.names) + 1))
+    histories = {u: range(int(starts[i]), int(starts[i + 1])) for i, u in enumerate(owners.names)}
     sample_users = {
         u for (u,) in con.execute("SELECT DISTINCT user_id FROM lamp_samples WHERE task = ?", [task]).fetchall()
     }
     users = sorted(set(histories) | sample_users)
-    return users, histories, column_to_matrix(docs["embedding"].tolist()), docs
+    return users, histories, matrix, keys.select(_HISTORY_COLUMNS)
+
+
+def history_version(keys: pa.Table) -> str:
+    """``hashing.data_version`` of the keys as one DataFrame, computed a record batch at a time."""
+    digest = hashlib.sha256(",".join(keys.column_names).encode())
+    for batch in keys.to_batches(max_chunksize=65_536):
+        digest.update(pd.util.hash_pandas_object(batch.to_pandas(), index=False).to_numpy().tobytes())
+    digest.update(b"|")
+    return digest.hexdigest()[:16]
 
 
 def load_probe(con, task: str) -> Probe:

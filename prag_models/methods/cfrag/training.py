@@ -15,7 +15,7 @@ from prag_models.data.truth import load_truth
 from prag_models.hashing import data_version
 from prag_models.methods.cfrag.feedback import load_training_set, projection_targets
 from prag_models.methods.cfrag.probes import single_thread
-from prag_models.methods.cfrag.tables import task_histories
+from prag_models.methods.cfrag.tables import history_version, task_histories
 from prag_models.methods.cfrag.training_set import TrainingSet, new_reranker, rerank_samples
 
 _ENCODER_PARAMS = ("max_history", "heads", "dropout", "finetune_doc_embeddings", "crop_ratio", "mask_ratio",
@@ -45,13 +45,13 @@ def train_task_user_encoder(
     from prag_models.methods.cfrag.user_encoder import train_user_encoder
 
     c = settings.cfrag
-    _, histories, matrix, docs = task_histories(con, task)
+    _, histories, matrix, keys = task_histories(con, task)
     started = time.perf_counter()
     with single_thread():
         model, curve = train_user_encoder([histories[u] for u in sorted(histories)], matrix, c, progress)
     params = {k: getattr(c, k) for k in _ENCODER_PARAMS}
-    params |= {"task": task, "users": len(histories), "documents": len(docs)}
-    version = data_version(docs[["user_id", "doc_id", "position", "model_id", "content_hash"]])
+    params |= {"task": task, "users": len(histories), "documents": keys.num_rows}
+    version = history_version(keys)
     return Trained("user_encoder", model, curve, params, version, time.perf_counter() - started)
 
 

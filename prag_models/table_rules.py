@@ -15,6 +15,7 @@ from prag_models.metrics import metric_bounds
 from prag_models.privacy import unshareable_retrievals
 from prag_models.store import column_to_matrix, table_exists
 from prag_models.users.incremental import STATE_TABLE
+from prag_models.users.neighbour_refresh import REFRESH_TABLE, UPDATES_TABLE
 from prag_models.validation import Expect, between, has_columns, in_set, matrix_problems, min_rows, not_null, unique
 
 #: (connection, task, table rows, settings) → problems that GX has no expectation for.
@@ -209,59 +210,81 @@ def evaluation_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> li
     return problems
 
 
-# Tables of the dynamic-user (history) assets: an incremental update never leaves a user without one cluster.
+# Tables of the dynamic-user (history) assets: an incremental update never leaves a user without one cluster. Given
+# the run that made the update, the rules read only the rows it changed (its users, the neighbour lists it refreshed).
 
 
-def _count(con, sql: str, task: str) -> int:
-    """A count query with the task as its only parameter (repeated for every '?')."""
-    return int(con.execute(sql, [task] * sql.count("?")).fetchall()[0][0])
+def _count(con, sql: str, task: str, run_id: str | None = None) -> int:
+    """A count query with the task for every '?' (and the run id for every '$run')."""
+    sql = sql.replace("$run", "$2").replace("?", "$1")
+    return int(con.execute(sql, [task, run_id] if "$2" in sql else [task]).fetchall()[0][0])
 
 
-def one_cluster_problems(con, task: str, settings: Settings) -> list[str]:
-    """Users without exactly one non-negative cluster, or clustered users without an embedding."""
+def one_cluster_problems(con, task: str, settings: Settings, run_id: str | None = None) -> list[str]:
+    """Users without exactly one non-negative cluster, or clustered users without an embedding — among the users
+    the incremental run ``run_id`` updated (every user when None)."""
+    scope = (
+        f"AND user_id IN (SELECT user_id FROM {UPDATES_TABLE} WHERE task = ? AND run_id = $run)" if run_id else ""
+    )
     problems = []
     checks = {
         "users with an embedding but no cluster": "SELECT count(*) FROM user_embeddings e WHERE e.task = ? AND NOT "
-        "EXISTS (SELECT 1 FROM user_clusters c WHERE c.task = e.task AND c.user_id = e.user_id)",
+        f"EXISTS (SELECT 1 FROM user_clusters c WHERE c.task = e.task AND c.user_id = e.user_id) {scope}",
         "users with more than one cluster row": "SELECT count(*) FROM (SELECT user_id FROM user_clusters "
-        "WHERE task = ? GROUP BY user_id HAVING count(*) > 1)",
+        f"WHERE task = ? {scope} GROUP BY user_id HAVING count(*) > 1)",
         "users with a null or negative cluster": "SELECT count(*) FROM user_clusters WHERE task = ? AND "
-        "(cluster IS NULL OR cluster < 0)",
+        f"(cluster IS NULL OR cluster < 0) {scope}",
         "clustered users without an embedding": "SELECT count(*) FROM user_clusters c WHERE c.task = ? AND NOT "
-        "EXISTS (SELECT 1 FROM user_embeddings e WHERE e.task = c.task AND e.user_id = c.user_id)",
+        f"EXISTS (SELECT 1 FROM user_embeddings e WHERE e.task = c.task AND e.user_id = c.user_id) {scope}",
     }
     for what, sql in checks.items():
-        if n := _count(con, sql, task):
+        if n := _count(con, sql, task, run_id):
             problems.append(f"{n} {what}")
     if has_table(con, HISTORY_TABLE) and has_table(con, "profile_documents"):
         sql = (
             f"SELECT count(DISTINCT h.user_id) FROM {HISTORY_TABLE} h JOIN profile_documents p USING (task, user_id, "
             "doc_id, content_hash) WHERE h.task = ? AND NOT EXISTS (SELECT 1 FROM user_clusters c WHERE "
-            "c.task = h.task AND c.user_id = h.user_id)"
+            f"c.task = h.task AND c.user_id = h.user_id) {scope.replace('AND user_id', 'AND h.user_id')}"
         )
-        if n := _count(con, sql, task):
+        if n := _count(con, sql, task, run_id):
             problems.append(f"{n} users with applied history have no cluster")
     return problems
 
 
-def neighbour_problems(con, task: str, settings: Settings) -> list[str]:
-    """Neighbour pairs across clusters or with the user itself, or more than k neighbours for a user."""
+def neighbour_problems(con, task: str, settings: Settings, run_id: str | None = None) -> list[str]:
+    """Neighbour pairs across clusters or with the user itself, or more than k neighbours for a user — in the lists
+    the incremental run ``run_id`` refreshed (every list when None)."""
+    scope = (
+        f"AND s.user_id IN (SELECT user_id FROM {REFRESH_TABLE} WHERE task = ? AND run_id = $run)" if run_id else ""
+    )
     problems = []
     cross = (
         "SELECT count(*) FROM similar_users s JOIN user_clusters a ON a.task = s.task AND a.user_id = s.user_id "
         "JOIN user_clusters b ON b.task = s.task AND b.user_id = s.neighbour_id WHERE s.task = ? AND "
-        "(a.cluster <> b.cluster OR s.user_id = s.neighbour_id)"
+        f"(a.cluster <> b.cluster OR s.user_id = s.neighbour_id) {scope}"
     )
-    if n := _count(con, cross, task):
+    if n := _count(con, cross, task, run_id):
         problems.append(f"{n} neighbour pairs cross clusters or pair a user with itself")
     k = settings.clustering.similar_users
-    over = f"SELECT count(*) FROM (SELECT user_id FROM similar_users WHERE task = ? GROUP BY 1 HAVING count(*) > {k})"
-    if n := _count(con, over, task):
+    over = (
+        f"SELECT count(*) FROM (SELECT s.user_id FROM similar_users s WHERE s.task = ? {scope} GROUP BY 1 "
+        f"HAVING count(*) > {k})"
+    )
+    if n := _count(con, over, task, run_id):
         problems.append(f"{n} users have more than {k} neighbours")
     return problems
 
 
-def state_problems(con, task: str, settings: Settings) -> list[str]:
+def changed_rows(con, task: str, run_id: str) -> dict[str, int]:
+    """How many users an incremental run updated and how many neighbour lists it refreshed (what its checks read)."""
+    out = {}
+    for name, table in (("users_updated", UPDATES_TABLE), ("lists_refreshed", REFRESH_TABLE)):
+        sql = f"SELECT count(DISTINCT user_id) FROM {table} WHERE task = ? AND run_id = $run"
+        out[name] = _count(con, sql, task, run_id) if has_table(con, table) else 0
+    return out
+
+
+def state_problems(con, task: str, settings: Settings, run_id: str | None = None) -> list[str]:
     """cluster_state must hold every clustered user with the same cluster, and fit rows with embeddings."""
     sql = (
         f"SELECT count(*) FROM (SELECT user_id, cluster FROM user_clusters WHERE task = ?) u FULL OUTER JOIN "

@@ -117,3 +117,31 @@ def test_refreshing_only_affected_lists_equals_a_full_recomputation():
     full = neighbour_table("t", users, k).to_pandas().to_numpy()
     key = lambda rows: sorted((r[1], r[3], r[2]) for r in rows)  # noqa: E731
     assert key(merged) == key(full) and mask.sum() < 200
+
+
+def test_history_checks_read_only_the_rows_their_run_changed():
+    from prag_models.config import Settings
+    from prag_models.table_rules import changed_rows, neighbour_problems, one_cluster_problems
+    from prag_models.users.neighbour_refresh import REFRESH_DDL, REFRESH_TABLE, UPDATES_TABLE
+
+    con = duckdb.connect()
+    users = [f"u{i}" for i in range(6)]
+    con.execute("CREATE TABLE user_embeddings AS SELECT 'T' task, unnest($1) user_id", [users])
+    con.execute("CREATE TABLE user_clusters AS SELECT 'T' task, unnest($1) user_id, unnest($2) cluster",
+                [users[:5], [0, 0, 1, 1, 1]])  # fmt: skip  # u5: an embedding, no cluster
+    con.execute("CREATE TABLE similar_users AS SELECT 'T' task, unnest($1) user_id, unnest($2) neighbour_id",
+                [["u0", "u1", "u2", "u3"], ["u1", "u0", "u0", "u4"]])  # fmt: skip  # u2 -> u0 crosses clusters
+    con.execute(f"CREATE TABLE {UPDATES_TABLE} AS SELECT 'T' task, 'r1' run_id, unnest(['u0', 'u3']) user_id")
+    con.execute(REFRESH_DDL)
+    con.execute(f"INSERT INTO {REFRESH_TABLE} SELECT 'T', 'r1', now()::TIMESTAMP, unnest(['u0', 'u1', 'u3'])")
+    settings = Settings()
+    assert one_cluster_problems(con, "T", settings, "r1") == []  # u5 was not part of run r1
+    assert neighbour_problems(con, "T", settings, "r1") == []  # nor was u2's list
+    assert one_cluster_problems(con, "T", settings) == ["1 users with an embedding but no cluster"]
+    assert neighbour_problems(con, "T", settings) == ["1 neighbour pairs cross clusters or pair a user with itself"]
+    con.execute(f"INSERT INTO {UPDATES_TABLE} VALUES ('T', 'r2', 'u5')")
+    con.execute(f"INSERT INTO {REFRESH_TABLE} SELECT 'T', 'r2', now()::TIMESTAMP, 'u2'")
+    assert one_cluster_problems(con, "T", settings, "r2") == ["1 users with an embedding but no cluster"]
+    crossing = ["1 neighbour pairs cross clusters or pair a user with itself"]
+    assert neighbour_problems(con, "T", settings, "r2") == crossing
+    assert changed_rows(con, "T", "r1") == {"users_updated": 2, "lists_refreshed": 3}

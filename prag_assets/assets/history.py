@@ -211,7 +211,7 @@ def incremental_similar_users(
             if not has_table(con, "similar_users"):
                 stats[task] = {"skipped": "similar_users does not exist yet"}
                 continue
-            stats[task] = refresh_similar_users(con, task, settings.clustering.similar_users)
+            stats[task] = refresh_similar_users(con, task, settings.clustering.similar_users, context.run_id)
             if stats[task]["users"]:
                 _record_rewrites(context, task, ("similar_users",),
                                  f"incremental refresh of {stats[task]['clusters']} clusters", stats[task])  # fmt: skip

@@ -18,6 +18,10 @@ from prag_models.users.embeddings import normalize_rows
 from prag_models.users.similar import clustered_user_vectors, neighbour_table
 
 UPDATES_TABLE = "incremental_updates"
+#: The users whose lists an incremental run refreshed (what its neighbour check reads).
+REFRESH_TABLE = "neighbour_refreshes"
+REFRESH_DDL = f"CREATE TABLE IF NOT EXISTS {REFRESH_TABLE} (task VARCHAR, run_id VARCHAR, refreshed_at TIMESTAMP, " \
+    "user_id VARCHAR)"  # fmt: skip
 
 
 def _in(con: duckdb.DuckDBPyConnection, name: str, column: str, values: pa.Array) -> None:
@@ -46,8 +50,9 @@ def affected_users(
     return hit
 
 
-def refresh_similar_users(con: duckdb.DuckDBPyConnection, task: str, k: int) -> dict[str, int]:
-    """Recompute the neighbour lists that the pending updates can change (see the module docstring)."""
+def refresh_similar_users(con: duckdb.DuckDBPyConnection, task: str, k: int, run_id: str = "") -> dict[str, int]:
+    """Recompute the neighbour lists that the pending updates can change (see the module docstring); the refreshed
+    users are recorded under the run id (table neighbour_refreshes)."""
     if not con.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_name = ? AND table_schema = 'main'", [UPDATES_TABLE]
     ).fetchall()[0][0]:
@@ -91,6 +96,9 @@ def refresh_similar_users(con: duckdb.DuckDBPyConnection, task: str, k: int) -> 
         con.register("_inc_rows", frame)
         con.execute("INSERT INTO similar_users (task, user_id, neighbour_id, rank, similarity) SELECT * FROM _inc_rows")
         con.execute(f"UPDATE {UPDATES_TABLE} SET neighbours_refreshed = true WHERE task = ?", [task])
+        con.execute(REFRESH_DDL)
+        con.execute(f"INSERT INTO {REFRESH_TABLE} SELECT ?, ?, now()::TIMESTAMP, user_id FROM _inc_refreshed",
+                    [task, run_id])  # fmt: skip
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")

@@ -78,10 +78,12 @@ def per_sample_scores(
     was asked to retrieve for (a sample without rows scores 0). ``relevant`` maps a sample to its relevant doc ids
     (None: no relevance metrics); ``doc_labels`` + ``golds`` enable label-hit@k (None: not reported).
     """
-    ranked = {
-        key: group.sort_values("rank")["doc_id"].astype(str).tolist()
-        for key, group in runs.groupby(["method", "sample_id"], sort=False)
-    }
+    ranked: dict[tuple[str, str], list[str]] = {}
+    if len(runs):
+        ordered = runs.sort_values(["method", "sample_id", "rank"], kind="stable")
+        keys = zip(ordered["method"].tolist(), ordered["sample_id"].tolist(), strict=True)
+        for key, doc in zip(keys, ordered["doc_id"].astype(str).tolist(), strict=True):
+            ranked.setdefault(key, []).append(doc)
     rows: list[tuple[str, str, str, float]] = []
     for method, samples in method_samples.items():
         for sample in samples:

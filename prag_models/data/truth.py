@@ -7,8 +7,10 @@ Both the retrieval evaluation (dev samples) and CFRAG's model selection (held-ou
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+
+import pyarrow as pa
 
 from prag_models.data.tasks import lamp1_references
 from prag_models.store import table_exists
@@ -51,8 +53,9 @@ class Truth:
         return float(self.labels.get(doc_id) == gold)
 
 
-def load_truth(con, task: str, split: str) -> Truth:
-    """The truth of a task's samples of one split (``dev`` for the evaluation, ``train`` for model selection)."""
+def load_truth(con, task: str, split: str, doc_ids: Collection[str] | None = None) -> Truth:
+    """The truth of a task's samples of one split (``dev`` for the evaluation, ``train`` for model selection); the
+    labels of the given documents only (e.g. those some method retrieved), of every document when None."""
     samples = con.execute(
         "SELECT sample_id, input, gold FROM lamp_samples WHERE task = ? AND split = ?", [task, split]
     ).fetchall()
@@ -68,6 +71,14 @@ def load_truth(con, task: str, split: str) -> Truth:
                     relevant.setdefault(str(sample), set()).add(str(doc))
     labels = None
     if task in LABEL_FIELDS:
-        rows = con.execute("SELECT doc_id, fields_json FROM profile_documents WHERE task = ?", [task]).fetchall()
+        sql, params = "SELECT doc_id, fields_json FROM profile_documents WHERE task = ?", [task]
+        if doc_ids is not None:
+            con.register("_truth_docs", pa.table({"doc_id": pa.array(sorted(set(doc_ids)), pa.string())}))
+            sql += " AND doc_id IN (SELECT doc_id FROM _truth_docs)"
+        try:
+            rows = con.execute(sql, params).fetchall()
+        finally:
+            if doc_ids is not None:
+                con.unregister("_truth_docs")
         labels = {str(d): document_label(task, json.loads(f)) for d, f in rows}
     return Truth(relevant, labels, {s: g for s, g in golds.items() if g is not None})

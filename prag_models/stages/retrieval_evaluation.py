@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import pandas as pd
@@ -31,10 +32,12 @@ def load_runs(con, task: str) -> tuple[pd.DataFrame, dict[str, list[str]]]:
     return runs, method_samples
 
 
-def load_truth(con, task: str) -> tuple[dict[str, set[str]] | None, dict[str, str] | None, dict[str, str]]:
-    """Relevant docs per dev sample (None without relevance labels), doc labels (None for tasks without) and golds
-    in the labels' terms (prag_models.data.truth)."""
-    truth = data_truth.load_truth(con, task, "dev")
+def load_truth(
+    con, task: str, doc_ids: Collection[str] | None = None
+) -> tuple[dict[str, set[str]] | None, dict[str, str] | None, dict[str, str]]:
+    """Relevant docs per dev sample (None without relevance labels), labels of the given docs (of all when None;
+    None for tasks without labels) and golds in the labels' terms (prag_models.data.truth)."""
+    truth = data_truth.load_truth(con, task, "dev", doc_ids)
     return truth.relevant, truth.labels, truth.golds
 
 
@@ -45,7 +48,8 @@ Scored = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 def retrieval_evaluation_tables(con, task: str, k: int) -> tuple[Scored | None, dict[str, Any]]:
     """Score a task's retrieval tables: per-sample scores, the summary with intervals, the paired comparisons."""
     runs, method_samples = load_runs(con, task)
-    relevant, labels, golds = load_truth(con, task)
+    retrieved = runs["doc_id"].astype(str).unique().tolist() if "doc_id" in runs else []
+    relevant, labels, golds = load_truth(con, task, retrieved)  # the labels of the retrieved documents only
     scores = rev.per_sample_scores(runs, method_samples, k, relevant, labels, golds)
     if scores.empty:
         return None, {}

@@ -223,6 +223,8 @@ def _count(con, sql: str, task: str, run_id: str | None = None) -> int:
 def one_cluster_problems(con, task: str, settings: Settings, run_id: str | None = None) -> list[str]:
     """Users without exactly one non-negative cluster, or clustered users without an embedding — among the users
     the incremental run ``run_id`` updated (every user when None)."""
+    if run_id and not has_table(con, UPDATES_TABLE):
+        return []  # no incremental update has run on this file: the run changed no user
     scope = (
         f"AND user_id IN (SELECT user_id FROM {UPDATES_TABLE} WHERE task = ? AND run_id = $run)" if run_id else ""
     )
@@ -254,6 +256,8 @@ def one_cluster_problems(con, task: str, settings: Settings, run_id: str | None 
 def neighbour_problems(con, task: str, settings: Settings, run_id: str | None = None) -> list[str]:
     """Neighbour pairs across clusters or with the user itself, or more than k neighbours for a user — in the lists
     the incremental run ``run_id`` refreshed (every list when None)."""
+    if run_id and not has_table(con, REFRESH_TABLE):
+        return []  # no neighbour list was ever refreshed incrementally: the run changed none
     scope = (
         f"AND s.user_id IN (SELECT user_id FROM {REFRESH_TABLE} WHERE task = ? AND run_id = $run)" if run_id else ""
     )

@@ -9,6 +9,8 @@ measured on a sample of the queries by ``recall_at_k``.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +21,23 @@ BLOCK_ROWS = 65_536
 QUERY_BLOCK = 2048
 #: Up to this many (query, row) pairs the exact search is one NumPy product.
 SMALL = 1 << 20
+
+
+@contextmanager
+def numpy_blas_threads(n: int = 1) -> Iterator[None]:
+    """NumPy's and SciPy's BLAS limited to n threads, FAISS's own left as it is: per-user loops of small products
+    (a profile, a pool, HDBSCAN's distances) stop waiting for spinning BLAS threads, which on a busy 2-core machine
+    made them up to 10x slower (benchmarks/scale.py)."""
+    from threadpoolctl import ThreadpoolController
+
+    controller = ThreadpoolController()
+    blas = controller.select(user_api="blas").lib_controllers
+    paths = [lib.filepath for lib in blas if "faiss" not in lib.filepath]
+    if not paths:
+        yield
+        return
+    with controller.select(filepath=paths).limit(limits=n):
+        yield
 
 
 def flat_index(vectors: np.ndarray):  # noqa: ANN201 - faiss.IndexFlatIP, imported lazily

@@ -15,7 +15,7 @@ from prag_models.methods import baselines, clusterrag
 from prag_models.methods.community import CommunityRetriever
 from prag_models.methods.profiles import ProfileIndex, Retrieved
 from prag_models.methods.task_tables import clustered_users, read_profile_index
-from prag_models.methods.vector_index import CorpusIndex
+from prag_models.methods.vector_index import CorpusIndex, numpy_blas_threads
 from prag_models.privacy import opted_out_users
 from prag_models.store import column_to_matrix, table_exists
 from prag_models.users.embeddings import normalize_rows
@@ -102,13 +102,28 @@ def run_baselines(
     k = settings.retrieval.k
     rng = np.random.default_rng(settings.retrieval.seed)
     rows: list[tuple] = []
-    users, texts = samples["user_id"].tolist(), samples["query"].tolist()
     t0 = time.perf_counter()
-    found_global = baselines.retrieve_dense_global(index, users, query_matrix(samples, index.vectors.shape[1]), k,
-                                                   corpus)  # fmt: skip
+    queries = query_matrix(samples, index.vectors.shape[1])
+    found_global = baselines.retrieve_dense_global(index, samples["user_id"].tolist(), queries, k, corpus)
     for s, found in zip(samples.itertuples(), found_global, strict=True):
         rows += _rows(task, "dense_global", s.sample_id, s.user_id, found)
     _timed(seconds, "dense_global", t0)
+    with numpy_blas_threads(1):  # the rest: per-sample loops of small products
+        rows += _own_profile_rows(task, index, samples, planted, k, rng, seconds)
+    return rows
+
+
+def _own_profile_rows(
+    task: str,
+    index: ProfileIndex,
+    samples: pd.DataFrame,
+    planted: dict[str, int] | None,
+    k: int,
+    rng: np.random.Generator,
+    seconds: dict[str, float] | None,
+) -> list[tuple]:
+    """oracle_community (where planted communities are known), then random, recency, BM25 and dense per sample."""
+    rows: list[tuple] = []
     members: dict[int, list[str]] = {}
     for user, community in (planted or {}).items():
         members.setdefault(community, []).append(user)
@@ -118,6 +133,7 @@ def run_baselines(
             found = baselines.retrieve_oracle_community(index, s.user_id, members[planted[s.user_id]], q, k)
             rows += _rows(task, "oracle_community", s.sample_id, s.user_id, found)
     t0 = time.perf_counter()
+    texts = samples["query"].tolist()
     bm25 = {i: baselines.retrieve_bm25(index, user, texts[i], k) for user, pos in by_user(samples) for i in pos}
     _timed(seconds, "bm25", t0)
     t0 = time.perf_counter()
@@ -143,6 +159,21 @@ def run_clusterrag(
 ) -> tuple[list[tuple], dict]:
     """The three ClusterRAG profile modes, the two-stage retrieval over the hybrid pool (clustered once per user,
     users one after the other: one pool in memory) and the community-wide mode; ``methods`` limits which run."""
+    with numpy_blas_threads(1):  # per-user loops of small products (FAISS keeps its threads)
+        return _clusterrag(settings, task, index, samples, neighbours, community, methods, seconds)
+
+
+def _clusterrag(
+    settings: Settings,
+    task: str,
+    index: ProfileIndex,
+    samples: pd.DataFrame,
+    neighbours: dict[str, list[str]],
+    community: CommunityRetriever | None,
+    methods: Collection[str],
+    seconds: dict[str, float] | None,
+) -> tuple[list[tuple], dict]:
+    """run_clusterrag's work."""
     k, c = settings.retrieval.k, settings.clustering
     rows: list[tuple] = []
     queries = query_matrix(samples, index.vectors.shape[1])

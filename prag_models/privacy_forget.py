@@ -208,6 +208,15 @@ def flag_models(client: Any, erasure: Erasure, tasks: set[str]) -> list[str]:
     return sorted(flagged)
 
 
+def erased_users(con, task: str) -> set[str]:
+    """Users with an erasure on record for the task (or for every task): loading the source files again skips them,
+    so an erased user does not come back with the next materialization (the audit is the suppression list)."""
+    if not table_exists(con, AUDIT_TABLE):
+        return set()
+    sql = f"SELECT DISTINCT user_id FROM {AUDIT_TABLE} WHERE task = ? OR task IS NULL"
+    return {u for (u,) in con.execute(sql, [task]).fetchall()}
+
+
 def user_tasks(con, user_id: str) -> set[str]:
     """The tasks in which the user has samples or documents (before the erasure)."""
     out: set[str] = set()

@@ -14,7 +14,9 @@ from prag_models.data.source import (
     sample_profiles_frame,
     samples_frame,
     user_profiles,
+    without_users,
 )
+from prag_models.privacy_forget import erased_users
 from prag_models.store import read_rows, replace_many, replace_rows
 
 GROUP = "lamp_data"
@@ -30,21 +32,29 @@ GROUP = "lamp_data"
     description="LaMP questions and golds of the train and dev splits (demo or LaMP folder), validated on load "
     "(every task's files before anything is written), each user's sharing consent and the documents' visibility "
     "(tables user_sharing, document_visibility; docs/privacy.md); for the demo also its planted truth (tables "
-    "relevance_labels, planted_communities). Metadata counts the undated profile documents per task.",
+    "relevance_labels, planted_communities). Users erased by `prag forget` are skipped (erasure_audit). Metadata "
+    "counts the undated profile documents and the skipped erased users per task.",
 )
 def lamp_samples(
     context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
 ) -> dg.MaterializeResult:
     """Load and validate the tasks' LaMP files; write lamp_samples, lamp_sample_profiles and the demo's truth."""
     settings = prag_settings.get()
-    loaded = {task: load_task_samples(settings, task) for task in run_tasks(context, settings)}
+    tasks = run_tasks(context, settings)
+    with duckdb.connect() as con:
+        erased = {task: erased_users(con, task) for task in tasks}
+    loaded = {task: load_task_samples(settings, task) for task in tasks}
     counts: dict[str, int] = {}
+    skipped: dict[str, int] = {}
     undated = {
         task: undated_documents(s for samples in splits.values() for s in samples) for task, splits in loaded.items()
     }
     writes = []  # every table of every task, built (and validated) before anything is written
-    for task, splits in loaded.items():
+    for task in list(loaded):
         relevance, communities = demo_truth_frames(settings, task)
+        splits, relevance, communities, skipped[task] = without_users(loaded[task], relevance, communities,
+                                                                      erased[task])  # fmt: skip
+        loaded[task] = splits
         sharing, visibility = task_sharing(settings, task, splits)  # consent and visibility (docs/privacy.md)
         where = {"task": task}
         writes += [
@@ -67,6 +77,7 @@ def lamp_samples(
             "source": settings.data.source,
             "undated_documents": dg.MetadataValue.json(undated),
             "undated_policy": settings.data.undated,
+            "erased_users_skipped": dg.MetadataValue.json(skipped),
             "preview": preview(last) if last is not None else "_no task_",
             **table,
         }

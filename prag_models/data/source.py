@@ -49,6 +49,22 @@ def load_task_samples(settings: Settings, task: str) -> dict[str, list[LampSampl
     return splits
 
 
+def without_users(
+    splits: dict[str, list[LampSample]], relevance: pd.DataFrame, communities: pd.DataFrame, users: set[str]
+) -> tuple[dict[str, list[LampSample]], pd.DataFrame, pd.DataFrame, int]:
+    """The loaded splits and the demo's truth without the given users (erased ones: docs/privacy.md), and how many
+    users went: their samples, their profiles' documents among the relevance labels, their community rows."""
+    if not users:
+        return splits, relevance, communities, 0
+    gone = {s.user_id for split in splits.values() for s in split if s.user_id in users}
+    kept = {name: [s for s in split if s.user_id not in users] for name, split in splits.items()}
+    samples = {s.sample_id for split in kept.values() for s in split}
+    docs = {d.doc_id for split in kept.values() for s in split for d in s.profile}
+    relevance = relevance[relevance["sample_id"].isin(samples) & relevance["doc_id"].isin(docs)]
+    communities = communities[~communities["user_id"].isin(users)]
+    return kept, relevance, communities, len(gone)
+
+
 def samples_frame(task: str, splits: dict[str, list[LampSample]]) -> pd.DataFrame:
     """One row per sample: task, split, sample_id, user_id, input, query, gold."""
     rows = [

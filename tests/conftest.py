@@ -11,6 +11,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One worker per core: a second OpenMP thread (torch, llama.cpp) would wait at every barrier for the core the
+    # other worker holds, which made the real-model tests several times slower than on one thread.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,7 +28,8 @@ def write_config(path: Path, home: Path, generator_backend: str = "llama_cpp", *
     """Write a prag.toml for a tiny demo; sections override tables (e.g. data={"tasks": [...]})."""
     base = {
         "data": {"demo_users": 16, "demo_communities": 3, "demo_dev_samples": 4},
-        "generator": {"backend": generator_backend, "max_new_tokens": 16},
+        # one llama.cpp thread: the tests run on two workers, one per core (see OMP_NUM_THREADS above)
+        "generator": {"backend": generator_backend, "max_new_tokens": 16, "threads": 1},
         "retrieval": {"k": 2},
         "clustering": {"similar_users": 2},
     }

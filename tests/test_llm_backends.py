@@ -192,7 +192,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = _free_port()
     base = f"http://127.0.0.1:{port}/v1"
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(packaged_gguf_path()), "--host", "127.0.0.1",
-           "--port", str(port), "--n_ctx", "1024", "--n_threads", "2"]  # fmt: skip
+           "--port", str(port), "--n_ctx", "1024", "--n_threads", "1"]  # fmt: skip
     log_path = tmp_path_factory.mktemp("llama_server") / "server.log"
     with open(log_path, "wb") as log:  # a file, not a pipe: the server's verbose log would fill a pipe and block it
         env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}

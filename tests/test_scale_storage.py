@@ -3,6 +3,7 @@ SQL content hashes, and incremental neighbour lists equal to a full recomputatio
 
 import duckdb
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -145,3 +146,28 @@ def test_history_checks_read_only_the_rows_their_run_changed():
     crossing = ["1 neighbour pairs cross clusters or pair a user with itself"]
     assert neighbour_problems(con, "T", settings, "r2") == crossing
     assert changed_rows(con, "T", "r1") == {"users_updated": 2, "lists_refreshed": 3}
+
+
+def test_delta_write_equals_replacing_the_users_rows_and_keeps_unchanged_rows():
+    from prag_models.users.row_writes import replace_user_rows, with_users, write_user_delta
+
+    def table(con):
+        rows = [("T", u, f"d{i}", i, f"h{u}{i}") for u in ("a", "b") for i in range(4)]
+        con.execute("CREATE TABLE docs (task VARCHAR, user_id VARCHAR, doc_id VARCHAR, position BIGINT, "
+                    "content_hash VARCHAR)")  # fmt: skip
+        con.executemany("INSERT INTO docs VALUES (?, ?, ?, ?, ?)", rows)
+
+    # a's update: d1 changed, a new d9 first (positions move), d3 kept
+    new = pd.DataFrame({"task": "T", "user_id": "a", "doc_id": ["d9", "d0", "d1", "d2", "d3"],
+                        "position": range(5), "content_hash": ["new", "ha0", "CHANGED", "ha2", "ha3"]})  # fmt: skip
+    results = []
+    for write in (replace_user_rows, write_user_delta):
+        con = duckdb.connect()
+        table(con)
+        kept = con.execute("SELECT rowid FROM docs WHERE doc_id = 'd3' AND user_id = 'a'").fetchall()
+        with_users(con, ["a"])
+        write(con, "docs", new, "T")
+        results.append(con.execute("SELECT * FROM docs ORDER BY user_id, position").fetchall())
+        if write is write_user_delta:
+            assert con.execute("SELECT rowid FROM docs WHERE doc_id = 'd3' AND user_id = 'a'").fetchall() == kept
+    assert results[0] == results[1]

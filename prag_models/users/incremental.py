@@ -26,13 +26,14 @@ import pyarrow as pa
 from prag_models.config import ClusteringSettings
 from prag_models.data.history import HISTORY_TABLE, has_table
 from prag_models.data.lamp import parse_date
-from prag_models.store import column_to_matrix, column_types, matrix_to_column, migrate_columns
+from prag_models.store import column_to_matrix, matrix_to_column
 from prag_models.text.embedding_cache import embed_with_cache, lookup_embeddings
 from prag_models.users.clustering import assign_new_users, cluster_users
 from prag_models.users.embeddings import mean_user_embeddings
 from prag_models.users.model_store import current_model
 from prag_models.users.neighbour_refresh import UPDATES_TABLE
 from prag_models.users.neighbour_refresh import refresh_similar_users as refresh_similar_users  # re-exported
+from prag_models.users.row_writes import DELTA_TABLES, replace_user_rows, with_users, write_user_delta
 
 STATE_TABLE = "cluster_state"
 BASE_TABLES = ("profile_documents", "document_embeddings", "user_embeddings", "user_clusters", "similar_users")
@@ -143,22 +144,6 @@ def nearest_centroid(ref_vectors: np.ndarray, ref_labels: np.ndarray, vectors: n
     return clusters[np.argmin(dist, axis=1)].astype(np.int64)
 
 
-def _with_users(con: duckdb.DuckDBPyConnection, users: Sequence[str]) -> None:
-    """Register the user list as view _inc_users (for IN filters)."""
-    con.register("_inc_users", pd.DataFrame({"user_id": list(users)}, dtype=object))
-
-
-def _replace_user_rows(con: duckdb.DuckDBPyConnection, table: str, frame: pd.DataFrame, task: str) -> None:
-    """Delete the task's rows of the users in _inc_users and insert frame (inside the caller's transaction)."""
-    con.execute(f"DELETE FROM {table} WHERE task = ? AND user_id IN (SELECT user_id FROM _inc_users)", [task])
-    con.register("_inc_rows", frame)
-    incoming = column_types(con, "_inc_rows")
-    migrate_columns(con, table, incoming)
-    cols = ", ".join(f'"{c}"' for c in incoming)
-    con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _inc_rows")
-    con.unregister("_inc_rows")
-
-
 def reference_clustering(con: duckdb.DuckDBPyConnection, task: str) -> tuple[str, pd.DataFrame]:
     """The clustering's reference: cluster_state when it agrees with user_clusters, else the current tables."""
     if has_table(con, STATE_TABLE):
@@ -203,9 +188,10 @@ def _user_documents(
     """All documents of the changed users after the update, with their embeddings (users in _inc_users)."""
     existing = con.execute(
         "SELECT d.user_id, d.doc_id, d.date, d.text, d.fields_json, d.content_hash, e.embedding FROM "
-        "profile_documents d LEFT JOIN document_embeddings e USING (task, user_id, doc_id) WHERE d.task = ? AND "
-        "d.user_id IN (SELECT user_id FROM _inc_users) ORDER BY d.user_id, d.position",
-        [task],
+        "profile_documents d LEFT JOIN (SELECT * FROM document_embeddings WHERE task = ? AND user_id IN "
+        "(SELECT user_id FROM _inc_users)) e USING (task, user_id, doc_id) WHERE d.task = ? AND "
+        "d.user_id IN (SELECT user_id FROM _inc_users) ORDER BY d.user_id, d.position",  # both sides: the changed users
+        [task, task],
     ).df()
     gaps = existing["embedding"].isna()
     if gaps.any():  # an older document without a row in document_embeddings: take it from the cache
@@ -254,7 +240,7 @@ def update_users(
     users = sorted(pending["user_id"].unique())
     vectors, _, report.newly_embedded = embed_with_cache(con, embed, model_id, pending["text"].tolist())
     pending = pending.assign(embedding=list(vectors))
-    _with_users(con, users)
+    with_users(con, users)
     docs = _user_documents(con, task, users, pending, model_id).assign(task=task, model_id=model_id)
     sql = "SELECT user_id, cluster FROM user_clusters WHERE task = ? AND user_id IN (SELECT user_id FROM _inc_users)"
     old = dict(con.execute(sql, [task]).fetchall())
@@ -324,9 +310,9 @@ def _write(
     ensure_tables(con)
     con.execute("BEGIN TRANSACTION")
     try:
-        _with_users(con, users)
+        with_users(con, users)
         for table, frame in tables.items():
-            _replace_user_rows(con, table, frame, task)
+            (write_user_delta if table in DELTA_TABLES else replace_user_rows)(con, table, frame, task)
         if state is None:
             for sql in _STATE_SYNC:
                 con.execute(sql, [task])

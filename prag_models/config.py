@@ -20,6 +20,7 @@ from pydantic import BeforeValidator, Field, ValidationError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from prag_models.config_cfrag import CfragSettings as CfragSettings  # re-exported: one import path for settings
+from prag_models.config_compute import ComputeSettings as ComputeSettings  # re-exported as well
 from prag_models.config_privacy import PrivacySettings as PrivacySettings  # re-exported as well
 from prag_models.config_sources import ConfigError as ConfigError  # re-exported: callers catch config.ConfigError
 from prag_models.config_sources import Section as Section
@@ -94,6 +95,7 @@ class GeneratorSettings(Section):
     backend: str = "llama_cpp"  # llama_cpp | transformers | openai | vllm
     model: str = "HuggingFaceTB/SmolLM2-135M-Instruct"  # HF id, local path, .gguf file, or served model name
     base_url: str = ""  # OpenAI-compatible endpoint for backend = openai, e.g. http://127.0.0.1:8000/v1
+    base_urls: Csv = ()  # a pool of such servers (with base_url, if set): requests spread, failures retried elsewhere
     api_key_env: str = "OPENAI_API_KEY"
     max_new_tokens: int = 32  # generation tasks (LaMP-4/5/7)
     label_max_new_tokens: int = 8  # classification and rating tasks (LaMP-1/2/3) when they are generated
@@ -245,6 +247,7 @@ class Settings(BaseSettings):
     cfrag: CfragSettings = Field(default_factory=CfragSettings)
     pbr: PbrSettings = Field(default_factory=PbrSettings)
     privacy: PrivacySettings = Field(default_factory=PrivacySettings)
+    compute: ComputeSettings = Field(default_factory=ComputeSettings)
 
     @property
     def home_path(self) -> Path:
@@ -327,8 +330,11 @@ def _validate(s: Settings) -> None:
         raise ConfigError(f"clustering.algorithm must be 'hdbscan' or 'kmeans', got {s.clustering.algorithm!r}")
     if s.retrieval.k < 1 or s.clustering.similar_users < 1:
         raise ConfigError("retrieval.k and clustering.similar_users must be at least 1")
-    if s.generator.base_url and not s.generator.base_url.startswith(("http://", "https://")):
-        raise ConfigError(f"generator.base_url must be an http(s) URL, got {s.generator.base_url!r}")
+    for name, url in [("base_url", s.generator.base_url), *(("base_urls", u) for u in s.generator.base_urls)]:
+        if url and not url.startswith(("http://", "https://")):
+            raise ConfigError(f"generator.{name} must be an http(s) URL, got {url!r}")
+    if s.compute.actors < 1 or s.compute.user_shards < 1 or s.compute.cpus_per_actor <= 0:
+        raise ConfigError("compute.actors and compute.user_shards must be at least 1, compute.cpus_per_actor above 0")
     unknown_methods = set(s.retrieval.methods) - set(LAMP_METHODS)
     if unknown_methods:
         known = list(LAMP_METHODS)

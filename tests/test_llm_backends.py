@@ -308,3 +308,65 @@ def test_openai_backend_retries_server_errors_then_answers() -> None:
         gen.close()
     finally:
         server.shutdown()
+
+
+def test_openai_backend_pool_spreads_requests_and_moves_past_a_failing_server() -> None:
+    """generator.base_urls: two local OpenAI-compatible servers share the requests round-robin; when one answers
+    503 every request still gets its answer from the other, the failing one is tried once and then passed over."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from prag_models.llm.openai_backend import OpenAIGenerator
+
+    def server(name: str, hits: list[str], failing: threading.Event) -> HTTPServer:
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                hits.append(body["messages"][0]["content"])
+                status = 503 if failing.is_set() else 200
+                answer = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                          "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                              "role": "assistant", "content": f"{name}:{hits[-1]}"}}]}  # fmt: skip
+                payload = json.dumps(answer if status == 200 else {"error": {"message": "overloaded"}}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        httpd = HTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        return httpd
+
+    hits: dict[str, list[str]] = {"a": [], "b": []}
+    failing = {"a": threading.Event(), "b": threading.Event()}
+    servers = {name: server(name, hits[name], failing[name]) for name in ("a", "b")}
+    urls = [f"http://127.0.0.1:{servers[n].server_address[1]}/v1" for n in ("a", "b")]
+    try:
+        settings = GeneratorSettings(backend="openai", model="m", base_url=urls[0], base_urls=(urls[1],),
+                                     batch_size=1, timeout_s=5)  # fmt: skip
+        gen = make_generator(settings)
+        assert isinstance(gen, OpenAIGenerator) and gen.model_id == "openai:m@pool"
+        prompts = [f"p{i}" for i in range(8)]
+        out = gen.generate(prompts, 4)
+        assert sorted(o.split(":")[1] for o in out) == prompts and gen.served == [4, 4]  # round-robin
+        assert {o.split(":")[0] for o in out} == {"a", "b"}
+
+        failing["b"].set()
+        more = [f"q{i}" for i in range(6)]
+        out = gen.generate(more, 4)
+        assert out == [f"a:{p}" for p in more]  # every answer arrives, from the healthy server
+        # the failing server got one request, which moved on; then it was passed over during its cooldown
+        assert len([h for h in hits["b"] if h.startswith("q")]) == 1
+
+        failing["a"].set()
+        with pytest.raises(GenerationError, match=r"of the pool .*HTTP 503"):
+            OpenAIGenerator(settings, max_retries=1, backoff_s=0.05).generate(["r"], 4)
+        gen.close()
+    finally:
+        for httpd in servers.values():
+            httpd.shutdown()

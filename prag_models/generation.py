@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from prag_models.config import GeneratorSettings, PromptSettings
 from prag_models.data.tasks import LABELS, TASK_KIND
 from prag_models.llm.base import GenerationError, Generator
-from prag_models.llm.cache import cached_outputs, generate_cached
+from prag_models.llm.cache import cached_outputs
 from prag_models.prompts import budget_documents, build_prompt, content_free_prompts, has_profile, parse_output
 
 if TYPE_CHECKING:
@@ -76,6 +76,47 @@ def label_scoring_key(generator: Generator, settings: GeneratorSettings) -> str:
     return f"{generator.model_id}#{LABEL_SCORING}" + ("+calibrated" if settings.label_calibration else "")
 
 
+class LabelChooser:
+    """Label scoring of batches of one task's prompts (choose_labels); with calibration the priors are computed once,
+    when the first batch comes (a run whose prompts are all cached never scores them)."""
+
+    def __init__(self, task: str, generator: Generator, calibrate: bool) -> None:
+        self.task, self.generator, self.calibrate = task, generator, calibrate
+        self.priors: tuple[list[float], list[float]] | None = None
+
+    def __call__(self, prompts: list[str]) -> list[str]:
+        """The chosen label of each prompt."""
+        if self.calibrate and self.priors is None:
+            self.priors = label_priors(self.task, self.generator)
+        return choose_labels(self.task, self.generator, prompts, self.priors)
+
+
+def answer_key(
+    task: str, generator: Generator, settings: GeneratorSettings, max_new_tokens: int | None = None
+) -> tuple[str, int]:
+    """The generation_cache key of a task's answers: (label_scoring_key, 0) when label-scored, else (model id,
+    new-token budget; default the task's budget)."""
+    if answer_mode(task, settings) == LABEL_SCORING:
+        return label_scoring_key(generator, settings), 0
+    return generator.model_id, max_new_tokens_for(task, settings) if max_new_tokens is None else max_new_tokens
+
+
+def answer_batches(
+    task: str, generator: Generator, settings: GeneratorSettings, max_new_tokens: int | None = None
+) -> Callable[[list[str]], list[str]]:
+    """The one function that answers a batch of a task's prompts (in the run's process or in a Ray actor): label
+    scoring (LabelChooser) or greedy generation with the budget of answer_key."""
+    if answer_mode(task, settings) == LABEL_SCORING:
+        if not generator.can_score_choices:
+            raise GenerationError(
+                f"{generator.model_id} cannot score labels (no log-probabilities or chat template); "
+                "set generator.label_scoring = false to generate and parse instead"
+            )
+        return LabelChooser(task, generator, settings.label_calibration)
+    _, budget = answer_key(task, generator, settings, max_new_tokens)
+    return lambda batch: generator.generate(batch, budget)
+
+
 def answer_cached(
     task: str,
     generator: Generator,
@@ -90,24 +131,9 @@ def answer_cached(
     Label scoring caches the chosen label under label_scoring_key (budget 0); generation caches the
     completion under the model id and its new-token budget (max_new_tokens, default: the task's budget).
     """
-    if answer_mode(task, settings) == LABEL_SCORING:
-        if not generator.can_score_choices:
-            raise GenerationError(
-                f"{generator.model_id} cannot score labels (no log-probabilities or chat template); "
-                "set generator.label_scoring = false to generate and parse instead"
-            )
-        priors: list[tuple[list[float], list[float]]] = []  # computed once, and only if a prompt is not cached
-
-        def choose(batch: list[str]) -> list[str]:
-            if settings.label_calibration and not priors:
-                priors.append(label_priors(task, generator))
-            return choose_labels(task, generator, batch, priors[0] if priors else None)
-
-        return cached_outputs(
-            con, label_scoring_key(generator, settings), 0, prompts, choose, settings.batch_size, progress
-        )
-    budget = max_new_tokens_for(task, settings) if max_new_tokens is None else max_new_tokens
-    return generate_cached(generator, prompts, budget, con, settings.batch_size, progress)
+    compute = answer_batches(task, generator, settings, max_new_tokens)
+    key, variant = answer_key(task, generator, settings, max_new_tokens)
+    return cached_outputs(con, key, variant, prompts, compute, settings.batch_size, progress)
 
 
 def lamp_prompt(task: str, user_input: str, docs: Sequence[str], generator: Generator, p: PromptSettings) -> str:

@@ -153,6 +153,18 @@ def fit_history(generator: Generator, docs: Sequence[str], max_tokens: int | Non
     return out
 
 
+def expansion_prompts(
+    generator: Generator,
+    items: Sequence[tuple[str, str, Sequence[str]]],
+    m: int = 10,
+    max_history_tokens: int | None = None,
+) -> tuple[list[str], list[str]]:
+    """The two P-PRF prompts of each (q_id, question, top-k1 doc texts) item: pseudo utterances, pseudo reasoning."""
+    histories = [fit_history(generator, docs, max_history_tokens) for _, _, docs in items]
+    pairs = [(question, h) for (_, question, _), h in zip(items, histories, strict=True)]
+    return [pseudo_utterance_prompt(h, q, m) for q, h in pairs], [pseudo_reasoning_prompt(h, q) for q, h in pairs]
+
+
 def generate_expansions(
     generator: Generator,
     items: Sequence[tuple[str, str, Sequence[str]]],
@@ -165,10 +177,7 @@ def generate_expansions(
     ``max_history_tokens`` caps the tokens of the shown history (see :func:`fit_history`) so that prompts fit a
     small context window; the parse fallback of each reply is recorded in the expansion.
     """
-    histories = [fit_history(generator, docs, max_history_tokens) for _, _, docs in items]
-    pairs = [(question, h) for (_, question, _), h in zip(items, histories, strict=True)]
-    utt_prompts = [pseudo_utterance_prompt(h, question, m) for question, h in pairs]
-    rea_prompts = [pseudo_reasoning_prompt(h, question) for question, h in pairs]
+    utt_prompts, rea_prompts = expansion_prompts(generator, items, m, max_history_tokens)
     utt_out = generator.generate(utt_prompts, max_new_tokens) if items else []
     rea_out = generator.generate(rea_prompts, max_new_tokens) if items else []
     result: dict[str, PbrExpansion] = {}

@@ -24,6 +24,14 @@ Progress = Callable[[int, int], None] | None
 SQL_HASH = "substr(sha256({}), 1, 32)"
 
 
+#: The texts of a task's documents and queries (columns content_hash, text, user_id and the row keys).
+DOCUMENT_SOURCE = "SELECT task, user_id, doc_id, position, content_hash, text FROM profile_documents WHERE task = ?"
+QUERY_SOURCE = (
+    f"SELECT task, sample_id, user_id, {SQL_HASH.format('query')} AS content_hash, query AS text "
+    "FROM lamp_samples WHERE task = ?"
+)
+
+
 def _cached_rows(
     con: duckdb.DuckDBPyConnection, source: str, columns: str, params: list[object], model_id: str, what: str
 ) -> tuple[QueryRows, int]:
@@ -47,7 +55,7 @@ def document_embedding_rows(
 ) -> tuple[QueryRows, dict[str, Any]]:
     """One embedding per profile document of a task (only texts not in embedding_cache are embedded)."""
     require_table(con, "profile_documents")
-    source = "SELECT task, user_id, doc_id, position, content_hash, text FROM profile_documents WHERE task = ?"
+    source = DOCUMENT_SOURCE
     new = embed_missing(con, embedder.embed, embedder.model_id, source, [task], progress=progress)
     rows, dim = _cached_rows(con, source, "s.task, s.user_id, s.doc_id, s.position", [task], embedder.model_id,
                              "documents")  # fmt: skip
@@ -59,10 +67,7 @@ def query_embedding_rows(
 ) -> tuple[QueryRows, dict[str, Any]]:
     """One embedding per sample query of a task (docs/methods.md §1 query side), cached."""
     require_table(con, "lamp_samples")
-    source = (
-        f"SELECT task, sample_id, user_id, {SQL_HASH.format('query')} AS content_hash, query AS text "
-        "FROM lamp_samples WHERE task = ?"
-    )
+    source = QUERY_SOURCE
     new = embed_missing(con, embedder.embed, embedder.model_id, source, [task], progress=progress)
     rows, _ = _cached_rows(con, source, "s.task, s.sample_id, s.user_id", [task], embedder.model_id, "queries")
     return rows, {"queries": len(rows), "newly_embedded": new}

@@ -11,7 +11,7 @@ import pandas as pd
 
 from prag_models.config import Settings
 from prag_models.data.source import llm_eval_sample_ids
-from prag_models.generation import ZERO_SHOT, answer_cached, answer_mode, build_jobs, run_jobs
+from prag_models.generation import ZERO_SHOT, PromptJob, answer_cached, answer_mode, build_jobs, run_jobs
 from prag_models.prompts import prompt_document
 from prag_models.store import table_exists
 
@@ -43,16 +43,18 @@ def retrieved_texts(con, task: str, methods: tuple[str, ...]) -> dict[str, dict[
     return out
 
 
-def generation_rows(
-    con, task: str, settings: Settings, generator: Generator, progress: Callable[[int, int], None] | None = None
-) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The generations of every configured method on a task's LLM-evaluation samples (cached prompts reused)."""
+def generation_jobs(
+    con, task: str, settings: Settings, generator: Generator, users: list[str] | None = None
+) -> tuple[pd.DataFrame, list[PromptJob]]:
+    """A task's LLM-evaluation samples (of the given users only, when given) and their prompt jobs."""
     methods = settings.retrieval.methods
     samples = con.execute(
         "SELECT sample_id, user_id, input, gold FROM lamp_samples WHERE task = ? AND split = 'dev' ORDER BY sample_id",
         [task],
     ).df()
     samples = samples[samples["sample_id"].isin(llm_eval_sample_ids(samples["sample_id"], settings))]
+    if users is not None:
+        samples = samples[samples["user_id"].isin(set(users))]
     jobs = build_jobs(
         task,
         dict(zip(samples["sample_id"], samples["input"], strict=True)),
@@ -61,6 +63,14 @@ def generation_rows(
         settings.prompt,
         zero_shot=ZERO_SHOT in methods,
     )
+    return samples, jobs
+
+
+def generation_rows(
+    con, task: str, settings: Settings, generator: Generator, progress: Callable[[int, int], None] | None = None
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The generations of every configured method on a task's LLM-evaluation samples (cached prompts reused)."""
+    samples, jobs = generation_jobs(con, task, settings, generator)
     mode = answer_mode(task, settings.generator)
     ran = 0
 

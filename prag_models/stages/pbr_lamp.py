@@ -87,16 +87,22 @@ def lamp_pbr_settings(pbr: PbrSettings) -> PbrSettings:
     return out
 
 
-def lamp_expansions(
-    index: ProfileIndex, samples: pd.DataFrame, pbr: PbrSettings, generator: Generator
-) -> dict[str, PbrExpansion]:
-    """P-PRF of every dev sample with a profile: the top-k1 own documents by cosine, then the two LLM prompts."""
+def lamp_expansion_items(index: ProfileIndex, samples: pd.DataFrame, pbr: PbrSettings) -> list[tuple]:
+    """(sample id, query, top-k1 own document texts by cosine) of every sample with a profile: P-PRF's input."""
     items = []
     for s in samples.itertuples():
         rows = index.visible_rows(s.user_id, [s.user_id])
         if len(rows):
             top = top_k_prf(np.asarray(s.embedding, dtype=np.float32), index.vectors[rows], pbr.k1)
             items.append((s.sample_id, s.query, [index.texts[rows[i]] for i in top]))
+    return items
+
+
+def lamp_expansions(
+    index: ProfileIndex, samples: pd.DataFrame, pbr: PbrSettings, generator: Generator
+) -> dict[str, PbrExpansion]:
+    """P-PRF of every dev sample with a profile: the top-k1 own documents by cosine, then the two LLM prompts."""
+    items = lamp_expansion_items(index, samples, pbr)
     return generate_expansions(generator, items, pbr.num_pseudo, pbr.lamp_max_new_tokens, pbr.lamp_history_tokens)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import duckdb
 import numpy as np
@@ -37,6 +37,26 @@ def _store(con: duckdb.DuckDBPyConnection, model_id: str, hashes: pa.Array | lis
         con.unregister("_prag_new")
 
 
+def missing_query(source_sql: str, params: Sequence[object], model_id: str) -> tuple[str, list[object]]:
+    """The (content_hash, text) rows of a source query (columns content_hash, text) the cache lacks for the model,
+    one per hash, and its parameters."""
+    sql = (
+        f"SELECT s.content_hash, any_value(s.text) AS text FROM ({source_sql}) s WHERE s.content_hash NOT IN "
+        f"(SELECT content_hash FROM {CACHE_TABLE} WHERE model_id = ?) GROUP BY s.content_hash"
+    )
+    return sql, [*params, model_id]
+
+
+def missing_batches(
+    con: duckdb.DuckDBPyConnection, missing_sql: str, args: Sequence[object], chunk_size: int
+) -> Iterator[pa.RecordBatch]:
+    """The rows of a missing_query in batches of at most chunk_size, each sorted by content hash: the texts of a
+    batch pad each other in the encoder, so a batch must not depend on the order in which DuckDB's threads return
+    rows (the Ray engine embeds these same batches)."""
+    for batch in iter_batches(con, missing_sql, args, rows=chunk_size):
+        yield batch.sort_by("content_hash")
+
+
 def embed_missing(
     con: duckdb.DuckDBPyConnection,
     embed: Callable[[Sequence[str]], np.ndarray],
@@ -50,15 +70,11 @@ def embed_missing(
     how many. The texts stream from DuckDB chunk by chunk and each chunk is committed, so memory stays at one chunk
     and an interrupted run keeps what it finished."""
     ensure_cache_table(con)
-    missing = (
-        f"SELECT s.content_hash, any_value(s.text) AS text FROM ({source_sql}) s WHERE s.content_hash NOT IN "
-        f"(SELECT content_hash FROM {CACHE_TABLE} WHERE model_id = ?) GROUP BY s.content_hash"
-    )
-    args = [*params, model_id]
+    missing, args = missing_query(source_sql, params, model_id)
     (total,) = con.execute(f"SELECT count(*) FROM ({missing})", args).fetchall()[0]
     done = 0
     if total:
-        for batch in iter_batches(con, missing, args, rows=chunk_size):
+        for batch in missing_batches(con, missing, args, chunk_size):
             _store(con, model_id, batch["content_hash"], np.asarray(embed(batch["text"].to_pylist()), np.float32))
             done += batch.num_rows
             if progress:

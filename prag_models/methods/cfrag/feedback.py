@@ -89,31 +89,47 @@ def append_labels(con, frame: pd.DataFrame) -> None:
         con.unregister("_feedback_incoming")
 
 
+def feedback_todo(
+    con, task: str, settings: Settings, generator_id: str, users: list[str] | None = None
+) -> tuple[FeedbackInputs, list[tuple[Any, Retrieved]]]:
+    """A task's feedback inputs and the (sample, candidate) pairs without a stored label (of the given users' samples
+    only, when given; the samples are selected among all users' first, so a user shard asks for the same labels)."""
+    inputs = load_feedback_inputs(con, task, settings)
+    have = existing_labels(con, task, generator_id, feedback_prompt_version(task, settings))
+    done = set(zip(have["sample_id"], have["source_user_id"], have["doc_id"], strict=True))
+    wanted = None if users is None else set(users)
+    todo = [
+        (s, c)
+        for s in inputs.samples.itertuples(index=False)
+        if wanted is None or s.user_id in wanted
+        for c in inputs.candidates[s.sample_id]
+        if (s.sample_id, c.source_user_id, c.doc_id) not in done
+    ]
+    return inputs, todo
+
+
+def feedback_prompts(
+    task: str, inputs: FeedbackInputs, pairs: list[tuple[Any, Retrieved]], generator: Any, settings: Settings
+) -> tuple[list[str], list[str]]:
+    """The feedback prompt (the sample's input with that one candidate document) and the gold of each pair."""
+    prompts = [lamp_prompt(task, s.input, [inputs.prompt_docs[c.row]], generator, settings.prompt) for s, c in pairs]
+    return prompts, [s.gold for s, _ in pairs]
+
+
 def label_task(
     con, task: str, settings: Settings, generator: Any, log: Callable[[str], None] = lambda _: None
 ) -> dict[str, Any]:
     """Generate and score the missing feedback labels of one task, a batch at a time; returns its statistics."""
     batch = max(1, settings.generator.batch_size)
-    inputs = load_feedback_inputs(con, task, settings)
+    inputs, todo = feedback_todo(con, task, settings, generator.model_id)
     version = feedback_prompt_version(task, settings)
     max_new = feedback_max_new_tokens(task, settings)
-    have = existing_labels(con, task, generator.model_id, version)
-    done = set(zip(have["sample_id"], have["source_user_id"], have["doc_id"], strict=True))
-    todo = [
-        (s, c)
-        for s in inputs.samples.itertuples(index=False)
-        for c in inputs.candidates[s.sample_id]
-        if (s.sample_id, c.source_user_id, c.doc_id) not in done
-    ]
     total = sum(len(v) for v in inputs.candidates.values())
     log(f"{task} feedback: {total - len(todo)}/{total} labels exist, {len(todo)} to generate")
     started, generated = time.perf_counter(), 0
     for start in range(0, len(todo), batch):
         chunk = todo[start : start + batch]
-        prompts = [
-            lamp_prompt(task, s.input, [inputs.prompt_docs[c.row]], generator, settings.prompt) for s, c in chunk
-        ]
-        golds = [s.gold for s, _ in chunk]
+        prompts, golds = feedback_prompts(task, inputs, chunk, generator, settings)
         scores, outputs, new = feedback_scores(task, generator, prompts, golds, settings, con, max_new)
         generated += new
         rows = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import pandas as pd
@@ -14,6 +15,9 @@ from prag_models.data.tasks import TASK_KIND
 from prag_models.generation import LABEL_SCORING, answer_mode, max_new_tokens_for
 from prag_models.metrics import sample_quality
 from prag_models.prompts import PROMPT_VERSION, parse_output
+
+#: Gold log-likelihood prompts scored per batch (one scored continuation each).
+GOLD_BATCH = 8
 
 
 def feedback_max_new_tokens(task: str, settings: Settings) -> int:
@@ -67,6 +71,27 @@ def degenerate_samples(labels: pd.DataFrame) -> tuple[int, int]:
     return int((spread <= 1e-12).sum()), len(spread)
 
 
+#: Separates a feedback prompt from its gold in the gold log-likelihood cache's prompt text (a NUL never occurs in one).
+GOLD_SEPARATOR = "\n\u0000gold: "
+
+
+def gold_loglik_key(generator: Any) -> str:
+    """The generation_cache key id of gold log-likelihood labels."""
+    return f"{generator.model_id}#gold_loglik"
+
+
+def gold_prompts(prompts: Sequence[str], golds: Sequence[str]) -> list[str]:
+    """The cached text of each (prompt, gold) pair: the prompt, the separator, the gold."""
+    return [f"{p}{GOLD_SEPARATOR}{g}" for p, g in zip(prompts, golds, strict=True)]
+
+
+def gold_loglik_batch(generator: Any, keyed: Sequence[str]) -> list[str]:
+    """The one function scoring a batch of gold_prompts texts (in the run's process or in a Ray actor): each gold's
+    log-probability as the cached text (repr of the float)."""
+    pairs = [k.partition(GOLD_SEPARATOR)[::2] for k in keyed]
+    return [repr(v) for v in gold_loglik_scores(generator, [p for p, _ in pairs], [g for _, g in pairs])]
+
+
 def feedback_scores(
     task: str,
     generator: Any,
@@ -84,14 +109,9 @@ def feedback_scores(
     from prag_models.llm.cache import cached_outputs
 
     if settings.cfrag.feedback_signal == "gold_loglik":
-        keyed = [f"{p}\n\u0000gold: {g}" for p, g in zip(prompts, golds, strict=True)]
-        split = {k: (p, g) for k, p, g in zip(keyed, prompts, golds, strict=True)}
-
-        def compute(batch: list[str]) -> list[str]:
-            pairs = [split[k] for k in batch]
-            return [repr(v) for v in gold_loglik_scores(generator, [p for p, _ in pairs], [g for _, g in pairs])]
-
-        raw, ran = cached_outputs(con, f"{generator.model_id}#gold_loglik", 0, keyed, compute, 8)
+        keyed = gold_prompts(prompts, golds)
+        compute = partial(gold_loglik_batch, generator)
+        raw, ran = cached_outputs(con, gold_loglik_key(generator), 0, keyed, compute, GOLD_BATCH)
         return [float(v) for v in raw], list(golds), ran
     outputs, ran = answer_cached(task, generator, list(prompts), settings.generator, con, None, max_new_tokens)
     return score_outputs(task, outputs, golds), outputs, ran

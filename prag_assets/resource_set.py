@@ -1,4 +1,4 @@
-"""The resource set the definitions (and tests) use: settings, DuckDB, models and MLflow over one settings object.
+"""The resource set the definitions (and tests) use: settings, DuckDB, models, MLflow and Ray over one settings object.
 
 Kept apart from resources.py so that mlflow_resource (which needs PragSettingsResource) and resources do not import
 each other.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import dagster as dg
 
 from prag_assets.mlflow_resource import MlflowResource
+from prag_assets.ray_compute import PragRay
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 
 
@@ -20,4 +21,5 @@ def default_resources(config_file: str = "", home: str = "") -> dict[str, dg.Con
         "duckdb": DuckDBResource(settings=settings),
         "models": ModelsResource(settings=settings),
         "mlflow": MlflowResource(settings=settings),
+        "ray": PragRay(settings=settings),  # connects only when compute.engine = ray
     }

@@ -11,10 +11,12 @@ from typing import Any
 
 import dagster as dg
 import pandas as pd
+from dagster_ray import RayResource
 
 from prag_assets.common import table_metadata, task_run
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
+from prag_assets.ray_compute import fill_stage
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_models.config import Settings
 from prag_models.store import replace_rows
@@ -57,8 +59,11 @@ def task_table_asset(
     kinds: Sequence[str] = ("duckdb",),
     code_version: str = CODE_VERSION,
     summary: Callable[[dict[str, dict]], dict[str, Any]] | None = None,
+    fill: str | None = None,
 ) -> dg.AssetsDefinition:
-    """A task-partitioned asset writing the table of its name from `build` per task (summary: run-level metadata)."""
+    """A task-partitioned asset writing the table of its name from `build` per task (summary: run-level metadata;
+    fill: the prag_models.stages.cache_work stage whose caches are filled first — user-shard Parquet loaded, and
+    on the Ray engine every missing item computed on the cluster)."""
     table = name
 
     @task_asset(group, name=name, deps=list(deps), kinds=set(kinds), code_version=code_version, description=description)
@@ -68,15 +73,21 @@ def task_table_asset(
         duckdb: DuckDBResource,
         models: ModelsResource,
         mlflow: MlflowResource,
+        ray: RayResource,
     ) -> dg.MaterializeResult:
         stats: dict[str, dict] = {}
+        filled: dict[str, Any] = {}
         with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
+            if fill:
+                filled = fill_stage(context, con, fill, tasks, settings, models, ray)
             for task in tasks:
                 frame, stats[task] = build(TaskStep(context, con, task, settings, models, mlflow))
                 replace_rows(con, table, frame, {"task": task})
                 context.log.info(f"{task}: {len(frame)} rows of {table}, {stats[task]}")
             metadata = table_metadata(con, table, list(stats))
         extra = summary(stats) if summary else {}
+        if fill:
+            extra["cache_fill"] = dg.MetadataValue.json(filled)
         return dg.MaterializeResult(metadata={**metadata, "per_task": dg.MetadataValue.json(stats), **extra})
 
     return _asset

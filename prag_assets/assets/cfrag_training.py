@@ -3,12 +3,14 @@ trained on them by distillation, each registered in MLflow. The feedback loop an
 prag_models.methods.cfrag (feedback, training)."""
 
 import dagster as dg
+from dagster_ray import RayResource
 
 from prag_assets.assets.cfrag_users import GROUP, cfrag_similar_users, cfrag_user_embeddings
 from prag_assets.assets.lamp_data import lamp_samples
 from prag_assets.assets.users import user_embeddings
 from prag_assets.cfrag_registry import training_asset
 from prag_assets.common import table_metadata, task_run
+from prag_assets.ray_compute import fill_stage
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_assets.task_table import task_asset
 from prag_models.methods.cfrag.feedback import FEEDBACK_TABLE, label_task
@@ -28,17 +30,20 @@ def feedback_labels(
     prag_settings: PragSettingsResource,
     duckdb: DuckDBResource,
     models: ModelsResource,
+    ray: RayResource,
 ) -> dg.MaterializeResult:
-    """Generate and score the missing feedback labels of each task."""
+    """Generate and score the missing feedback labels of each task (on Ray: computed there first, then stored)."""
     generator = models.generator()
     stats = {}
     with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
+        filled = fill_stage(context, con, "feedback", tasks, settings, models, ray)
         for task in tasks:
             stats[task] = label_task(con, task, settings, generator, context.log.info)
             context.log.info(f"{task} feedback: {stats[task]}")
         written = table_metadata(con, FEEDBACK_TABLE, list(stats))
     return dg.MaterializeResult(
-        metadata={"per_task": dg.MetadataValue.json(stats), "generator": generator.model_id, **written}
+        metadata={"per_task": dg.MetadataValue.json(stats), "generator": generator.model_id, **written,
+                  "cache_fill": dg.MetadataValue.json(filled)}  # fmt: skip
     )
 
 

@@ -24,6 +24,7 @@ document_embeddings = task_table_asset(
     kinds=("duckdb", "pytorch"),
     description="Unit-norm embedding of every profile document; only texts not yet in embedding_cache are embedded.",
     build=_embed("documents", stage.document_embedding_rows),
+    fill="documents",
     summary=lambda stats: {"newly_embedded": sum(s["newly_embedded"] for s in stats.values())},
 )
 
@@ -34,4 +35,5 @@ query_embeddings = task_table_asset(
     kinds=("duckdb", "pytorch"),
     description="Unit-norm embedding of every sample's retrieval query (docs/methods.md §1 query side), cached.",
     build=_embed("queries", stage.query_embedding_rows),
+    fill="queries",
 )

@@ -28,5 +28,6 @@ generations = task_table_asset(
     "the LaMP prompt and token budget: the most likely label for LaMP-1/2/3 (label scoring), a greedy generation "
     "for LaMP-4/5/7; identical prompts for the same model run once (generation_cache).",
     build=_generate,
+    fill="generations",
     summary=lambda stats: {"generator": next((s["generator"] for s in stats.values()), "")},
 )

@@ -15,9 +15,11 @@ from collections import Counter
 
 import dagster as dg
 import pandas as pd
+from dagster_ray import RayResource
 
 from prag_assets.assets.embeddings import document_embeddings, query_embeddings
 from prag_assets.common import progress_logger, run_tasks, table_metadata
+from prag_assets.ray_compute import fill_stage
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_assets.task_table import task_asset
 from prag_models.data.source import llm_eval_sample_ids
@@ -50,8 +52,10 @@ def pbr_lamp_retrievals(
     prag_settings: PragSettingsResource,
     duckdb: DuckDBResource,
     models: ModelsResource,
+    ray: RayResource,
 ) -> dg.MaterializeResult:
-    """Retrieve with the PBR methods configured in retrieval.methods (P-PRF generations cached in DuckDB)."""
+    """Retrieve with the PBR methods configured in retrieval.methods (P-PRF generations cached in DuckDB; on Ray
+    computed there first)."""
     settings = prag_settings.get()
     methods = [m for m in LAMP_METHODS if m in settings.retrieval.methods]
     if not methods:
@@ -60,6 +64,7 @@ def pbr_lamp_retrievals(
     stats = {}
     with duckdb.connect() as con:
         con.execute(DDL)
+        filled = fill_stage(context, con, "pbr", run_tasks(context, settings), settings, models, ray)
         gen = None
         if "pbr" in methods:
             gen = CachedGenerator(
@@ -94,5 +99,6 @@ def pbr_lamp_retrievals(
             "per_task": dg.MetadataValue.json(stats),
             "generator": gen.model_id if gen else "none",
             "generated_now": sum(s["generated_now"] for s in stats.values()),
+            "cache_fill": dg.MetadataValue.json(filled),
         }
     )

@@ -57,5 +57,5 @@ class RayEngine:
             num_cpus=s.cpus_per_actor,
             num_gpus=s.gpus_per_actor or None,
         )
-        rows.write_parquet(folder.uri, filesystem=folder.fs)
+        rows.write_parquet(folder.path, filesystem=folder.fs)  # the path inside fs: s3:// query options stay in fs
         return sum(c.num_rows for c in chunks)

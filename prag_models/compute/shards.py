@@ -63,8 +63,8 @@ class ShardFolder:
     """One folder of Parquet files with rows of one cache table."""
 
     fs: Any  # pyarrow.fs.FileSystem
-    path: str  # inside fs
-    uri: str  # the same folder as a path or URI (what Ray's write_parquet is given)
+    path: str  # inside fs (engines write here through fs; an s3:// root's query options live in fs)
+    uri: str  # the same folder as a path or scheme://path, for logs and metadata
 
 
 class ShardStore:
@@ -79,7 +79,7 @@ class ShardStore:
         self.base = self.base.rstrip("/")
 
     def _uri(self, path: str) -> str:
-        """A path inside the store as Ray and pyarrow take it."""
+        """A path inside the store as a readable location (local path, or scheme://bucket/key)."""
         if "://" not in self.root:
             return path
         scheme = self.root.split("://", 1)[0]

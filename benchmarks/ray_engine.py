@@ -34,7 +34,21 @@ VOLATILE = {
     "cluster_state": ("fitted_at",),
     "cfrag_model_evaluations": ("recorded_at",),
 }
-_STEP = re.compile(r'Finished execution of step "([a-z_]+)" in ([0-9.]+)(ms|s|m)')
+_STEP = re.compile(r'Finished execution of step "([a-z_]+)" in ([0-9hms.]+)\.')
+_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3}
+
+
+def _seconds(text: str) -> float:
+    """Dagster's step duration ("2m38s", "9.73s", "140ms") in seconds."""
+    return sum(float(v) * _UNITS[u] for v, u in re.findall(r"([0-9.]+)(ms|h|m|s)", text))
+
+
+def _steps(log: str) -> dict[str, float]:
+    """Seconds per step of a `prag materialize` log."""
+    steps: dict[str, float] = {}
+    for name, duration in _STEP.findall(log):
+        steps[name] = steps.get(name, 0.0) + _seconds(duration)
+    return steps
 
 
 def _config(home: Path, args: argparse.Namespace, engine: str, torch_threads: int) -> Path:
@@ -59,11 +73,16 @@ def _run(home: Path, config: Path) -> tuple[float, dict[str, float], int]:
     proc = subprocess.run([sys.executable, "-m", "prag_assets.cli", "materialize"], cwd=ROOT, env=env,
                           capture_output=True, text=True)  # fmt: skip
     seconds = time.perf_counter() - start
-    (home.parent / f"{home.name}.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
-    steps: dict[str, float] = {}
-    for name, value, unit in _STEP.findall(proc.stdout + proc.stderr):
-        steps[name] = steps.get(name, 0.0) + float(value) * {"ms": 1e-3, "s": 1.0, "m": 60.0}[unit]
-    return seconds, steps, proc.returncode
+    log = proc.stdout + proc.stderr + f"\n[bench] wall {seconds:.1f} s, exit {proc.returncode}\n"
+    (home.parent / f"{home.name}.log").write_text(log, encoding="utf-8")
+    return seconds, _steps(log), proc.returncode
+
+
+def _reused(home: Path) -> tuple[float, dict[str, float], int] | None:
+    """A finished run's (wall seconds, steps, exit code) from its log (--reuse)."""
+    path = home.parent / f"{home.name}.log"
+    found = re.search(r"\[bench\] wall ([0-9.]+) s, exit (-?[0-9]+)", path.read_text()) if path.exists() else None
+    return (float(found.group(1)), _steps(path.read_text()), int(found.group(2))) if found else None
 
 
 def _checksums(db: Path) -> dict[str, str]:
@@ -92,6 +111,7 @@ def main() -> None:
     parser.add_argument("--generator", default="llama_cpp", choices=["llama_cpp", "fake"])
     parser.add_argument("--actors", type=int, default=2)
     parser.add_argument("--home", type=Path, help="folder for the two homes (default: a temporary folder)")
+    parser.add_argument("--reuse", action="store_true", help="report the runs already in --home instead of rerunning")
     args = parser.parse_args()
     import torch
 
@@ -103,7 +123,7 @@ def main() -> None:
     for engine in ("local", "ray"):
         home = root / engine
         config = _config(home, args, engine, torch.get_num_threads())
-        results[engine] = _run(home, config)
+        results[engine] = (_reused(home) if args.reuse else None) or _run(home, config)
         print(f"[bench] {engine}: {results[engine][0]:.1f} s, exit {results[engine][2]}", flush=True)
     if any(code for _, _, code in results.values()):
         sys.exit(f"a run failed: see {root}/<engine>.log")

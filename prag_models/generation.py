@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from prag_models.config import GeneratorSettings, PromptSettings
 from prag_models.data.tasks import LABELS, TASK_KIND
-from prag_models.llm.base import GenerationError, Generator
+from prag_models.llm.base import GenerationError, Generator, generate_batch
 from prag_models.llm.cache import cached_outputs
 from prag_models.prompts import budget_documents, build_prompt, content_free_prompts, has_profile, parse_output
 
@@ -87,7 +87,9 @@ class LabelChooser:
     def __call__(self, prompts: list[str]) -> list[str]:
         """The chosen label of each prompt."""
         if self.calibrate and self.priors is None:
+            self.generator.forget()  # priors and batches from a fresh state: the same wherever they run
             self.priors = label_priors(self.task, self.generator)
+        self.generator.forget()
         return choose_labels(self.task, self.generator, prompts, self.priors)
 
 
@@ -114,7 +116,7 @@ def answer_batches(
             )
         return LabelChooser(task, generator, settings.label_calibration)
     _, budget = answer_key(task, generator, settings, max_new_tokens)
-    return lambda batch: generator.generate(batch, budget)
+    return lambda batch: generate_batch(generator, batch, budget)
 
 
 def answer_cached(

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from prag_models.config import EmbedderSettings, GeneratorSettings
 from prag_models.generation import answer_batches
+from prag_models.llm.base import generate_batch
 from prag_models.llm.cache import CACHE_TABLE as GENERATION_CACHE
 from prag_models.llm.cache import prompt_hash
 from prag_models.methods.cfrag.feedback_labels import gold_loglik_batch
@@ -82,7 +83,7 @@ class BatchWorker:
         elif work.kind == "answer":
             self._compute = answer_batches(work.task, model, work.model, work.max_new_tokens)
         elif work.kind == "generate":
-            self._compute = partial(model.generate, max_new_tokens=work.variant)
+            self._compute = partial(generate_batch, model, max_new_tokens=work.variant)
         elif work.kind == "gold_loglik":
             self._compute = partial(gold_loglik_batch, model)
         else:

@@ -43,8 +43,18 @@ class Generator(abc.ABC):
             return text
         return "".join(tokens[:max_tokens]).strip()
 
+    def forget(self) -> None:  # noqa: B027 - optional hook
+        """Drop what the backend keeps from earlier prompts (llama.cpp's KV cache, whose reused prefix changes the
+        logits in the last bits), so that a batch computes the same whatever ran before it and wherever it runs."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the model or connection."""
+
+
+def generate_batch(generator: Generator, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+    """The one function generating a batch of prompts (in the run's process or in a Ray actor): from a fresh state."""
+    generator.forget()
+    return generator.generate(prompts, max_new_tokens)
 
 
 _TOKEN_RE = re.compile(r"\s*\w+|\s*[^\w\s]")

@@ -7,7 +7,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from prag_models.llm.base import GenerationError, Generator
+from prag_models.llm.base import GenerationError, Generator, generate_batch
 
 if TYPE_CHECKING:
     import duckdb
@@ -119,7 +119,7 @@ def generate_cached(
         generator.model_id,
         max_new_tokens,
         prompts,
-        lambda batch: generator.generate(batch, max_new_tokens),
+        lambda batch: generate_batch(generator, batch, max_new_tokens),
         batch_size,
         progress,
     )

@@ -80,6 +80,11 @@ class LlamaCppGenerator(Generator):
             outputs.append((response["choices"][0]["message"].get("content") or "").strip())
         return outputs
 
+    def forget(self) -> None:
+        """Forget the evaluated tokens: the next prompt reuses no cached prefix."""
+        if self._llm is not None:
+            self._llm.reset()
+
     def score_choices(self, prompts: Sequence[str], choices: Sequence[str]) -> list[list[float]]:
         """Log-likelihood of each choice as the whole assistant answer (its end-of-turn marker included).
 

@@ -89,6 +89,8 @@ def gold_loglik_batch(generator: Any, keyed: Sequence[str]) -> list[str]:
     """The one function scoring a batch of gold_prompts texts (in the run's process or in a Ray actor): each gold's
     log-probability as the cached text (repr of the float)."""
     pairs = [k.partition(GOLD_SEPARATOR)[::2] for k in keyed]
+    if hasattr(generator, "forget"):
+        generator.forget()  # the batch's scores then depend on the batch alone
     return [repr(v) for v in gold_loglik_scores(generator, [p for p, _ in pairs], [g for _, g in pairs])]
 
 

@@ -230,8 +230,9 @@ def _not_improved(client: MlflowClient, names: Mapping[str, str], versions: Mapp
             by = tags.get("training.selected_by", "kl")
             metric = "val relevance NDCG" if by == "relevance" else "val KL"
             key = "val_relevance" if by == "relevance" else "val_kl"
+            gate = f"; {tags['training.gate']}" if tags.get("training.gate") else ""
             bad.append(f"{name} v{versions[kind]} ({metric} {tags.get(f'training.{key}_best')} vs initial "
-                       f"{tags.get(f'training.{key}_init')})")  # fmt: skip
+                       f"{tags.get(f'training.{key}_init')}{gate})")  # fmt: skip
     return ", ".join(bad)
 
 

@@ -362,3 +362,27 @@ def test_untrained_residual_rerankers_are_reported_as_coinciding() -> None:
         b.head[-1].bias.fill_(0.1)
     assert not b.kept_initialisation()
     assert ("cfrag", "cfrag_no_reranker_eu") not in coincidences({"reranker": a, "reranker_no_eu": b})
+
+
+def test_significance_gate_keeps_the_initialisation_unless_the_gain_is_shown() -> None:
+    """A trained epoch replaces the initialisation only when its paired validation gain's interval is above 0."""
+    from prag_models.methods.cfrag.fit import EpochRecord, FitResult, significance_gate
+
+    init = (0.5, 0.6, 0.7, 0.4, 0.5, 0.6, 0.7, 0.8, 0.5, 0.6)
+
+    def result(trained: tuple[float, ...], by: str = "relevance") -> FitResult:
+        history = [EpochRecord(0, 1.0, 1.0, 0.5, float(np.mean(init)), init),
+                   EpochRecord(1, 0.9, 0.9, 0.5, float(np.mean(trained)), trained)]  # fmt: skip
+        return FitResult(torch.nn.Linear(1, 1), [], history, best_epoch=1, validation_samples=10, selected_by=by)
+
+    deltas = (0.3, -0.25, 0.2, -0.2, 0.3, -0.3, 0.2, -0.1, 0.25, -0.2)
+    mixed = tuple(v + d for v, d in zip(init, deltas, strict=True))
+    noisy = result(mixed)  # mean gain +0.02, half the samples worse: not shown
+    assert not significance_gate(noisy, 0.95)
+    assert noisy.gain[3] == 10 and noisy.gain[1] < 0 < noisy.gain[2]
+    assert noisy.gate.startswith("initialisation kept") and "not shown at 95%" in noisy.gate
+    clear = result(tuple(v + 0.1 for v in init))  # every sample better
+    assert significance_gate(clear, 0.95) and clear.gain[1] > 0 and clear.gate.startswith("epoch 1 kept")
+    assert clear.summary()["val_gain_n"] == 10 and clear.summary()["gate"] == clear.gate
+    assert significance_gate(result(mixed), 0.0)  # confidence 0: no gate
+    assert significance_gate(result(mixed, by="kl"), 0.95)  # KL selection has no per-sample truth to test

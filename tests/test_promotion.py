@@ -310,7 +310,9 @@ def test_graph_retrained_challenger_is_evaluated_promoted_and_rolled_back(graph,
     assert _tags(target, "retriever", 1)["eval.bundle"] == promotion.bundle_key(dict.fromkeys(bundle, 1))
 
     code, out, _ = _cli(monkeypatch, capsys, config, "promote", "--task", TASK, "--reason", "retrained retriever")
-    assert code in (0, 1) and "challenger accuracy" in out and "champion accuracy" in out  # gate on both values
+    gated = "challenger accuracy" in out and "champion accuracy" in out  # the accuracy gate on both values
+    not_learned = "did not beat its untrained initialisation" in out and "initialisation kept" in out  # fit.py's gate
+    assert code in (0, 1) and (gated or (code == 1 and not_learned)), out
     if code == 1:
         code, out, _ = _cli(monkeypatch, capsys, config, "promote", "--task", TASK, "--reason", "force", "--override")
         assert code == 0 and "override" in out

@@ -1,7 +1,8 @@
 """Training loop shared by the CFRAG retriever and reranker: epochs, a held-out validation split of the feedback
 samples, validation KL, NDCG against the teacher and NDCG against the task's truth per epoch (epoch 0 = the untrained
-initialisation), early stopping that restores the best epoch by ``cfrag.selection_metric``, and whether training
-improved on the initialisation (docs/methods.md §2.6)."""
+initialisation), early stopping that restores the best epoch by ``cfrag.selection_metric``, a significance gate that
+keeps the initialisation unless the best epoch's validation gain over it is shown by a paired bootstrap interval, and
+whether training improved on the initialisation (docs/methods.md §2.6)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 
 from prag_models.config import CfragSettings
 from prag_models.faults import maybe_fail
+from prag_models.intervals import paired_difference
 
 ProgressFn = Callable[[int, int], None]
 
@@ -29,6 +31,8 @@ class EpochRecord:
     val_kl: float
     val_ndcg: float
     val_relevance: float = math.nan
+    #: per validation sample NDCG@k against the truth (NaN where the sample's candidates are all equally right)
+    val_relevance_samples: tuple[float, ...] = field(default=(), repr=False, compare=False)
 
     def better_than(self, other: EpochRecord, by: str) -> bool:
         """Whether this epoch beats ``other`` on the selection metric (higher relevance NDCG, or lower KL)."""
@@ -47,6 +51,10 @@ class FitResult:
     best_epoch: int = 0
     validation_samples: int = 0
     selected_by: str = "kl"
+    #: the paired validation gain of the best trained epoch over the initialisation (value, low, high, n) and what
+    #: the significance gate decided ("" when it did not run)
+    gain: tuple[float, float, float, int] | None = None
+    gate: str = ""
 
     @property
     def improved(self) -> bool:
@@ -63,6 +71,9 @@ class FitResult:
             "selected_by": self.selected_by, "best_epoch": self.best_epoch, "epochs_run": len(self.history) - 1,
             "improved": self.improved,
             "validation_samples": self.validation_samples,
+            **({"val_gain": round(self.gain[0], 4), "val_gain_low": round(self.gain[1], 4),
+                "val_gain_high": round(self.gain[2], 4), "val_gain_n": self.gain[3]} if self.gain else {}),
+            **({"gate": self.gate} if self.gate else {}),
         }  # fmt: skip
 
 
@@ -89,15 +100,42 @@ def ndcg(student: np.ndarray, teacher: np.ndarray, mask: np.ndarray, k: int) -> 
     return float(np.mean(values)) if values else math.nan
 
 
+def relevance_ndcg_samples(student: np.ndarray, gains: np.ndarray | None, mask: np.ndarray, k: int) -> np.ndarray:
+    """NDCG@k of the student's ranking against known 0/1 gains, per sample; NaN where gains are unknown or the
+    sample's candidates are all equally right (nothing to rank)."""
+    out = np.full(len(student), np.nan)
+    if gains is None:
+        return out
+    for i in range(len(student)):
+        if np.ptp(np.nan_to_num(gains[i][mask[i]], nan=0.0)) > 0:
+            out[i] = ndcg(student[i : i + 1], np.nan_to_num(gains[i : i + 1], nan=0.0), mask[i : i + 1], k)
+    return out
+
+
 def relevance_ndcg(student: np.ndarray, gains: np.ndarray | None, mask: np.ndarray, k: int) -> float:
     """Mean NDCG@k of the student's ranking against known 0/1 gains, over samples whose candidates are not all equally
     right (NaN where gains are unknown or no sample discriminates)."""
-    if gains is None:
-        return math.nan
-    keep = [i for i in range(len(student)) if np.ptp(np.nan_to_num(gains[i][mask[i]], nan=0.0)) > 0]
-    if not keep:
-        return math.nan
-    return ndcg(student[keep], np.nan_to_num(gains[keep], nan=0.0), mask[keep], k)
+    values = relevance_ndcg_samples(student, gains, mask, k)
+    return float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
+
+
+def significance_gate(result: FitResult, confidence: float) -> bool:
+    """Whether the best trained epoch's validation relevance gain over the initialisation is shown (paired bootstrap
+    interval at ``confidence`` above 0); records the gain and the decision on ``result``. Always True for KL
+    selection or ``confidence`` 0 (no gate)."""
+    if result.selected_by != "relevance" or confidence <= 0 or result.best_epoch == 0:
+        return True
+    best, init = result.history[result.best_epoch], result.history[0]
+    a, b = np.asarray(best.val_relevance_samples), np.asarray(init.val_relevance_samples)
+    keep = np.isfinite(a) & np.isfinite(b)
+    est = paired_difference(a[keep], b[keep], confidence=confidence)
+    result.gain = (est.value, est.low, est.high, est.n)
+    shown = est.n > 1 and est.low > 0
+    result.gate = (f"epoch {result.best_epoch} kept: validation gain {est.value:+.4f} [{est.low:+.4f}, "
+                   f"{est.high:+.4f}], n={est.n}" if shown else
+                   f"initialisation kept: epoch {result.best_epoch}'s validation gain {est.value:+.4f} [{est.low:+.4f}"
+                   f", {est.high:+.4f}] (n={est.n}) is not shown at {confidence:.0%}")  # fmt: skip
+    return shown
 
 
 def fit(
@@ -111,7 +149,8 @@ def fit(
     """Train with Adam (lr = train_lr) in seeded mini-batches for up to train_epochs epochs, keep the best epoch on
     validation by ``selection_metric`` (relevance NDCG where the truth is known, else KL; the initialisation counts
     as epoch 0), stop after early_stopping_patience epochs without improvement. Without a validation split (too few
-    samples) the training samples stand in for it. ``evaluate`` returns (KL, teacher NDCG, relevance NDCG)."""
+    samples) the training samples stand in for it. ``evaluate`` returns (KL, teacher NDCG, relevance NDCG per sample).
+    A trained epoch replaces the initialisation only when ``significance_gate`` shows its gain."""
     train_idx, val_idx = split_validation(n, settings.validation_share, settings.seed)
     judge = val_idx if len(val_idx) else train_idx
     rng = np.random.default_rng(settings.seed)
@@ -124,9 +163,10 @@ def fit(
     with torch.no_grad():
         kl0, ndcg0, rel0 = evaluate(model, judge)
         train0 = evaluate(model, train_idx)[0]
-    by = "relevance" if settings.selection_metric == "relevance" and not math.isnan(rel0) else "kl"
-    result = FitResult(model, [], [EpochRecord(0, train0, kl0, ndcg0, rel0)], 0, len(val_idx), by)
-    best_state, since_best = copy.deepcopy(model.state_dict()), 0
+    by = "relevance" if settings.selection_metric == "relevance" and np.isfinite(rel0).any() else "kl"
+    result = FitResult(model, [], [_record(0, train0, kl0, ndcg0, rel0)], 0, len(val_idx), by)
+    init_state = copy.deepcopy(model.state_dict())
+    best_state, since_best = init_state, 0
     for epoch in range(1, settings.train_epochs + 1):
         model.train()
         losses = []
@@ -143,7 +183,7 @@ def fit(
         model.eval()
         with torch.no_grad():
             kl, score, rel = evaluate(model, judge)
-        record = EpochRecord(epoch, float(np.mean(losses)) if losses else math.nan, kl, score, rel)
+        record = _record(epoch, float(np.mean(losses)) if losses else math.nan, kl, score, rel)
         result.history.append(record)
         maybe_fail("training_epoch")  # reliability tests (prag_models/faults.py): die after an epoch
         if record.better_than(result.history[result.best_epoch], by):
@@ -152,6 +192,15 @@ def fit(
             since_best += 1
             if settings.early_stopping_patience and since_best >= settings.early_stopping_patience:
                 break
+    if not significance_gate(result, settings.selection_confidence):
+        result.best_epoch, best_state = 0, init_state
     model.load_state_dict(best_state)
     model.eval()
     return result
+
+
+def _record(epoch: int, train_loss: float, kl: float, score: float, rel: np.ndarray) -> EpochRecord:
+    """An epoch's record from the evaluation (relevance NDCG as the mean of the per-sample values)."""
+    rel = np.asarray(rel, dtype=np.float64)
+    mean = float(np.nanmean(rel)) if np.isfinite(rel).any() else math.nan
+    return EpochRecord(epoch, train_loss, kl, score, mean, tuple(float(v) for v in rel))

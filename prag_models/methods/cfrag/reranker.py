@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from prag_models.config import CfragSettings
-from prag_models.methods.cfrag.fit import FitResult, fit, ndcg, relevance_ndcg
+from prag_models.methods.cfrag.fit import FitResult, fit, ndcg, relevance_ndcg_samples
 from prag_models.methods.cfrag.retriever import kl_loss
 
 ProgressFn = Callable[[int, int], None]
@@ -224,9 +224,9 @@ def train_reranker(
         def batch_loss(m: torch.nn.Module, idx: Sequence[int]) -> torch.Tensor:
             return kl_loss(*_batch_scores(m, [usable[i] for i in idx]), temperature)
 
-        def evaluate(m: torch.nn.Module, idx: Sequence[int]) -> tuple[float, float, float]:
+        def evaluate(m: torch.nn.Module, idx: Sequence[int]) -> tuple[float, float, np.ndarray]:
             if not len(idx):
-                return math.nan, math.nan, math.nan
+                return math.nan, math.nan, np.array([])
             student, teacher, mask = _batch_scores(m, [usable[i] for i in idx])
             k, mask_np = max(1, settings.final_k or 3), mask.numpy()
             gains = None
@@ -235,6 +235,6 @@ def train_reranker(
                 for row, i in enumerate(idx):
                     gains[row, : len(truth[i])] = truth[i]
             return (float(kl_loss(student, teacher, mask, temperature)), ndcg(student.numpy(), teacher.numpy(),
-                    mask_np, k), relevance_ndcg(student.numpy(), gains, mask_np, k))  # fmt: skip
+                    mask_np, k), relevance_ndcg_samples(student.numpy(), gains, mask_np, k))  # fmt: skip
 
         return fit(model, len(usable), batch_loss, evaluate, settings, progress)

@@ -120,7 +120,7 @@ def train_retriever(
     (n, C). ``init_targets`` = (e_u of every user, z_u of every user) sets W's starting point (``init_projection``).
     ``relevance`` (n, C): 0/1 truth of each candidate (NaN unknown) for model selection on validation.
     """
-    from prag_models.methods.cfrag.fit import fit, ndcg, relevance_ndcg
+    from prag_models.methods.cfrag.fit import fit, ndcg, relevance_ndcg_samples
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)
@@ -138,16 +138,16 @@ def train_retriever(
             i = torch.as_tensor(list(idx))
             return kl_loss(m(q_t[i], d_t[i], u_t[i]), t_t[i], m_t[i], temperature)
 
-        def evaluate(m: nn.Module, idx) -> tuple[float, float, float]:  # noqa: ANN001 - index list
+        def evaluate(m: nn.Module, idx) -> tuple[float, float, np.ndarray]:  # noqa: ANN001 - index list
             if not len(idx):
-                return float("nan"), float("nan"), float("nan")
+                return float("nan"), float("nan"), np.array([])
             i = torch.as_tensor(list(idx))
             scores = m(q_t[i], d_t[i], u_t[i])
             kl = float(kl_loss(scores, t_t[i], m_t[i], temperature))
             k, mask_i = max(1, settings.final_k or 3), m_t[i].numpy()
             gains = None if relevance is None else np.asarray(relevance, dtype=np.float32)[list(idx)]
             return (kl, ndcg(scores.numpy(), t_t[i].numpy(), mask_i, k),
-                    relevance_ndcg(scores.numpy(), gains, mask_i, k))  # fmt: skip
+                    relevance_ndcg_samples(scores.numpy(), gains, mask_i, k))  # fmt: skip
 
         return fit(model, len(queries), batch_loss, evaluate, settings, progress)
 

@@ -7,6 +7,7 @@ each other.
 from __future__ import annotations
 
 import dagster as dg
+from dagster_ray import Lifecycle
 
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.ray_compute import PragRay
@@ -21,5 +22,8 @@ def default_resources(config_file: str = "", home: str = "") -> dict[str, dg.Con
         "duckdb": DuckDBResource(settings=settings),
         "models": ModelsResource(settings=settings),
         "mlflow": MlflowResource(settings=settings),
-        "ray": PragRay(settings=settings),  # connects only when compute.engine = ray
+        # connects only when compute.engine = ray; lifecycle is passed explicitly because Dagster builds a resource's
+        # run config from its set fields and the class defaults of nested configs (connect=True), not PragRay's
+        # default_factory: without it every run started a local Ray cluster
+        "ray": PragRay(settings=settings, lifecycle=Lifecycle(connect=False)),
     }

@@ -118,3 +118,16 @@ def test_unreachable_ray_address_is_named(tmp_path) -> None:
     with pytest.raises(RayConnectError, match=rf"ray://127\.0\.0\.1:{port}.*compute\.ray_address"):
         compute_engine(context, settings_resource.get(), PragRay(settings=settings_resource))
     assert compute_engine(context, load_settings(environ={}), PragRay(settings=settings_resource)) is None
+
+
+def test_local_engine_runs_never_connect_to_ray(tmp_path) -> None:
+    """The definitions' Ray resource, initialised as a run initialises it, stays disconnected with the local engine
+    (Dagster takes nested config defaults from the class, so a default_factory alone started a cluster every run)."""
+    import dagster as dg
+
+    from prag_assets.resource_set import default_resources
+
+    config = tmp_path / "prag.toml"
+    config.write_text(f'home = "{tmp_path}"\n')
+    with dg.build_resources(default_resources(str(config))) as resources:
+        assert resources.ray.lifecycle.connect is False and not resources.ray.connected

@@ -50,11 +50,12 @@ def missing_query(source_sql: str, params: Sequence[object], model_id: str) -> t
 def missing_batches(
     con: duckdb.DuckDBPyConnection, missing_sql: str, args: Sequence[object], chunk_size: int
 ) -> Iterator[pa.RecordBatch]:
-    """The rows of a missing_query in batches of at most chunk_size, each sorted by content hash: the texts of a
-    batch pad each other in the encoder, so a batch must not depend on the order in which DuckDB's threads return
-    rows (the Ray engine embeds these same batches)."""
-    for batch in iter_batches(con, missing_sql, args, rows=chunk_size):
-        yield batch.sort_by("content_hash")
+    """The rows of a missing_query in content-hash order, in batches of at most chunk_size: the texts of a batch pad
+    each other in the encoder, and the Ray engine and the user shards (every n-th batch) must cut the very batches
+    the local stage cuts, so neither a batch's members nor their order may depend on the order in which DuckDB's
+    threads return a GROUP BY's rows (they did: two shards then missed some batches and embedded others twice)."""
+    ordered = f"SELECT * FROM ({missing_sql}) ORDER BY content_hash"
+    yield from iter_batches(con, ordered, args, rows=chunk_size)
 
 
 def embed_missing(

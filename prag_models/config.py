@@ -112,6 +112,10 @@ class GeneratorSettings(Section):
     llama_cpp_weights: str = "auto"
     flash_attention: bool = True  # llama_cpp: flash attention (about 10 % faster prompt evaluation on CPU)
     batch_size: int = 8
+    # llama_cpp: start every batch from an empty KV cache, so that a batch's log-likelihoods do not depend on the
+    # prompt evaluated before it (reusing a shared prefix moves them by up to 0.07) and equal on any engine or shard.
+    # Off by default: re-evaluating the shared prefix made the demo's LLM stages about 1.6x slower.
+    fresh_batches: bool = False
     seed: int = 0
     timeout_s: float = 120.0
 

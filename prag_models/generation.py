@@ -87,7 +87,7 @@ class LabelChooser:
     def __call__(self, prompts: list[str]) -> list[str]:
         """The chosen label of each prompt."""
         if self.calibrate and self.priors is None:
-            self.generator.forget()  # priors and batches from a fresh state: the same wherever they run
+            self.generator.forget()  # generator.fresh_batches: priors and batches the same wherever they run
             self.priors = label_priors(self.task, self.generator)
         self.generator.forget()
         return choose_labels(self.task, self.generator, prompts, self.priors)

@@ -95,12 +95,12 @@ def test_scores_do_not_depend_on_what_was_scored_before() -> None:
 
 
 def test_forget_makes_a_batch_independent_of_the_prompts_before_it() -> None:
-    """After forget() nothing of the previous prompt's KV cache is reused: a prompt that shares a long prefix with
-    the one scored before scores exactly as on a fresh model (the local and the Ray engine rely on it)."""
+    """With generator.fresh_batches, after forget() nothing of the previous prompt's KV cache is reused: a prompt that
+    shares a long prefix with the one scored before scores exactly as on a fresh model (engine-independent labels)."""
     shared = "The historical profiles are as follows:\n1. A heist movie. tag: crime\n2. Gangsters again. tag: crime\n"
     first, second = (f"{shared}Pick one tag from [sci-fi, crime] for: {x}" for x in ("a bank job", "a robot war"))
     fresh = LlamaCppGenerator(GeneratorSettings(n_ctx=512))
-    gen = LlamaCppGenerator(GeneratorSettings(n_ctx=512))
+    gen = LlamaCppGenerator(GeneratorSettings(n_ctx=512, fresh_batches=True))
     try:
         expected = fresh.score_choices([second], TAGS)[0]
         gen.score_choices([first], TAGS)
@@ -108,6 +108,8 @@ def test_forget_makes_a_batch_independent_of_the_prompts_before_it() -> None:
         gen.forget()
         assert gen._llm.n_tokens == 0
         assert gen.score_choices([second], TAGS)[0] == expected
+        fresh.forget()  # fresh_batches off (the default): the KV cache is kept for the next prompt's prefix
+        assert fresh._llm.n_tokens > 0
     finally:
         fresh.close()
         gen.close()

@@ -44,8 +44,9 @@ class Generator(abc.ABC):
         return "".join(tokens[:max_tokens]).strip()
 
     def forget(self) -> None:  # noqa: B027 - optional hook
-        """Drop what the backend keeps from earlier prompts (llama.cpp's KV cache, whose reused prefix changes the
-        logits in the last bits), so that a batch computes the same whatever ran before it and wherever it runs."""
+        """Drop what the backend keeps from earlier prompts when the settings ask for it (llama.cpp's KV cache with
+        generator.fresh_batches: its reused prefix changes the logits slightly), so that a batch computes the same
+        whatever ran before it and wherever it runs."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the model or connection."""

@@ -81,8 +81,8 @@ class LlamaCppGenerator(Generator):
         return outputs
 
     def forget(self) -> None:
-        """Forget the evaluated tokens: the next prompt reuses no cached prefix."""
-        if self._llm is not None:
+        """With generator.fresh_batches, forget the evaluated tokens: the next prompt reuses no cached prefix."""
+        if self._llm is not None and self.settings.fresh_batches:
             self._llm.reset()
 
     def score_choices(self, prompts: Sequence[str], choices: Sequence[str]) -> list[list[float]]:

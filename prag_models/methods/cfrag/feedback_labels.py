@@ -90,7 +90,7 @@ def gold_loglik_batch(generator: Any, keyed: Sequence[str]) -> list[str]:
     log-probability as the cached text (repr of the float)."""
     pairs = [k.partition(GOLD_SEPARATOR)[::2] for k in keyed]
     if hasattr(generator, "forget"):
-        generator.forget()  # the batch's scores then depend on the batch alone
+        generator.forget()  # generator.fresh_batches: the batch's scores then depend on the batch alone
     return [repr(v) for v in gold_loglik_scores(generator, [p for p, _ in pairs], [g for _, g in pairs])]
 
 

@@ -99,8 +99,8 @@ def test_forget_makes_a_batch_independent_of_the_prompts_before_it() -> None:
     shares a long prefix with the one scored before scores exactly as on a fresh model (engine-independent labels)."""
     shared = "The historical profiles are as follows:\n1. A heist movie. tag: crime\n2. Gangsters again. tag: crime\n"
     first, second = (f"{shared}Pick one tag from [sci-fi, crime] for: {x}" for x in ("a bank job", "a robot war"))
-    fresh = LlamaCppGenerator(GeneratorSettings(n_ctx=512))
-    gen = LlamaCppGenerator(GeneratorSettings(n_ctx=512, fresh_batches=True))
+    fresh = LlamaCppGenerator(GeneratorSettings(n_ctx=512, fresh_batches=False))
+    gen = LlamaCppGenerator(GeneratorSettings(n_ctx=512))
     try:
         expected = fresh.score_choices([second], TAGS)[0]
         gen.score_choices([first], TAGS)
@@ -108,7 +108,7 @@ def test_forget_makes_a_batch_independent_of_the_prompts_before_it() -> None:
         gen.forget()
         assert gen._llm.n_tokens == 0
         assert gen.score_choices([second], TAGS)[0] == expected
-        fresh.forget()  # fresh_batches off (the default): the KV cache is kept for the next prompt's prefix
+        fresh.forget()  # fresh_batches = false: the KV cache is kept for the next prompt's prefix
         assert fresh._llm.n_tokens > 0
     finally:
         fresh.close()

@@ -43,8 +43,9 @@ from prag_models.methods.cfrag.variants import VARIANTS, Variant
 #: The inference variant each model kind serves (docs/methods.md §2.8).
 KIND_VARIANTS: dict[str, Variant] = {
     "user_encoder": Variant("cfrag_user_retrieval", "encoder", "base", "none"),
+    "retriever": Variant("cfrag_retriever", "encoder", "trained", "none"),
     **{kind: next(v for v in VARIANTS if v.method == m) for kind, m in (
-        ("retriever", "cfrag_no_reranker_tuning"), ("reranker", "cfrag"), ("reranker_no_eu", "cfrag_no_reranker_eu"))},
+        ("reranker", "cfrag"), ("reranker_no_eu", "cfrag_no_reranker_eu"))},
 }  # fmt: skip
 #: The other models of the bundle each kind needs at inference.
 COMPANIONS: dict[str, tuple[str, ...]] = {

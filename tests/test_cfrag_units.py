@@ -358,6 +358,10 @@ def test_untrained_residual_rerankers_are_reported_as_coinciding() -> None:
     a, b = new_reranker(settings, 8), new_reranker(settings, 8)
     assert a.kept_initialisation() and b.kept_initialisation()
     assert ("cfrag", "cfrag_no_reranker_eu") in coincidences({"reranker": a, "reranker_no_eu": b})
+    assert ("cfrag", "cfrag_no_reranker_tuning") in coincidences({"reranker": a, "reranker_no_eu": b})
+    with torch.no_grad():
+        a.head[-1].bias.fill_(0.1)  # a trained correction: full CFRAG no longer reranks like the untuned reranker
+    assert ("cfrag", "cfrag_no_reranker_tuning") not in coincidences({"reranker": a, "reranker_no_eu": b})
     with torch.no_grad():
         b.head[-1].bias.fill_(0.1)
     assert not b.kept_initialisation()

@@ -28,7 +28,7 @@ from prag_models.config import load_settings
 TASK = "LaMP-2"
 CFRAG = {"epochs": 10, "reranker_layers": 1, "reranker_max_length": 64}
 #: The cfrag_retrievals method each kind's pyfunc reproduces (the user encoder's variant is not an evaluation row).
-EVALUATED = {"reranker": "cfrag", "retriever": "cfrag_no_reranker_tuning", "reranker_no_eu": "cfrag_no_reranker_eu"}
+EVALUATED = {"reranker": "cfrag", "reranker_no_eu": "cfrag_no_reranker_eu"}
 SERVE_TIMEOUT_S = 300
 
 
@@ -73,6 +73,13 @@ def test_registered_versions_are_pyfunc_models_predicting_like_evaluation(graph,
             assert list(row.doc_ids) == ids and ids, (kind, sample)
             assert list(row.scores) == pytest.approx(scores, abs=1e-5), (kind, sample)
         assert "alias champion" in out["models"].iloc[0]
+    # the retriever serves its own ranking (top final_k by S), which no evaluation row holds: its documents come from
+    # the user and the user's CFRAG neighbours, best first
+    retriever = mlflow.pyfunc.load_model(f"models:/{registry.registered_name('retriever', TASK)}@champion")
+    for row in retriever.predict(request[["task", "user_id", "query"]]).itertuples():
+        users = {row.user_id} | set(similar.loc[similar["user_id"] == row.user_id, "neighbour_id"])
+        assert row.doc_ids and set(row.source_user_ids) <= users
+        assert list(row.scores) == sorted(row.scores, reverse=True)
     encoder = mlflow.pyfunc.load_model(f"models:/{registry.registered_name('user_encoder', TASK)}@champion")
     first = encoder.predict(request[["task", "user_id", "query"]].head(1)).iloc[0]
     allowed = set(similar.loc[similar["user_id"] == first["user_id"], "neighbour_id"])

@@ -70,6 +70,11 @@ def coincidences(models: dict) -> dict[tuple[str, str], str]:
     found = dict(inference.COINCIDENCES)
     rerankers = [models.get(k) for k in ("reranker", "reranker_no_eu")]
     kept = [m for m in rerankers if hasattr(m, "kept_initialisation") and m.kept_initialisation()]
+    if rerankers[0] is not None and rerankers[0] in kept:
+        found[("cfrag", "cfrag_no_reranker_tuning")] = (
+            "the reranker kept its untrained initialisation (no epoch's validation gain was shown), so full CFRAG "
+            "reranks by cos(q, d) exactly as the untuned reranker does"
+        )
     if len(kept) == 2:
         found[("cfrag", "cfrag_no_reranker_eu")] = (
             "both rerankers kept their untrained initialisation (no training epoch beat it on the validation "

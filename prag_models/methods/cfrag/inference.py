@@ -86,7 +86,7 @@ def retrieve(
             users = [] if v.users == "own" else neighbours.get(v.users, {}).get(q.user_id, [q.user_id])
             found = candidates(index, v, q, users, settings, models)
             plans.append((q, v, found))
-            if v.reranker != "none":
+            if v.reranker not in ("none", "initial"):
                 needed.setdefault(v.reranker, {}).update({(q.sample_id, x.row): q for x in found})
     reranked: dict[tuple[str, str, int], float] = {}
     for kind, pairs in needed.items():
@@ -105,6 +105,8 @@ def retrieve(
     for q, v, found in plans:
         if v.reranker == "none":
             scores = np.asarray([x.score for x in found], dtype=np.float32)
+        elif v.reranker == "initial":  # the untrained residual reranker's score: the cosine it is given as its base
+            scores = np.asarray([float(index.vectors[x.row] @ q.vector) for x in found], dtype=np.float32)
         else:
             scores = np.asarray([reranked[(v.reranker, q.sample_id, x.row)] for x in found], dtype=np.float32)
         out[(q.sample_id, v.method)] = top_final(found, scores, k)

@@ -18,7 +18,9 @@ class Variant:
     method: str
     users: str  # encoder: top-m by the CFRAG user encoder | own: only the user | mean: top-m by mean doc embeddings
     retriever: str  # trained: S with the trained W | base: cos(q, d) | no_sud: α = 0
-    reranker: str  # reranker | none: top final_k by retriever score | reranker_no_eu: reranker trained without e_u
+    # reranker | reranker_no_eu: reranker trained without e_u | initial: the reranker untrained, i.e. cos(q, d) (its
+    # residual correction starts at zero) | none: top final_k by retriever score (what the retriever alone serves)
+    reranker: str
 
 
 #: Full CFRAG and the ablations of paper Table 3. With the frozen text encoders used here (E_q, E_d are the
@@ -29,7 +31,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("cfrag_mean_user_emb", "mean", "trained", "reranker"),
     Variant("cfrag_no_retriever_tuning", "encoder", "base", "reranker"),
     Variant("cfrag_no_sud", "encoder", "no_sud", "reranker"),
-    Variant("cfrag_no_reranker_tuning", "encoder", "trained", "none"),
+    Variant("cfrag_no_reranker_tuning", "encoder", "trained", "initial"),
     Variant("cfrag_no_reranker_eu", "encoder", "trained", "reranker_no_eu"),
 )
 

@@ -30,18 +30,26 @@ class Generator(abc.ABC):
         """Log-likelihood of each choice as the complete assistant answer to each prompt (one row per prompt)."""
         raise NotImplementedError(f"{type(self).__name__} cannot score choices; generate and parse instead")
 
+    def _tokens(self, text: str) -> list:
+        """The tokens of text: the model's own token ids where a backend has its tokenizer, else word-like pieces."""
+        return _approx_tokens(text)
+
+    def _detokenize(self, tokens: list) -> str:
+        """Text of a prefix of ``_tokens``' result."""
+        return "".join(tokens)
+
     def count_tokens(self, text: str) -> int:
         """Number of tokens of text (approximate for backends without a local tokenizer)."""
-        return len(_approx_tokens(text))
+        return len(self._tokens(text)) if text else 0
 
     def truncate(self, text: str, max_tokens: int) -> str:
         """Cut text to at most max_tokens tokens."""
         if max_tokens <= 0:
             return ""
-        tokens = _approx_tokens(text)
+        tokens = self._tokens(text)
         if len(tokens) <= max_tokens:
             return text
-        return "".join(tokens[:max_tokens]).strip()
+        return self._detokenize(tokens[:max_tokens]).strip()
 
     def forget(self) -> None:  # noqa: B027 - optional hook
         """Drop what the backend keeps from earlier prompts when the settings ask for it (llama.cpp's KV cache with

@@ -159,18 +159,9 @@ class LlamaCppGenerator(Generator):
         """Token ids of text without BOS, with the model's own tokenizer."""
         return list(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
-    def count_tokens(self, text: str) -> int:
-        """Exact number of model tokens in text."""
-        return len(self._tokens(text)) if text else 0
-
-    def truncate(self, text: str, max_tokens: int) -> str:
-        """Cut text to its first max_tokens model tokens."""
-        if max_tokens <= 0:
-            return ""
-        tokens = self._tokens(text)
-        if len(tokens) <= max_tokens:
-            return text
-        return self._llm.detokenize(tokens[:max_tokens]).decode("utf-8", errors="ignore").strip()
+    def _detokenize(self, tokens: list) -> str:
+        """Text of a prefix of the token ids."""
+        return self._llm.detokenize(tokens).decode("utf-8", errors="ignore")
 
     def close(self) -> None:
         """Free the llama.cpp model and context."""

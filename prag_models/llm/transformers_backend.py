@@ -131,18 +131,9 @@ class TransformersGenerator(Generator):
         """Token ids of text without special tokens."""
         return list(self._tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def count_tokens(self, text: str) -> int:
-        """Exact number of model tokens in text."""
-        return len(self._tokens(text)) if text else 0
-
-    def truncate(self, text: str, max_tokens: int) -> str:
-        """Cut text to its first max_tokens model tokens."""
-        if max_tokens <= 0:
-            return ""
-        tokens = self._tokens(text)
-        if len(tokens) <= max_tokens:
-            return text
-        return self._tokenizer.decode(tokens[:max_tokens], skip_special_tokens=True).strip()
+    def _detokenize(self, tokens: list) -> str:
+        """Text of a prefix of the token ids."""
+        return self._tokenizer.decode(tokens, skip_special_tokens=True)
 
     def close(self) -> None:
         """Drop the model so its memory can be freed."""

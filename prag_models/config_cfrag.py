@@ -60,9 +60,9 @@ class CfragSettings(Section):
     # LLM feedback. The LLM's preferences can disagree with relevance (a small generator mostly does), and the model
     # is kept for retrieval.
     selection_metric: Literal["relevance", "kl"] = "relevance"
-    # A trained epoch replaces the untrained initialisation only when its validation gain (relevance selection) is
-    # shown: the paired bootstrap interval at this confidence lies above 0. A gain seen on a few validation samples
-    # is mostly noise, and a model that moved on noise is worse than its initialisation (0 = no gate).
+    # A trained epoch replaces the untrained initialisation only when its validation gain (truth NDCG gained, or with
+    # KL selection the KL lost, per sample) is shown: the paired bootstrap interval at this confidence lies above 0.
+    # A gain seen on a few validation samples is mostly noise (0 = no gate).
     selection_confidence: float = 0.95
     train_lr: float = 1e-3
     train_epochs: int = 30

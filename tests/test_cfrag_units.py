@@ -263,7 +263,8 @@ def test_reranker_round_trip_and_train_step(reranker, tmp_path) -> None:
         RerankSample("q one", ["doc a", "doc b", "doc c"], [1.0, 0.0, 0.0], users[0]),
         RerankSample("q two", ["doc b", "doc c"], [0.0, 1.0], users[1]),  # padded to 3 candidates
     ]
-    settings = CfragSettings(train_batch_size=2, seed=0, train_epochs=1, validation_share=0.0)
+    # no significance gate (selection_confidence 0): this test is about one training step moving the weights
+    settings = CfragSettings(train_batch_size=2, seed=0, train_epochs=1, validation_share=0.0, selection_confidence=0)
     fitted = train_reranker(samples, settings, model=loaded)
     trained, curve = fitted.model, fitted.curve
     assert len(curve) == 1 and math.isfinite(curve[0])
@@ -321,7 +322,8 @@ def test_reranker_training_lowers_validation_kl_and_gives_distinct_scores() -> N
     from prag_models.methods.cfrag.training_set import new_reranker
 
     settings = CfragSettings(
-        reranker_layers=1, reranker_max_length=32, train_epochs=8, train_lr=1e-3, validation_share=0.25, seed=0
+        reranker_layers=1, reranker_max_length=32, train_epochs=8, train_lr=1e-3, validation_share=0.25, seed=0,
+        selection_confidence=0,  # the gate has its own tests; here: training can lower the validation KL
     )
     samples = _learnable_rerank_samples()
     fitted = train_reranker(samples, settings, model=new_reranker(settings, user_dim=8))
@@ -389,4 +391,20 @@ def test_significance_gate_keeps_the_initialisation_unless_the_gain_is_shown() -
     assert significance_gate(clear, 0.95) and clear.gain[1] > 0 and clear.gate.startswith("epoch 1 kept")
     assert clear.summary()["val_gain_n"] == 10 and clear.summary()["gate"] == clear.gate
     assert significance_gate(result(mixed), 0.0)  # confidence 0: no gate
-    assert significance_gate(result(mixed, by="kl"), 0.95)  # KL selection has no per-sample truth to test
+
+
+def test_significance_gate_on_kl_selection_tests_the_per_sample_kl_decrease() -> None:
+    """Without truth on the validation samples the gate tests the per-sample KL the best epoch lost."""
+    from prag_models.methods.cfrag.fit import EpochRecord, FitResult, significance_gate
+
+    init = (1.2, 0.8, 1.5, 0.9, 1.1, 1.3)
+
+    def result(best: tuple[float, ...]) -> FitResult:
+        history = [EpochRecord(0, 1.0, float(np.mean(init)), 0.5, val_kl_samples=init),
+                   EpochRecord(3, 0.9, float(np.mean(best)), 0.5, val_kl_samples=best)]  # fmt: skip
+        return FitResult(torch.nn.Linear(1, 1), [], history, best_epoch=1, validation_samples=6, selected_by="kl")
+
+    lower = result(tuple(v - 0.05 for v in init))  # every sample's KL lower
+    assert significance_gate(lower, 0.95) and "KL decrease +0.0500" in lower.gate
+    mixed = result(tuple(v + d for v, d in zip(init, (-0.2, 0.15, -0.1, 0.2, -0.15, 0.05), strict=True)))
+    assert not significance_gate(mixed, 0.95) and mixed.gate.startswith("initialisation kept")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -33,6 +33,8 @@ class EpochRecord:
     val_relevance: float = math.nan
     #: per validation sample NDCG@k against the truth (NaN where the sample's candidates are all equally right)
     val_relevance_samples: tuple[float, ...] = field(default=(), repr=False, compare=False)
+    #: per validation sample KL (filled for epoch 0 and the best epoch when selection is by KL)
+    val_kl_samples: tuple[float, ...] = field(default=(), repr=False, compare=False)
 
     def better_than(self, other: EpochRecord, by: str) -> bool:
         """Whether this epoch beats ``other`` on the selection metric (higher relevance NDCG, or lower KL)."""
@@ -120,20 +122,24 @@ def relevance_ndcg(student: np.ndarray, gains: np.ndarray | None, mask: np.ndarr
 
 
 def significance_gate(result: FitResult, confidence: float) -> bool:
-    """Whether the best trained epoch's validation relevance gain over the initialisation is shown (paired bootstrap
-    interval at ``confidence`` above 0); records the gain and the decision on ``result``. Always True for KL
-    selection or ``confidence`` 0 (no gate)."""
-    if result.selected_by != "relevance" or confidence <= 0 or result.best_epoch == 0:
+    """Whether the best trained epoch's validation gain over the initialisation is shown (paired bootstrap interval
+    at ``confidence`` above 0): per-sample truth NDCG gained, or with KL selection per-sample KL lost; records the
+    gain and the decision on ``result``. Always True for ``confidence`` 0 (no gate)."""
+    if confidence <= 0 or result.best_epoch == 0:
         return True
     best, init = result.history[result.best_epoch], result.history[0]
-    a, b = np.asarray(best.val_relevance_samples), np.asarray(init.val_relevance_samples)
+    if result.selected_by == "relevance":
+        a, b = np.asarray(best.val_relevance_samples), np.asarray(init.val_relevance_samples)
+    else:  # the gain is the KL the trained epoch lost: initial minus best, per sample
+        a, b = np.asarray(init.val_kl_samples), np.asarray(best.val_kl_samples)
     keep = np.isfinite(a) & np.isfinite(b)
     est = paired_difference(a[keep], b[keep], confidence=confidence)
     result.gain = (est.value, est.low, est.high, est.n)
     shown = est.n > 1 and est.low > 0
-    result.gate = (f"epoch {result.best_epoch} kept: validation gain {est.value:+.4f} [{est.low:+.4f}, "
+    what = "validation gain" if result.selected_by == "relevance" else "validation KL decrease"
+    result.gate = (f"epoch {result.best_epoch} kept: {what} {est.value:+.4f} [{est.low:+.4f}, "
                    f"{est.high:+.4f}], n={est.n}" if shown else
-                   f"initialisation kept: epoch {result.best_epoch}'s validation gain {est.value:+.4f} [{est.low:+.4f}"
+                   f"initialisation kept: epoch {result.best_epoch}'s {what} {est.value:+.4f} [{est.low:+.4f}"
                    f", {est.high:+.4f}] (n={est.n}) is not shown at {confidence:.0%}")  # fmt: skip
     return shown
 
@@ -165,6 +171,8 @@ def fit(
         train0 = evaluate(model, train_idx)[0]
     by = "relevance" if settings.selection_metric == "relevance" and np.isfinite(rel0).any() else "kl"
     result = FitResult(model, [], [_record(0, train0, kl0, ndcg0, rel0)], 0, len(val_idx), by)
+    if by == "kl":
+        result.history[0] = replace(result.history[0], val_kl_samples=_kl_samples(model, evaluate, judge))
     init_state = copy.deepcopy(model.state_dict())
     best_state, since_best = init_state, 0
     for epoch in range(1, settings.train_epochs + 1):
@@ -192,11 +200,21 @@ def fit(
             since_best += 1
             if settings.early_stopping_patience and since_best >= settings.early_stopping_patience:
                 break
-    if not significance_gate(result, settings.selection_confidence):
-        result.best_epoch, best_state = 0, init_state
     model.load_state_dict(best_state)
     model.eval()
+    if by == "kl" and result.best_epoch:
+        best = result.history[result.best_epoch]
+        result.history[result.best_epoch] = replace(best, val_kl_samples=_kl_samples(model, evaluate, judge))
+    if not significance_gate(result, settings.selection_confidence):
+        result.best_epoch = 0
+        model.load_state_dict(init_state)
     return result
+
+
+def _kl_samples(model: torch.nn.Module, evaluate: Callable, idx: Sequence[int]) -> tuple[float, ...]:
+    """The validation KL of each sample alone (the batch-mean KL of a one-sample batch)."""
+    with torch.no_grad():
+        return tuple(float(evaluate(model, [int(i)])[0]) for i in idx)
 
 
 def _record(epoch: int, train_loss: float, kl: float, score: float, rel: np.ndarray) -> EpochRecord:

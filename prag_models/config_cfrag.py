@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from prag_models.config_sources import Section
 
 
@@ -63,7 +65,7 @@ class CfragSettings(Section):
     # A trained epoch replaces the untrained initialisation only when its validation gain (truth NDCG gained, or with
     # KL selection the KL lost, per sample) is shown: the paired bootstrap interval at this confidence lies above 0.
     # A gain seen on a few validation samples is mostly noise (0 = no gate).
-    selection_confidence: float = 0.95
+    selection_confidence: float = Field(0.95, ge=0.0, lt=1.0)
     train_lr: float = 1e-3
     train_epochs: int = 30
     train_batch_size: int = 4  # samples per optimizer step for retriever/reranker training

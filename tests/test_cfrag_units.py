@@ -336,18 +336,6 @@ def test_reranker_training_lowers_validation_kl_and_gives_distinct_scores() -> N
     assert fitted.summary()["improved"] is True
 
 
-def test_validation_split_and_ndcg() -> None:
-    from prag_models.methods.cfrag.fit import ndcg, split_validation
-
-    train, val = split_validation(16, 0.25, 0)
-    assert len(val) == 4 and len(train) == 12 and not set(train) & set(val)
-    assert len(split_validation(3, 0.25, 0)[1]) == 0  # too few samples: no validation split
-    teacher = np.array([[0.0, -1.0, -2.0]])
-    mask = np.ones((1, 3), dtype=bool)
-    assert ndcg(np.array([[3.0, 2.0, 1.0]]), teacher, mask, 2) == 1.0
-    assert ndcg(np.array([[1.0, 2.0, 3.0]]), teacher, mask, 2) < 0.5
-
-
 def test_untrained_residual_rerankers_are_reported_as_coinciding() -> None:
     """Two rerankers still at their zero correction make cfrag = cfrag_no_reranker_eu, and the metadata says why."""
     import torch
@@ -368,43 +356,3 @@ def test_untrained_residual_rerankers_are_reported_as_coinciding() -> None:
         b.head[-1].bias.fill_(0.1)
     assert not b.kept_initialisation()
     assert ("cfrag", "cfrag_no_reranker_eu") not in coincidences({"reranker": a, "reranker_no_eu": b})
-
-
-def test_significance_gate_keeps_the_initialisation_unless_the_gain_is_shown() -> None:
-    """A trained epoch replaces the initialisation only when its paired validation gain's interval is above 0."""
-    from prag_models.methods.cfrag.fit import EpochRecord, FitResult, significance_gate
-
-    init = (0.5, 0.6, 0.7, 0.4, 0.5, 0.6, 0.7, 0.8, 0.5, 0.6)
-
-    def result(trained: tuple[float, ...], by: str = "relevance") -> FitResult:
-        history = [EpochRecord(0, 1.0, 1.0, 0.5, float(np.mean(init)), init),
-                   EpochRecord(1, 0.9, 0.9, 0.5, float(np.mean(trained)), trained)]  # fmt: skip
-        return FitResult(torch.nn.Linear(1, 1), [], history, best_epoch=1, validation_samples=10, selected_by=by)
-
-    deltas = (0.3, -0.25, 0.2, -0.2, 0.3, -0.3, 0.2, -0.1, 0.25, -0.2)
-    mixed = tuple(v + d for v, d in zip(init, deltas, strict=True))
-    noisy = result(mixed)  # mean gain +0.02, half the samples worse: not shown
-    assert not significance_gate(noisy, 0.95)
-    assert noisy.gain[3] == 10 and noisy.gain[1] < 0 < noisy.gain[2]
-    assert noisy.gate.startswith("initialisation kept") and "not shown at 95%" in noisy.gate
-    clear = result(tuple(v + 0.1 for v in init))  # every sample better
-    assert significance_gate(clear, 0.95) and clear.gain[1] > 0 and clear.gate.startswith("epoch 1 kept")
-    assert clear.summary()["val_gain_n"] == 10 and clear.summary()["gate"] == clear.gate
-    assert significance_gate(result(mixed), 0.0)  # confidence 0: no gate
-
-
-def test_significance_gate_on_kl_selection_tests_the_per_sample_kl_decrease() -> None:
-    """Without truth on the validation samples the gate tests the per-sample KL the best epoch lost."""
-    from prag_models.methods.cfrag.fit import EpochRecord, FitResult, significance_gate
-
-    init = (1.2, 0.8, 1.5, 0.9, 1.1, 1.3)
-
-    def result(best: tuple[float, ...]) -> FitResult:
-        history = [EpochRecord(0, 1.0, float(np.mean(init)), 0.5, val_kl_samples=init),
-                   EpochRecord(3, 0.9, float(np.mean(best)), 0.5, val_kl_samples=best)]  # fmt: skip
-        return FitResult(torch.nn.Linear(1, 1), [], history, best_epoch=1, validation_samples=6, selected_by="kl")
-
-    lower = result(tuple(v - 0.05 for v in init))  # every sample's KL lower
-    assert significance_gate(lower, 0.95) and "KL decrease +0.0500" in lower.gate
-    mixed = result(tuple(v + d for v, d in zip(init, (-0.2, 0.15, -0.1, 0.2, -0.15, 0.05), strict=True)))
-    assert not significance_gate(mixed, 0.95) and mixed.gate.startswith("initialisation kept")

@@ -69,3 +69,27 @@ def test_selection_confidence_outside_zero_to_one_is_a_config_error() -> None:
         with pytest.raises(ConfigError, match="selection_confidence"):
             load_settings(environ={"PRAG__CFRAG__SELECTION_CONFIDENCE": bad})
     assert load_settings(environ={"PRAG__CFRAG__SELECTION_CONFIDENCE": "0"}).cfrag.selection_confidence == 0.0
+
+
+def test_large_doc_tables_stay_frozen_and_share_the_embeddings_memory() -> None:
+    """Above cfrag.finetune_max_docs the encoder trains with a frozen table that is the caller's unit vectors, not a
+    copy (at 3.7 M documents a copy is 5.7 GB and Adam's state twice that); a fine-tuned table is its own copy."""
+    from prag_models.config import CfragSettings
+    from prag_models.methods.cfrag.training import encoder_settings
+    from prag_models.methods.cfrag.user_encoder import UserEncoder, train_user_encoder
+
+    rng = np.random.default_rng(0)
+    docs = rng.normal(size=(40, 8)).astype(np.float32)
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    histories = [list(rng.integers(0, 40, size=6)) for _ in range(8)]
+    small, large = CfragSettings(finetune_max_docs=40), CfragSettings(finetune_max_docs=39)
+    assert encoder_settings(small, 40).finetune_doc_embeddings is True
+    frozen = encoder_settings(large, 40)
+    assert frozen.finetune_doc_embeddings is False and large.finetune_doc_embeddings is True  # caller's untouched
+    before = docs.copy()
+    model, curve = train_user_encoder(histories, docs, frozen.model_copy(update={"epochs": 2, "batch_size": 4}))
+    assert curve and np.shares_memory(model.doc_table.weight.detach().numpy(), docs)
+    np.testing.assert_array_equal(docs, before)
+    tuned = UserEncoder.from_doc_embeddings(docs, finetune_doc_embeddings=True)
+    assert not np.shares_memory(tuned.doc_table.weight.detach().numpy(), docs)
+    np.testing.assert_allclose(tuned.doc_table.weight.detach().numpy(), docs, atol=1e-6)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from prag_models.config import Settings
+from prag_models.config import CfragSettings, Settings
 from prag_models.data.truth import load_truth
 from prag_models.hashing import data_version
 from prag_models.methods.cfrag.feedback import load_training_set, projection_targets
@@ -38,19 +38,27 @@ class Trained:
     fitted: Any = None  # a FitResult (per-epoch validation record) for the retriever and rerankers
 
 
+def encoder_settings(c: CfragSettings, documents: int) -> CfragSettings:
+    """The settings the encoder trains with: the doc table frozen above cfrag.finetune_max_docs documents."""
+    finetune = c.finetune_doc_embeddings and documents <= c.finetune_max_docs
+    return c.model_copy(update={"finetune_doc_embeddings": finetune})
+
+
 def train_task_user_encoder(
     con, task: str, settings: Settings, progress: Callable[[int, int], None] | None = None
 ) -> Trained:
     """The contrastive user encoder of one task, trained on the histories of all its users (§2.1–2.2)."""
     from prag_models.methods.cfrag.user_encoder import train_user_encoder
 
-    c = settings.cfrag
     _, histories, matrix, keys = task_histories(con, task)
+    c = encoder_settings(settings.cfrag, keys.num_rows)
     started = time.perf_counter()
     with single_thread():
         model, curve = train_user_encoder([histories[u] for u in sorted(histories)], matrix, c, progress)
+    del matrix  # a frozen table shares it; otherwise the model holds its own copy
     params = {k: getattr(c, k) for k in _ENCODER_PARAMS}
-    params |= {"task": task, "users": len(histories), "documents": keys.num_rows}
+    params |= {"task": task, "users": len(histories), "documents": keys.num_rows,
+               "finetune_max_docs": c.finetune_max_docs}  # fmt: skip
     version = history_version(keys)
     return Trained("user_encoder", model, curve, params, version, time.perf_counter() - started)
 

@@ -23,6 +23,7 @@ from prag_models.llm.cache import CACHE_TABLE as GENERATION_CACHE
 from prag_models.llm.cache import ensure_cache_table as ensure_generation_cache
 from prag_models.text.embedding_cache import CACHE_TABLE as EMBEDDING_CACHE
 from prag_models.text.embedding_cache import ensure_cache_table as ensure_embedding_cache
+from prag_models.text.embedding_cache import insert_uncached_sql
 
 if TYPE_CHECKING:
     import duckdb
@@ -32,8 +33,7 @@ if TYPE_CHECKING:
 SUCCESS = "_SUCCESS"
 #: How a shard folder's rows enter their cache table (a key already cached keeps its row).
 _INSERT = {
-    EMBEDDING_CACHE: f"INSERT OR IGNORE INTO {EMBEDDING_CACHE} "
-    "SELECT model_id, content_hash, embedding FROM _prag_shard",
+    EMBEDDING_CACHE: insert_uncached_sql("_prag_shard"),
     GENERATION_CACHE: f"INSERT INTO {GENERATION_CACHE} "
     "SELECT generator_id, prompt_hash, max_new_tokens, prompt, output, created_at FROM _prag_shard "
     "ON CONFLICT DO NOTHING",

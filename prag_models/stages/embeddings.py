@@ -45,6 +45,8 @@ def _cached_rows(
     )
     rows = QueryRows(sql, (model_id, *params, model_id), n)
     (found,) = con.execute(f"SELECT count(*) FROM ({sql})", list(rows.params)).fetchall()[0]
+    if found > n:  # the cache holds a key twice: a writer bypassed embed_missing / insert_uncached_sql
+        raise RuntimeError(f"{CACHE_TABLE} holds some of the {what}' keys more than once for {model_id!r}")
     if found != n:
         raise KeyError(f"{n - found} {what} have no cached embedding for {model_id!r}")
     return rows, dim

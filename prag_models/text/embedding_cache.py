@@ -17,22 +17,58 @@ CACHE_TABLE = "embedding_cache"
 
 def ensure_cache_table(con: duckdb.DuckDBPyConnection) -> None:
     """Create the cache table if it does not exist (``FLOAT[]``: models of any width share it; the task tables that
-    read from it cast to ``FLOAT[d]``)."""
+    read from it cast to ``FLOAT[d]``), and drop the primary key of a file written before it went.
+
+    (model_id, content_hash) is unique by construction (only uncached hashes, one row each, are inserted, by the
+    file's single writer), not by a key: DuckDB rewrites a table's whole key index at every checkpoint, which cost
+    9.8 s after a one-row insert into a 3.7 M-row cache.
+    """
     con.execute(
-        f"CREATE TABLE IF NOT EXISTS {CACHE_TABLE} (model_id VARCHAR, content_hash VARCHAR, embedding FLOAT[], "
-        "PRIMARY KEY (model_id, content_hash))"
+        f"CREATE TABLE IF NOT EXISTS {CACHE_TABLE} (model_id VARCHAR, content_hash VARCHAR, embedding FLOAT[])"
+    )
+    keyed = con.execute(
+        "SELECT count(*) FROM duckdb_constraints() WHERE table_name = ? AND constraint_type = 'PRIMARY KEY'",
+        [CACHE_TABLE],
+    ).fetchall()[0][0]
+    if keyed:
+        try:
+            con.begin()
+        except duckdb.TransactionException:  # already inside the caller's transaction: part of it
+            own = False
+        else:
+            own = True
+        try:
+            con.execute(f"CREATE TABLE _prag_cache_unkeyed AS SELECT * FROM {CACHE_TABLE}")
+            con.execute(f"DROP TABLE {CACHE_TABLE}")
+            con.execute(f"ALTER TABLE _prag_cache_unkeyed RENAME TO {CACHE_TABLE}")
+            if own:
+                con.commit()
+        except BaseException:
+            if own:
+                con.rollback()
+            raise
+
+
+def insert_uncached_sql(relation: str) -> str:
+    """SQL inserting the rows of a registered relation (model_id, content_hash, embedding) whose key the cache
+    lacks, one per key (shards computed elsewhere may overlap what was cached since); returns the count."""
+    return (
+        f"INSERT INTO {CACHE_TABLE} SELECT model_id, content_hash, any_value(embedding) FROM {relation} n "
+        f"WHERE NOT EXISTS (SELECT 1 FROM {CACHE_TABLE} c WHERE c.model_id = n.model_id "
+        "AND c.content_hash = n.content_hash) GROUP BY model_id, content_hash"
     )
 
 
 def _store(con: duckdb.DuckDBPyConnection, model_id: str, hashes: pa.Array | list[str], vectors: np.ndarray) -> None:
-    """Insert one chunk of new embeddings (an Arrow table: the vectors stay one float32 buffer)."""
+    """Insert one chunk of new embeddings (an Arrow table: the vectors stay one float32 buffer); the caller found
+    the hashes uncached and distinct, so a plain insert keeps each key once."""
     if not np.isfinite(vectors).all():
         raise ValueError(f"embedder {model_id!r} returned non-finite values")
     models = pa.array([model_id] * len(vectors), pa.string())
     frame = pa.table({"model_id": models, "content_hash": hashes, "embedding": matrix_to_column(vectors)})
     con.register("_prag_new", frame)
     try:
-        con.execute(f"INSERT OR IGNORE INTO {CACHE_TABLE} SELECT model_id, content_hash, embedding FROM _prag_new")
+        con.execute(f"INSERT INTO {CACHE_TABLE} SELECT model_id, content_hash, embedding FROM _prag_new")
     finally:
         con.unregister("_prag_new")
 

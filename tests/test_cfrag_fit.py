@@ -93,3 +93,36 @@ def test_large_doc_tables_stay_frozen_and_share_the_embeddings_memory() -> None:
     tuned = UserEncoder.from_doc_embeddings(docs, finetune_doc_embeddings=True)
     assert not np.shares_memory(tuned.doc_table.weight.detach().numpy(), docs)
     np.testing.assert_allclose(tuned.doc_table.weight.detach().numpy(), docs, atol=1e-6)
+
+
+def test_the_gate_tests_the_selected_epoch_on_held_out_truth_samples() -> None:
+    """The last truth_only samples are never trained on nor used for selection; the gate tests on them: an epoch
+    that validation selected but that is worse on them is not kept."""
+    from prag_models.config import CfragSettings
+    from prag_models.methods.cfrag.fit import fit
+
+    def run(held_out_sign: float) -> tuple:
+        model = torch.nn.Linear(1, 1, bias=False)
+        torch.nn.init.zeros_(model.weight)
+        trained_on: set[int] = set()
+
+        def batch_loss(m, idx):  # noqa: ANN001, ANN202
+            trained_on.update(idx)
+            return ((m.weight - 1.0) ** 2).sum()
+
+        def evaluate(m, idx):  # noqa: ANN001, ANN202
+            w = float(m.weight.detach()[0, 0])
+            # per-sample truth NDCG: up with w on the labelled samples, with held_out_sign * w on the held-out ones
+            rel = np.array([0.5 + (w if i < 12 else held_out_sign * w) * (1 + 0.01 * i) for i in idx])
+            return 1.0 - w, 0.5, rel
+
+        settings = CfragSettings(train_epochs=3, train_lr=0.1, train_batch_size=4, validation_share=0.25)
+        result = fit(model, 18, batch_loss, evaluate, settings, truth_only=6)
+        return result, trained_on, float(model.weight.detach()[0, 0])
+
+    better, trained_on, w = run(+1.0)
+    assert trained_on and max(trained_on) < 12 and better.truth_validation_samples == 6
+    assert better.best_epoch > 0 and w > 0 and better.gain[3] == 6 and "held-out truth gain" in better.gate
+    worse, _, w = run(-1.0)
+    assert worse.best_epoch == 0 and w == 0.0 and worse.gate.startswith("initialisation kept")
+    assert worse.summary()["truth_validation_samples"] == 6

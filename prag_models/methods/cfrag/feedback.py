@@ -50,22 +50,49 @@ def load_feedback_inputs(con, task: str, settings: Settings) -> FeedbackInputs:
     prompt_docs = [
         prompt_document(task, t, json.loads(f)) for t, f in zip(docs["text"], docs["fields_json"], strict=True)
     ]
-    train = con.execute(
+    train = _train_samples(con, task)
+    c = settings.cfrag
+    chosen = set(select_feedback_samples(train["sample_id"].tolist(), c.max_feedback_samples, c.seed))
+    samples = train[train["sample_id"].isin(chosen)].reset_index(drop=True)
+    return FeedbackInputs(index, prompt_docs, samples, _candidates(con, task, index, samples, settings))
+
+
+def _train_samples(con, task: str) -> pd.DataFrame:
+    """A task's train samples with their query vectors, by sample id."""
+    return con.execute(
         "SELECT s.sample_id, s.user_id, s.input, s.query, s.gold, q.embedding FROM lamp_samples s "
         "JOIN query_embeddings q USING (task, sample_id) WHERE task = ? AND s.split = 'train' ORDER BY s.sample_id",
         [task],
     ).df()
-    c = settings.cfrag
-    chosen = set(select_feedback_samples(train["sample_id"].tolist(), c.max_feedback_samples, c.seed))
-    samples = train[train["sample_id"].isin(chosen)].reset_index(drop=True)
-    neighbours = neighbour_lists(con, task)
-    candidates = {
+
+
+def _candidates(con, task: str, index: ProfileIndex, samples: pd.DataFrame, settings: Settings) -> dict:
+    """Each sample's m·k candidates: the top-k docs by base dense cosine from each of the m similar users (§2.4)."""
+    neighbours, k = neighbour_lists(con, task), settings.cfrag.docs_per_user
+    return {
         s.sample_id: per_user_top_k(
-            index, s.user_id, neighbours.get(s.user_id, [s.user_id]), c.docs_per_user, cosine_scorer(index, s.embedding)
+            index, s.user_id, neighbours.get(s.user_id, [s.user_id]), k, cosine_scorer(index, s.embedding)
         )
         for s in samples.itertuples(index=False)
     }
-    return FeedbackInputs(index, prompt_docs, samples, candidates)
+
+
+def truth_validation_set(
+    con, task: str, settings: Settings, inputs: FeedbackInputs
+) -> tuple[TrainingSet, dict[str, str]]:
+    """The task's other train samples (no feedback labels, so no LLM call) with their candidates and a zero teacher,
+    for validating on the truth (cfrag.truth_validation), and their query texts; empty when turned off."""
+    train = _train_samples(con, task) if settings.cfrag.truth_validation else pd.DataFrame()
+    rest = train[~train["sample_id"].isin(set(inputs.samples["sample_id"]))] if len(train) else train
+    if rest.empty:
+        return training_set(inputs.index, rest, {}, pd.DataFrame(columns=["sample_id"]), {}), {}
+    candidates = _candidates(con, task, inputs.index, rest, settings)
+    zeros = pd.DataFrame([(sid, c.doc_id, c.source_user_id, 0.0) for sid, cs in candidates.items() for c in cs],
+                         columns=["sample_id", "doc_id", "source_user_id", "score"])  # fmt: skip
+    users = read_rows(con, "cfrag_user_embeddings", {"task": task})
+    emb = dict(zip(users["user_id"], users["embedding"], strict=True))
+    return training_set(inputs.index, rest, candidates, zeros, emb), dict(zip(rest["sample_id"], rest["query"],
+                                                                                  strict=True))
 
 
 def existing_labels(con, task: str, generator_id: str, prompt_version: str) -> pd.DataFrame:

@@ -53,6 +53,8 @@ class FitResult:
     best_epoch: int = 0
     validation_samples: int = 0
     selected_by: str = "kl"
+    #: samples without feedback labels on whose truth the gate tests the selected epoch (held out from selection)
+    truth_validation_samples: int = 0
     #: the paired validation gain of the best trained epoch over the initialisation (value, low, high, n) and what
     #: the significance gate decided ("" when it did not run)
     gain: tuple[float, float, float, int] | None = None
@@ -73,6 +75,7 @@ class FitResult:
             "selected_by": self.selected_by, "best_epoch": self.best_epoch, "epochs_run": len(self.history) - 1,
             "improved": self.improved,
             "validation_samples": self.validation_samples,
+            "truth_validation_samples": self.truth_validation_samples,
             **({"val_gain": round(self.gain[0], 4), "val_gain_low": round(self.gain[1], 4),
                 "val_gain_high": round(self.gain[2], 4), "val_gain_n": self.gain[3]} if self.gain else {}),
             **({"gate": self.gate} if self.gate else {}),
@@ -121,14 +124,19 @@ def relevance_ndcg(student: np.ndarray, gains: np.ndarray | None, mask: np.ndarr
     return float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
 
 
-def significance_gate(result: FitResult, confidence: float) -> bool:
-    """Whether the best trained epoch's validation gain over the initialisation is shown (paired bootstrap interval
-    at ``confidence`` above 0): per-sample truth NDCG gained, or with KL selection per-sample KL lost; records the
-    gain and the decision on ``result``. Always True for ``confidence`` 0 (no gate)."""
+def significance_gate(
+    result: FitResult, confidence: float, held_out: tuple[np.ndarray, np.ndarray] | None = None
+) -> bool:
+    """Whether the best trained epoch's gain over the initialisation is shown (paired bootstrap interval at
+    ``confidence`` above 0): per-sample truth NDCG gained on the held-out truth samples (``held_out`` = best's and
+    the initialisation's values), else on the validation samples, or with KL selection per-sample KL lost; records
+    the gain and the decision on ``result``. Always True for ``confidence`` 0 (no gate)."""
     if confidence <= 0 or result.best_epoch == 0:
         return True
     best, init = result.history[result.best_epoch], result.history[0]
-    if result.selected_by == "relevance":
+    if held_out is not None:
+        a, b = held_out
+    elif result.selected_by == "relevance":
         a, b = np.asarray(best.val_relevance_samples), np.asarray(init.val_relevance_samples)
     else:  # the gain is the KL the trained epoch lost: initial minus best, per sample
         a, b = np.asarray(init.val_kl_samples), np.asarray(best.val_kl_samples)
@@ -136,7 +144,8 @@ def significance_gate(result: FitResult, confidence: float) -> bool:
     est = paired_difference(a[keep], b[keep], confidence=confidence)
     result.gain = (est.value, est.low, est.high, est.n)
     shown = est.n > 1 and est.low > 0
-    what = "validation gain" if result.selected_by == "relevance" else "validation KL decrease"
+    what = ("held-out truth gain" if held_out is not None else
+            "validation gain" if result.selected_by == "relevance" else "validation KL decrease")  # fmt: skip
     result.gate = (f"epoch {result.best_epoch} kept: {what} {est.value:+.4f} [{est.low:+.4f}, "
                    f"{est.high:+.4f}], n={est.n}" if shown else
                    f"initialisation kept: epoch {result.best_epoch}'s {what} {est.value:+.4f} [{est.low:+.4f}"
@@ -151,14 +160,19 @@ def fit(
     evaluate: Callable[[torch.nn.Module, Sequence[int]], tuple[float, float, float]],
     settings: CfragSettings,
     progress: ProgressFn | None = None,
+    truth_only: int = 0,
 ) -> FitResult:
     """Train with Adam (lr = train_lr) in seeded mini-batches for up to train_epochs epochs, keep the best epoch on
     validation by ``selection_metric`` (relevance NDCG where the truth is known, else KL; the initialisation counts
     as epoch 0), stop after early_stopping_patience epochs without improvement. Without a validation split (too few
     samples) the training samples stand in for it. ``evaluate`` returns (KL, teacher NDCG, relevance NDCG per sample).
-    A trained epoch replaces the initialisation only when ``significance_gate`` shows its gain."""
-    train_idx, val_idx = split_validation(n, settings.validation_share, settings.seed)
+    A trained epoch replaces the initialisation only when ``significance_gate`` shows its gain: on the last
+    ``truth_only`` of the n samples when there are any (no feedback labels, never trained on nor used for selection:
+    a held-out test of the selected epoch on the truth), else on the validation samples."""
+    labelled = n - truth_only
+    train_idx, val_idx = split_validation(labelled, settings.validation_share, settings.seed)
     judge = val_idx if len(val_idx) else train_idx
+
     rng = np.random.default_rng(settings.seed)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=settings.train_lr)
@@ -170,7 +184,7 @@ def fit(
         kl0, ndcg0, rel0 = evaluate(model, judge)
         train0 = evaluate(model, train_idx)[0]
     by = "relevance" if settings.selection_metric == "relevance" and np.isfinite(rel0).any() else "kl"
-    result = FitResult(model, [], [_record(0, train0, kl0, ndcg0, rel0)], 0, len(val_idx), by)
+    result = FitResult(model, [], [_record(0, train0, kl0, ndcg0, rel0)], 0, len(val_idx), by, truth_only)
     if by == "kl":
         result.history[0] = replace(result.history[0], val_kl_samples=_kl_samples(model, evaluate, judge))
     init_state = copy.deepcopy(model.state_dict())
@@ -205,7 +219,16 @@ def fit(
     if by == "kl" and result.best_epoch:
         best = result.history[result.best_epoch]
         result.history[result.best_epoch] = replace(best, val_kl_samples=_kl_samples(model, evaluate, judge))
-    if not significance_gate(result, settings.selection_confidence):
+    held_out = None
+    if truth_only and result.best_epoch:
+        extra = list(range(labelled, n))
+        with torch.no_grad():
+            best_rel = evaluate(model, extra)[2]
+            model.load_state_dict(init_state)
+            held_out = (np.asarray(best_rel), np.asarray(evaluate(model, extra)[2]))
+            model.load_state_dict(best_state)
+        model.eval()
+    if not significance_gate(result, settings.selection_confidence, held_out):
         result.best_epoch = 0
         model.load_state_dict(init_state)
     return result

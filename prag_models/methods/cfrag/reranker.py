@@ -203,12 +203,14 @@ def train_reranker(
     model: PersonalizedReranker | None = None,
     progress: ProgressFn | None = None,
     relevance: Sequence[Sequence[float]] | None = None,
+    truth_only: int = 0,
 ) -> FitResult:
     """Distil LLM feedback into the reranker (§2.6): KL at T = reranker_temperature, with the shared training loop
     (epochs, validation split, early stopping; ``fit``). The whole model (cross-encoder, W₂, MLP) is trained.
     Samples without candidates are skipped. ``relevance``: per sample, the 0/1 truth of each candidate (NaN unknown),
-    for model selection on validation."""
+    for model selection on validation; the last ``truth_only`` samples have no feedback labels (validation only)."""
     keep = [i for i, s in enumerate(samples) if s.candidates]
+    truth_only = sum(1 for i in keep if i >= len(samples) - truth_only)
     usable = [samples[i] for i in keep]
     truth = None if relevance is None else [np.asarray(relevance[i], dtype=np.float32) for i in keep]
     for s in usable:
@@ -237,4 +239,4 @@ def train_reranker(
             return (float(kl_loss(student, teacher, mask, temperature)), ndcg(student.numpy(), teacher.numpy(),
                     mask_np, k), relevance_ndcg_samples(student.numpy(), gains, mask_np, k))  # fmt: skip
 
-        return fit(model, len(usable), batch_loss, evaluate, settings, progress)
+        return fit(model, len(usable), batch_loss, evaluate, settings, progress, truth_only)

@@ -112,13 +112,15 @@ def train_retriever(
     model: PersonalizedRetriever | None = None,
     init_targets: tuple[np.ndarray, np.ndarray] | None = None,
     relevance: np.ndarray | None = None,
+    truth_only: int = 0,
 ) -> FitResult:
     """Distil LLM feedback into the retriever (§2.6): KL at T = retriever_temperature, with the shared training loop
     (epochs, validation split, early stopping; ``fit``).
 
     Inputs: queries (n, d), candidate docs (n, C, d), mask (n, C) of valid candidates, e_u (n, du), teacher scores
     (n, C). ``init_targets`` = (e_u of every user, z_u of every user) sets W's starting point (``init_projection``).
-    ``relevance`` (n, C): 0/1 truth of each candidate (NaN unknown) for model selection on validation.
+    ``relevance`` (n, C): 0/1 truth of each candidate (NaN unknown) for model selection on validation; the last
+    ``truth_only`` samples have no feedback labels (validation only).
     """
     from prag_models.methods.cfrag.fit import fit, ndcg, relevance_ndcg_samples
 
@@ -149,7 +151,7 @@ def train_retriever(
             return (kl, ndcg(scores.numpy(), t_t[i].numpy(), mask_i, k),
                     relevance_ndcg_samples(scores.numpy(), gains, mask_i, k))  # fmt: skip
 
-        return fit(model, len(queries), batch_loss, evaluate, settings, progress)
+        return fit(model, len(queries), batch_loss, evaluate, settings, progress, truth_only)
 
 
 def _tensor(array: np.ndarray | torch.Tensor) -> torch.Tensor:

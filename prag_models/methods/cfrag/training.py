@@ -13,16 +13,21 @@ import numpy as np
 from prag_models.config import CfragSettings, Settings
 from prag_models.data.truth import load_truth
 from prag_models.hashing import data_version
-from prag_models.methods.cfrag.feedback import load_training_set, projection_targets
+from prag_models.methods.cfrag.feedback import (
+    FeedbackInputs,
+    load_training_set,
+    projection_targets,
+    truth_validation_set,
+)
 from prag_models.methods.cfrag.probes import single_thread
 from prag_models.methods.cfrag.tables import history_version, task_histories
-from prag_models.methods.cfrag.training_set import TrainingSet, new_reranker, rerank_samples
+from prag_models.methods.cfrag.training_set import TrainingSet, concat_sets, new_reranker, rerank_samples
 
 _ENCODER_PARAMS = ("max_history", "heads", "dropout", "finetune_doc_embeddings", "crop_ratio", "mask_ratio",
                    "reorder_ratio", "tau", "lr", "weight_decay", "batch_size", "epochs", "seed")  # fmt: skip
 _TRAIN_PARAMS = ("alpha", "retriever_projection", "train_lr", "train_epochs", "train_batch_size", "validation_share",
-                 "early_stopping_patience", "feedback_signal", "selection_metric", "seed", "top_m_users",
-                 "docs_per_user", "max_feedback_samples")  # fmt: skip
+                 "early_stopping_patience", "feedback_signal", "selection_metric", "truth_validation", "seed",
+                 "top_m_users", "docs_per_user", "max_feedback_samples")  # fmt: skip
 
 
 @dataclass
@@ -76,23 +81,37 @@ def candidate_truth(con, task: str, ts: TrainingSet, doc_ids: list[str]) -> np.n
     return None if np.isnan(gains).all() else gains
 
 
+def with_truth_validation(
+    con, task: str, settings: Settings, inputs: FeedbackInputs, labelled: TrainingSet
+) -> tuple[TrainingSet, np.ndarray | None, int, dict[str, str]]:
+    """The labelled samples followed by the held-out truth samples the gate tests on (none when the task has no
+    truth), the truth of every candidate, how many samples are truth-only, and their query texts."""
+    extra, queries = truth_validation_set(con, task, settings, inputs)
+    full = concat_sets(labelled, extra)
+    relevance = candidate_truth(con, task, full, inputs.index.doc_ids)
+    if relevance is None or not extra.sample_ids:
+        return labelled, candidate_truth(con, task, labelled, inputs.index.doc_ids), 0, {}
+    return full, relevance, len(extra.sample_ids), queries
+
+
 def train_task_retriever(con, task: str, settings: Settings, generator_id: str) -> Trained:
     """The personalized retriever of one task distilled from its feedback labels (§2.4, §2.6)."""
     from prag_models.methods.cfrag.retriever import train_retriever
 
     c = settings.cfrag
-    inputs, ts, used, encoder = load_training_set(con, task, settings, generator_id)
-    relevance = candidate_truth(con, task, ts, inputs.index.doc_ids)
+    inputs, labelled, used, encoder = load_training_set(con, task, settings, generator_id)
+    ts, relevance, truth_only, _ = with_truth_validation(con, task, settings, inputs, labelled)
     started = time.perf_counter()
     with single_thread():
         fitted = train_retriever(
             ts.queries, ts.docs, ts.mask, ts.user_emb, ts.teacher, c,
-            init_targets=projection_targets(con, task), relevance=relevance,
+            init_targets=projection_targets(con, task), relevance=relevance, truth_only=truth_only,
         )  # fmt: skip
     params = {k: getattr(c, k) for k in _TRAIN_PARAMS} | {
         "temperature": c.retriever_temperature,
         "task": task,
-        "samples": len(ts.sample_ids),
+        "samples": len(labelled.sample_ids),
+        "truth_validation_samples": truth_only,
         "generator": generator_id,
         "user_encoder": encoder,
     }
@@ -104,16 +123,17 @@ def train_task_rerankers(con, task: str, settings: Settings, generator_id: str) 
     """The personalized reranker of one task and its ablation without e_u (§2.7, §2.8)."""
     from prag_models.methods.cfrag.reranker import train_reranker
 
-    inputs, ts, used, encoder = load_training_set(con, task, settings, generator_id)
-    queries = dict(zip(inputs.samples["sample_id"], inputs.samples["query"], strict=True))
+    inputs, labelled, used, encoder = load_training_set(con, task, settings, generator_id)
+    ts, relevance, truth_only, extra_queries = with_truth_validation(con, task, settings, inputs, labelled)
+    queries = dict(zip(inputs.samples["sample_id"], inputs.samples["query"], strict=True)) | extra_queries
     samples = rerank_samples(ts, queries, inputs.index.texts)
-    relevance = candidate_truth(con, task, ts, inputs.index.doc_ids)
     truth_rows = None if relevance is None else [relevance[i, : len(r)] for i, r in enumerate(ts.rows)]
     out = []
     for kind, use_eu in (("reranker", True), ("reranker_no_eu", False)):
         c = settings.cfrag.model_copy(update={"reranker_use_user_embedding": use_eu})
         started = time.perf_counter()
-        fitted = train_reranker(samples, c, model=new_reranker(c, int(ts.user_emb.shape[1])), relevance=truth_rows)
+        fitted = train_reranker(samples, c, model=new_reranker(c, int(ts.user_emb.shape[1])), relevance=truth_rows,
+                                truth_only=truth_only)  # fmt: skip
         params = {k: getattr(c, k) for k in _TRAIN_PARAMS if k not in ("alpha", "retriever_projection")}
         params |= {
             "temperature": c.reranker_temperature,
@@ -122,7 +142,8 @@ def train_task_rerankers(con, task: str, settings: Settings, generator_id: str) 
             "layers": c.reranker_layers,
             "use_user_embedding": use_eu,
             "task": task,
-            "samples": len(samples),
+            "samples": len(labelled.sample_ids),
+            "truth_validation_samples": truth_only,
             "generator": generator_id,
             "user_encoder": encoder,
         }

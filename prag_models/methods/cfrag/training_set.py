@@ -75,6 +75,23 @@ def training_set(
     )
 
 
+def concat_sets(a: TrainingSet, b: TrainingSet) -> TrainingSet:
+    """The samples of a, then those of b (candidate lists padded to the wider of the two)."""
+    if not b.sample_ids:
+        return a
+    width = max(a.docs.shape[1], b.docs.shape[1])
+
+    def pad(x: np.ndarray) -> np.ndarray:
+        return np.pad(x, [(0, 0), (0, width - x.shape[1])] + [(0, 0)] * (x.ndim - 2))
+
+    return TrainingSet(
+        sample_ids=[*a.sample_ids, *b.sample_ids], user_ids=[*a.user_ids, *b.user_ids],
+        queries=np.concatenate([a.queries, b.queries]), rows=[*a.rows, *b.rows],
+        docs=np.concatenate([pad(a.docs), pad(b.docs)]), mask=np.concatenate([pad(a.mask), pad(b.mask)]),
+        user_emb=np.concatenate([a.user_emb, b.user_emb]), teacher=np.concatenate([pad(a.teacher), pad(b.teacher)]),
+    )  # fmt: skip
+
+
 def rerank_samples(ts: TrainingSet, query_texts: Mapping[str, str], doc_texts: Sequence[str]) -> list:
     """The reranker's training samples: (query text, candidate doc texts, feedback scores, e_u) per sample."""
     from prag_models.methods.cfrag.reranker import RerankSample

@@ -311,7 +311,8 @@ def test_graph_retrained_challenger_is_evaluated_promoted_and_rolled_back(graph,
 
     code, out, _ = _cli(monkeypatch, capsys, config, "promote", "--task", TASK, "--reason", "retrained retriever")
     gated = "challenger accuracy" in out and "champion accuracy" in out  # the accuracy gate on both values
-    not_learned = "did not beat its untrained initialisation" in out and "initialisation kept" in out  # fit.py's gate
+    # fit.py: no epoch beat the initialisation on validation, or the significance gate kept the initialisation
+    not_learned = "did not beat its untrained initialisation" in out
     assert code in (0, 1) and (gated or (code == 1 and not_learned)), out
     if code == 1:
         code, out, _ = _cli(monkeypatch, capsys, config, "promote", "--task", TASK, "--reason", "force", "--override")

@@ -87,10 +87,12 @@ def with_truth_validation(
     """The labelled samples followed by the held-out truth samples the gate tests on (none when the task has no
     truth), the truth of every candidate, how many samples are truth-only, and their query texts."""
     extra, queries = truth_validation_set(con, task, settings, inputs)
+    if not extra.sample_ids:
+        return labelled, candidate_truth(con, task, labelled, inputs.index.doc_ids), 0, {}
     full = concat_sets(labelled, extra)
     relevance = candidate_truth(con, task, full, inputs.index.doc_ids)
-    if relevance is None or not extra.sample_ids:
-        return labelled, candidate_truth(con, task, labelled, inputs.index.doc_ids), 0, {}
+    if relevance is None:  # no truth anywhere in the task: nothing to test on
+        return labelled, None, 0, {}
     return full, relevance, len(extra.sample_ids), queries
 
 

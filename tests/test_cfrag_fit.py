@@ -126,3 +126,40 @@ def test_the_gate_tests_the_selected_epoch_on_held_out_truth_samples() -> None:
     worse, _, w = run(-1.0)
     assert worse.best_epoch == 0 and w == 0.0 and worse.gate.startswith("initialisation kept")
     assert worse.summary()["truth_validation_samples"] == 6
+
+
+def test_teacher_headroom_says_whether_the_teacher_ranks_the_truth_better_than_the_start() -> None:
+    """Distillation can only add what the teacher knows beyond the initialisation: the paired truth-NDCG difference
+    of the teacher's ranking over the untrained one, on samples whose candidates are not all equally right."""
+    from prag_models.methods.cfrag.fit import teacher_headroom
+
+    gains = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 1], [0, 1, 0], [1, 0, 0]], dtype=np.float32)
+    mask = np.ones(gains.shape, dtype=bool)
+    knows = gains + 0.1  # the teacher puts the relevant candidate first
+    start = np.tile([0.0, 0.5, 1.0], (6, 1))  # the start puts the third candidate first
+    value, low, high, n, teacher_mean, start_mean = teacher_headroom(knows, start, gains, mask, 1)
+    assert n == 5 and teacher_mean == 1.0 and abs(start_mean - 0.2) < 1e-9  # the all-relevant sample is left out
+    assert value == teacher_mean - start_mean and low > 0
+    assert teacher_headroom(start, start, gains, mask, 1)[:3] == (0.0, 0.0, 0.0)
+    assert teacher_headroom(knows, start, None, mask, 1) is None
+
+
+def test_training_records_the_teachers_headroom_over_the_initialisation() -> None:
+    """train_retriever fills FitResult.headroom from the labelled samples (not the truth-only ones) and the summary
+    carries it to MLflow."""
+    from prag_models.config import CfragSettings
+    from prag_models.methods.cfrag.retriever import train_retriever
+
+    rng = np.random.default_rng(0)
+    n, c, d = 10, 4, 8
+    queries = rng.normal(size=(n, d)).astype(np.float32)
+    docs = rng.normal(size=(n, c, d)).astype(np.float32)
+    relevance = np.zeros((n, c), dtype=np.float32)
+    relevance[np.arange(n), rng.integers(0, c, size=n)] = 1.0
+    teacher = relevance * 5.0  # a teacher that knows the truth
+    settings = CfragSettings(train_epochs=1, validation_share=0.25, final_k=1)
+    fitted = train_retriever(queries, docs, np.ones((n, c), dtype=bool), rng.normal(size=(n, 4)).astype(np.float32),
+                             teacher, settings, relevance=relevance, truth_only=2)  # fmt: skip
+    value, low, _, count, teacher_mean, _ = fitted.headroom
+    assert count == 8 and teacher_mean == 1.0 and value > 0
+    assert fitted.summary()["teacher_gain_n"] == 8 and fitted.summary()["teacher_truth_ndcg"] == 1.0

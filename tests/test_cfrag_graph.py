@@ -12,8 +12,8 @@ from prag_models.config import load_settings
 from prag_models.methods.cfrag.variants import CFRAG_METHODS
 
 TASK = "LaMP-2"
-#: Fast CFRAG settings: a 1-layer reranker on short pairs; feedback labels for 8 of the 12 train samples (3 similar
-#: users x 2 docs each), the other 4 test the kept epoch on the truth.
+#: Fast CFRAG settings: a 1-layer reranker on short pairs; feedback labels for 8 of the 12 train samples (6 similar
+#: users x 1 doc each), the other 4 test the kept epoch on the truth.
 CFRAG = {"epochs": 10, "reranker_layers": 1, "reranker_max_length": 64, "max_feedback_samples": 8}
 CFRAG_CHECKS = {
     "cfrag_user_encoder:encoder_trained",
@@ -76,9 +76,11 @@ def test_cfrag_assets_tables_checks_and_registered_versions(cfrag_config) -> Non
         labels = con.execute("SELECT * FROM feedback_labels").df()
         retrieved = con.execute("SELECT * FROM cfrag_retrievals").df()
         models = con.execute("SELECT * FROM cfrag_models ORDER BY kind").df()
-    assert len(neighbours) == 3 * n_users
+    c = load_settings(cfrag_config).cfrag
+    assert (c.top_m_users, c.docs_per_user) == (6, 1)  # the authors' m = 6 (self + 5), one labelled doc per user
+    assert len(neighbours) == c.top_m_users * n_users
     assert (neighbours[neighbours["rank"] == 1]["user_id"] == neighbours[neighbours["rank"] == 1]["neighbour_id"]).all()
-    # 8 of the 12 train samples (cfrag.max_feedback_samples) x 3 similar users x 2 docs, each a gold log-likelihood
+    # 8 of the 12 train samples (cfrag.max_feedback_samples) x 6 similar users x 1 doc, each a gold log-likelihood
     assert n_train == 12 and len(labels) == 8 * 6 and labels["sample_id"].nunique() == 8
     assert (labels["score"] < 0).all() and set(labels["generator_id"]) == {"fake:v1"}
     spread = labels.groupby("sample_id")["score"].agg(lambda x: x.max() - x.min())

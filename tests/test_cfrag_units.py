@@ -356,3 +356,24 @@ def test_untrained_residual_rerankers_are_reported_as_coinciding() -> None:
         b.head[-1].bias.fill_(0.1)
     assert not b.kept_initialisation()
     assert ("cfrag", "cfrag_no_reranker_eu") not in coincidences({"reranker": a, "reranker_no_eu": b})
+
+
+def test_a_reranker_that_kept_its_initialisation_is_not_run() -> None:
+    """Its correction is exactly zero, so rerank_scores returns the base without running the cross-encoder (the
+    wide inference pool would otherwise cost a forward pass per pair for nothing); a trained one runs."""
+    import torch
+
+    from prag_models.methods.cfrag.reranker import rerank_scores
+    from prag_models.methods.cfrag.training_set import new_reranker
+
+    model = new_reranker(CfragSettings(reranker_layers=1, reranker_max_length=32), user_dim=8)
+    calls = []
+    model.encoder.register_forward_hook(lambda *_: calls.append(1))
+    base = np.array([0.3, 0.1, 0.2], dtype=np.float32)
+    args = (["q"] * 3, ["a", "b", "c"], _vectors(3, 8, 0), base)
+    np.testing.assert_array_equal(rerank_scores(model, *args), base)
+    assert not calls
+    with torch.no_grad():
+        model.head[-1].bias.fill_(0.5)
+    np.testing.assert_allclose(rerank_scores(model, *args), base + 0.5, atol=1e-6)
+    assert calls

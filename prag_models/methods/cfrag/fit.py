@@ -59,6 +59,9 @@ class FitResult:
     #: the significance gate decided ("" when it did not run)
     gain: tuple[float, float, float, int] | None = None
     gate: str = ""
+    #: truth NDCG of the teacher's own ranking minus the initialisation's on the labelled samples (value, low, high,
+    #: n, teacher mean, initialisation mean): what distilling the teacher could at best add (None without truth)
+    headroom: tuple[float, float, float, int, float, float] | None = None
 
     @property
     def improved(self) -> bool:
@@ -79,6 +82,10 @@ class FitResult:
             **({"val_gain": round(self.gain[0], 4), "val_gain_low": round(self.gain[1], 4),
                 "val_gain_high": round(self.gain[2], 4), "val_gain_n": self.gain[3]} if self.gain else {}),
             **({"gate": self.gate} if self.gate else {}),
+            **({"teacher_truth_ndcg": round(self.headroom[4], 4), "init_truth_ndcg": round(self.headroom[5], 4),
+                "teacher_gain": round(self.headroom[0], 4), "teacher_gain_low": round(self.headroom[1], 4),
+                "teacher_gain_high": round(self.headroom[2], 4), "teacher_gain_n": self.headroom[3]}
+               if self.headroom else {}),
         }  # fmt: skip
 
 
@@ -122,6 +129,21 @@ def relevance_ndcg(student: np.ndarray, gains: np.ndarray | None, mask: np.ndarr
     right (NaN where gains are unknown or no sample discriminates)."""
     values = relevance_ndcg_samples(student, gains, mask, k)
     return float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
+
+
+def teacher_headroom(
+    teacher: np.ndarray, init: np.ndarray, gains: np.ndarray | None, mask: np.ndarray, k: int
+) -> tuple[float, float, float, int, float, float] | None:
+    """Truth NDCG@k of the teacher's ranking minus the untrained model's, per sample whose candidates are not all
+    equally right, with its paired 95 % interval (value, low, high, n, teacher mean, init mean); None without truth.
+    Distillation moves the model towards the teacher, so when this is not above 0 training has nothing to gain."""
+    t = relevance_ndcg_samples(teacher, gains, mask, k)
+    i = relevance_ndcg_samples(init, gains, mask, k)
+    keep = np.isfinite(t) & np.isfinite(i)
+    if not keep.any():
+        return None
+    est = paired_difference(t[keep], i[keep])
+    return est.value, est.low, est.high, est.n, float(t[keep].mean()), float(i[keep].mean())
 
 
 def significance_gate(

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from prag_models.config import CfragSettings
-from prag_models.methods.cfrag.fit import FitResult, fit, ndcg, relevance_ndcg_samples
+from prag_models.methods.cfrag.fit import FitResult, fit, ndcg, relevance_ndcg_samples, teacher_headroom
 from prag_models.methods.cfrag.retriever import kl_loss
 
 ProgressFn = Callable[[int, int], None]
@@ -164,10 +164,15 @@ def rerank_scores(
     base: np.ndarray | None = None,
     batch_size: int = 32,
 ) -> np.ndarray:
-    """Scores (n,) float32 without gradients, in chunks of ``batch_size`` pairs (base: cos(q, d) per pair)."""
+    """Scores (n,) float32 without gradients, in chunks of ``batch_size`` pairs (base: cos(q, d) per pair).
+
+    A residual reranker that kept its initialisation adds exactly zero to the base, so the cross-encoder is skipped.
+    """
     out = np.zeros(len(queries), dtype=np.float32)
     u = np.asarray(user_emb, dtype=np.float32).reshape(len(queries), -1)
     b = None if base is None else np.asarray(base, dtype=np.float32).reshape(len(queries))
+    if b is not None and model.kept_initialisation():
+        return b.copy()
     with torch.no_grad():
         for start in range(0, len(queries), batch_size):
             end = start + batch_size
@@ -239,4 +244,14 @@ def train_reranker(
             return (float(kl_loss(student, teacher, mask, temperature)), ndcg(student.numpy(), teacher.numpy(),
                     mask_np, k), relevance_ndcg_samples(student.numpy(), gains, mask_np, k))  # fmt: skip
 
-        return fit(model, len(usable), batch_loss, evaluate, settings, progress, truth_only)
+        labelled = usable[: len(usable) - truth_only]
+        if truth is not None and labelled:  # the untrained scores, for the teacher's headroom over them
+            with torch.no_grad():
+                student0, teacher0, mask0 = (x.numpy() for x in _batch_scores(model, labelled))
+        result = fit(model, len(usable), batch_loss, evaluate, settings, progress, truth_only)
+        if truth is not None and labelled:
+            gains = np.full(mask0.shape, np.nan, dtype=np.float32)
+            for row in range(len(labelled)):
+                gains[row, : len(truth[row])] = truth[row]
+            result.headroom = teacher_headroom(teacher0, student0, gains, mask0, max(1, settings.final_k or 3))
+        return result

@@ -122,7 +122,7 @@ def train_retriever(
     ``relevance`` (n, C): 0/1 truth of each candidate (NaN unknown) for model selection on validation; the last
     ``truth_only`` samples have no feedback labels (validation only).
     """
-    from prag_models.methods.cfrag.fit import fit, ndcg, relevance_ndcg_samples
+    from prag_models.methods.cfrag.fit import fit, ndcg, relevance_ndcg_samples, teacher_headroom
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)
@@ -151,7 +151,15 @@ def train_retriever(
             return (kl, ndcg(scores.numpy(), t_t[i].numpy(), mask_i, k),
                     relevance_ndcg_samples(scores.numpy(), gains, mask_i, k))  # fmt: skip
 
-        return fit(model, len(queries), batch_loss, evaluate, settings, progress, truth_only)
+        labelled = torch.arange(len(queries) - truth_only)
+        with torch.no_grad():
+            start = model(q_t[labelled], d_t[labelled], u_t[labelled]).numpy()
+        result = fit(model, len(queries), batch_loss, evaluate, settings, progress, truth_only)
+        if relevance is not None and len(labelled):
+            gains = np.asarray(relevance, dtype=np.float32)[: len(labelled)]
+            result.headroom = teacher_headroom(t_t[labelled].numpy(), start, gains, m_t[labelled].numpy(),
+                                               max(1, settings.final_k or 3))  # fmt: skip
+        return result
 
 
 def _tensor(array: np.ndarray | torch.Tensor) -> torch.Tensor:

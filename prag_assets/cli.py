@@ -101,6 +101,7 @@ def _report(args: argparse.Namespace) -> int:
     from prag_models.claims import claims_from_store, claims_markdown
     from prag_models.report import comparisons_markdown, evaluation_markdown
     from prag_models.store import DuckDBBusyError, read_connection, table_exists
+    from prag_models.verdict import verdicts_from_store, verdicts_markdown
 
     settings = load_settings()
     tasks = list(settings.data.tasks)
@@ -115,12 +116,17 @@ def _report(args: argparse.Namespace) -> int:
             read = {t: con.execute(f"SELECT * FROM {t}").df() for t, ok in have.items() if ok}
             read.pop("retrieval_evaluation", None)
             claims = claims_from_store(con)
+            verdicts = verdicts_from_store(con)
     except (FileNotFoundError, DuckDBBusyError) as exc:
         print(f"prag report: {exc}", file=sys.stderr)
         return 3
     if source != "live":
         print(f"(a run holds the DuckDB file: reading the last published {source})\n")
     frames = {t: f[f["task"].isin(tasks)] for t, f in read.items()}
+    verdicts = verdicts[verdicts["task"].isin(tasks)]
+    if len(verdicts):
+        print("## Verdict: the best personalized method against non-personalized retrieval (dense_global)\n")
+        print(verdicts_markdown(verdicts) + "\n")
     if "lamp_retrieval_evaluation" in frames:
         print("## Retrieval evaluation, no LLM (every dev sample; 95 % bootstrap intervals)\n")
         empty = pd.DataFrame(columns=rev.COMPARISON_COLUMNS)

@@ -75,7 +75,7 @@ def fold_of(sample_id: object) -> int:
     return hashlib.sha1(str(sample_id).encode("utf-8")).digest()[0] & 1
 
 
-def _best_mean(scores: pd.DataFrame, higher_is_better: bool) -> str | None:
+def best_mean(scores: pd.DataFrame, higher_is_better: bool) -> str | None:
     """The personalized method (oracle excluded) with the best mean among those run on the most samples."""
     mine = scores[scores["method"].isin(PERSONALIZED)]
     counts = mine.groupby("method")["sample_id"].nunique()
@@ -92,7 +92,7 @@ def best_personalized(scores: pd.DataFrame, higher_is_better: bool) -> tuple[pd.
     Returns (value per sample_id, label naming the method chosen on each fold), or None without personalized rows.
     """
     folds = scores["sample_id"].map(fold_of)
-    chosen = [_best_mean(scores[folds != f], higher_is_better) for f in (0, 1)]
+    chosen = [best_mean(scores[folds != f], higher_is_better) for f in (0, 1)]
     if chosen[0] is None and chosen[1] is None:
         return None
     parts = []
@@ -142,7 +142,7 @@ def check_claims(
     return pd.DataFrame(rows, columns=columns)
 
 
-def _llm_scores(con, task: str) -> tuple[pd.DataFrame, str, bool]:
+def llm_scores(con, task: str) -> tuple[pd.DataFrame, str, bool]:
     """Per-sample primary-metric values of the LLM evaluation (table generations) of one task."""
     from prag_models.metrics import HIGHER_IS_BETTER, per_sample_scores, primary_metric
 
@@ -154,22 +154,30 @@ def _llm_scores(con, task: str) -> tuple[pd.DataFrame, str, bool]:
     return gens[["method", "sample_id"]].assign(value=values[metric]), metric, HIGHER_IS_BETTER[metric]
 
 
+def retrieval_scores(con) -> list[tuple[str, str, pd.DataFrame]]:
+    """(task, primary metric, per-sample values: method, sample_id, value) of the retrieval evaluation, per task."""
+    from prag_models.store import table_exists
+
+    if not table_exists(con, "lamp_retrieval_sample_scores"):
+        return []
+    primary = con.execute("SELECT DISTINCT task, metric FROM lamp_retrieval_evaluation WHERE is_primary").fetchall()
+    return [
+        (task, metric, con.execute(
+            "SELECT method, sample_id, value FROM lamp_retrieval_sample_scores WHERE task = ? AND metric = ?",
+            [task, metric]).df())
+        for task, metric in sorted(primary)
+    ]  # fmt: skip
+
+
 def claims_from_store(con) -> pd.DataFrame:
     """Every claim per task on the retrieval evaluation (its primary metric) and on the LLM evaluation."""
     from prag_models.store import table_exists
 
-    frames = []
-    if table_exists(con, "lamp_retrieval_sample_scores"):
-        primary = con.execute("SELECT DISTINCT task, metric FROM lamp_retrieval_evaluation WHERE is_primary").fetchall()
-        for task, metric in sorted(primary):
-            scores = con.execute(
-                "SELECT method, sample_id, value FROM lamp_retrieval_sample_scores WHERE task = ? AND metric = ?",
-                [task, metric],
-            ).df()
-            frames.append(check_claims(scores, metric).assign(task=task, evaluation="retrieval"))
+    frames = [check_claims(scores, metric).assign(task=task, evaluation="retrieval")
+              for task, metric, scores in retrieval_scores(con)]  # fmt: skip
     if table_exists(con, "generations"):
         for (task,) in sorted(con.execute("SELECT DISTINCT task FROM generations").fetchall()):
-            scores, metric, higher = _llm_scores(con, task)
+            scores, metric, higher = llm_scores(con, task)
             frames.append(check_claims(scores, metric, higher).assign(task=task, evaluation="llm"))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 

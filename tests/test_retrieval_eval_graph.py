@@ -66,3 +66,18 @@ def test_the_checks_passed(evaluated) -> None:
     assert (
         checks["baseline_retrievals:retrieved_docs_allowed"] and checks["clusterrag_retrievals:retrieved_docs_allowed"]
     )
+
+
+def test_the_verdict_reads_the_materialized_tables(evaluated) -> None:
+    """The verdict of `prag report` on the real store: one row for the task, the shipped method personalized, the
+    gain cross-fitted over every dev sample, the verdict consistent with its interval."""
+    from prag_models.claims import PERSONALIZED
+    from prag_models.verdict import KEEP, SHIP, WORSE, verdicts_from_store
+
+    con, _ = evaluated
+    table = verdicts_from_store(con)
+    assert table["task"].tolist() == [TASK]
+    row = table.iloc[0]
+    assert row["method"] in PERSONALIZED and row["metric"] == "ndcg@2" and row["n_samples"] == 24
+    expected = SHIP if row["gain_low"] > 0 else WORSE if row["gain_high"] < 0 else KEEP
+    assert row["verdict"] == expected and row["gain_low"] <= row["gain"] <= row["gain_high"]

@@ -1,9 +1,9 @@
 """PBR as a query-side option of LaMP retrieval (docs/methods.md §4): the user's own profile is the corpus, q*
 replaces q.
 
-Methods (configured in retrieval.methods): ``pbr`` — P-PRF (pseudo utterances and pseudo reasoning generated with the
+Methods: ``pbr`` (when in retrieval.methods) — P-PRF (pseudo utterances and pseudo reasoning generated with the
 configured LLM from the top pbr.lamp_k1 profile documents) fused with the P-Anchor of the profile, q* = q + g +
-w1 f_avg + w2 r; ``pbr_anchor_only`` — PBR w/o P-PRF, q* = q + g, no LLM. Top retrieval.k by inner product.
+w1 f_avg + w2 r; ``pbr_anchor_only`` (always: no LLM) — PBR w/o P-PRF, q* = q + g. Top retrieval.k by inner product.
 
 Demo budget of ``pbr``: 2 generations per dev sample (utterances + reasoning), at most pbr.lamp_max_new_tokens new
 tokens each with the shown documents cut to pbr.lamp_history_tokens: 2 x 8 dev samples x 6 tasks = 96 generations
@@ -57,9 +57,9 @@ def pbr_lamp_retrievals(
     """Retrieve with the PBR methods configured in retrieval.methods (P-PRF generations cached in DuckDB; on Ray
     computed there first)."""
     settings = prag_settings.get()
-    methods = [m for m in LAMP_METHODS if m in settings.retrieval.methods]
-    if not methods:
-        context.log.warning(f"none of {list(LAMP_METHODS)} is in retrieval.methods: nothing retrieved")
+    # anchor-only needs no LLM: the retrieval evaluation scores it on every sample whatever retrieval.methods says;
+    # P-PRF (pbr) runs only when asked for, on the LLM-evaluation samples
+    methods = [m for m in LAMP_METHODS if m == "pbr_anchor_only" or m in settings.retrieval.methods]
     pbr = lamp_pbr_settings(settings.pbr)
     stats = {}
     with duckdb.connect() as con:

@@ -132,6 +132,18 @@ def test_cfrag_assets_tables_checks_and_registered_versions(cfrag_config) -> Non
     assert _metadata(result, "cfrag_user_embeddings", "per_task")[TASK]["encoder"] == f"{KINDS['user_encoder']}/1"
     assert (load_settings(cfrag_config).home_path / "models" / TASK / "user_encoder" / "model.safetensors").is_file()
 
+    # benchmarks/cfrag_learning_curve.py (the README's evidence that training has little to teach) runs on this home
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("learning_curve", ROOT / "benchmarks" / "cfrag_learning_curve.py")
+    learning_curve = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(learning_curve)
+    with _db(cfrag_config) as con:
+        values, held = learning_curve.curve(con, TASK, load_settings(cfrag_config), epochs=2)
+    assert held == 4 and len(values) == 3 and all(0.0 <= v <= 1.0 for v in values)
+
     # retraining registers version 2 as challenger; champion stays on 1; the feedback labels are all reused
     again = materialize_graph(cfrag_config, [TASK], selection=dg.AssetSelection.assets("feedback_labels",
                                                                                        "cfrag_retriever"))

@@ -163,3 +163,17 @@ def test_training_records_the_teachers_headroom_over_the_initialisation() -> Non
     value, low, _, count, teacher_mean, _ = fitted.headroom
     assert count == 8 and teacher_mean == 1.0 and value > 0
     assert fitted.summary()["teacher_gain_n"] == 8 and fitted.summary()["teacher_truth_ndcg"] == 1.0
+
+
+def test_torch_threads_sets_and_restores_the_count() -> None:
+    """cfrag.train_threads: 0 leaves torch's count (every core, or OMP_NUM_THREADS), n sets n; both restore it."""
+    from prag_models.methods.cfrag.probes import single_thread, torch_threads
+
+    before = torch.get_num_threads()
+    with torch_threads(0):
+        assert torch.get_num_threads() == before
+    with torch_threads(before + 1):
+        assert torch.get_num_threads() == before + 1
+    with single_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before

@@ -17,20 +17,25 @@ PROBE_ROWS, PROBE_DOCS = 4, 6
 
 
 @contextmanager
-def single_thread() -> Iterator[None]:
-    """Run torch ops on one intra-op thread, then restore the previous count.
-
-    The user encoder and the retriever are tiny: on a shared 2-core machine thread synchronisation costs more than it
-    gains (measured: 20 encoder steps on the demo take 2 s on one thread, 3-9 s on two).
-    """
+def torch_threads(count: int) -> Iterator[None]:
+    """Run torch ops on ``count`` intra-op threads (0: leave torch's count as it is), then restore the count."""
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    if count > 0:
+        torch.set_num_threads(count)
     try:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+@contextmanager
+def single_thread() -> Iterator[None]:
+    """One intra-op thread, for the small inference passes (user vectors, serving) that share the cores with
+    others: there thread synchronisation costs more than it gains."""
+    with torch_threads(1):
+        yield
 
 
 def loss_trend(curve: Sequence[float]) -> tuple[float, float]:

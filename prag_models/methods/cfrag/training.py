@@ -19,7 +19,7 @@ from prag_models.methods.cfrag.feedback import (
     projection_targets,
     truth_validation_set,
 )
-from prag_models.methods.cfrag.probes import single_thread
+from prag_models.methods.cfrag.probes import torch_threads
 from prag_models.methods.cfrag.tables import history_version, task_histories
 from prag_models.methods.cfrag.training_set import TrainingSet, concat_sets, new_reranker, rerank_samples
 
@@ -53,17 +53,20 @@ def train_task_user_encoder(
     con, task: str, settings: Settings, progress: Callable[[int, int], None] | None = None
 ) -> Trained:
     """The contrastive user encoder of one task, trained on the histories of all its users (§2.1–2.2)."""
+    import torch
+
     from prag_models.methods.cfrag.user_encoder import train_user_encoder
 
     _, histories, matrix, keys = task_histories(con, task)
     c = encoder_settings(settings.cfrag, keys.num_rows)
     started = time.perf_counter()
-    with single_thread():
+    with torch_threads(c.train_threads):
+        threads = torch.get_num_threads()
         model, curve = train_user_encoder([histories[u] for u in sorted(histories)], matrix, c, progress)
     del matrix  # a frozen table shares it; otherwise the model holds its own copy
     params = {k: getattr(c, k) for k in _ENCODER_PARAMS}
     params |= {"task": task, "users": len(histories), "documents": keys.num_rows,
-               "finetune_max_docs": c.finetune_max_docs}  # fmt: skip
+               "finetune_max_docs": c.finetune_max_docs, "torch_threads": threads}  # fmt: skip
     version = history_version(keys)
     return Trained("user_encoder", model, curve, params, version, time.perf_counter() - started)
 
@@ -104,7 +107,7 @@ def train_task_retriever(con, task: str, settings: Settings, generator_id: str) 
     inputs, labelled, used, encoder = load_training_set(con, task, settings, generator_id)
     ts, relevance, truth_only, _ = with_truth_validation(con, task, settings, inputs, labelled)
     started = time.perf_counter()
-    with single_thread():
+    with torch_threads(c.train_threads):
         fitted = train_retriever(
             ts.queries, ts.docs, ts.mask, ts.user_emb, ts.teacher, c,
             init_targets=projection_targets(con, task), relevance=relevance, truth_only=truth_only,

@@ -157,6 +157,7 @@ def main() -> None:
     print(f"[scale] home {home}; PRAG_DUCKDB_MEMORY_LIMIT={os.environ.get('PRAG_DUCKDB_MEMORY_LIMIT', '')!r}")
     rows = [measure(home, size, stages, args) for size in args.sizes]
     report(rows)
+    parts_report(rows)
 
 
 def report(rows: list[dict]) -> None:
@@ -183,6 +184,25 @@ def report(rows: list[dict]) -> None:
         for name in ("user_clusters", "baseline_retrievals", "clusterrag_retrievals"):
             if name in r:
                 print(f"{r['size']} {name}: {json.dumps(_brief(r[name]['stats']), default=str)}")
+
+
+def parts_report(rows: list[dict], stages: tuple[str, ...] = ("baseline_retrievals", "clusterrag_retrievals")) -> None:
+    """Seconds of each part of the retrieval stages (their ``seconds`` statistics) per size and the growth exponent:
+    which part is per document (own-profile methods: ~1) and which searches every query against a pool that grows
+    with the task (dense_global: queries x per-query search)."""
+    for stage in stages:
+        have = [r for r in rows if isinstance(r.get(stage, {}).get("stats", {}).get("seconds"), dict)]
+        if len(have) < 2:
+            continue
+        lo, hi = have[0], have[-1]
+        span = math.log(hi["docs"] / lo["docs"])
+        print(f"\n{stage}, seconds per part | " + " | ".join(f"{r['size']}" for r in have) + " | exp. |")
+        print("|---" * (len(have) + 2) + "|")
+        for part in hi[stage]["stats"]["seconds"]:
+            values = [r[stage]["stats"]["seconds"].get(part) for r in have]
+            if values[0] and values[-1]:
+                exponent = math.log(values[-1] / values[0]) / span
+                print(f"| {part} | " + " | ".join(f"{v:.2f}" for v in values) + f" | {exponent:.2f} |")
 
 
 def _brief(stats: dict) -> dict:

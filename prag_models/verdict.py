@@ -1,5 +1,6 @@
 """Which method to ship, per task: the best personalized method against non-personalized retrieval (docs/methods.md
-§6.5).
+§6.5). The evidence is the LLM-free retrieval evaluation; a task it cannot score (no relevance labels and no document
+labels: LaMP-4/5/7 on real LaMP files) is decided on the LLM evaluation's primary metric instead, with its n.
 
 A personalized method is worth shipping only where it beats searching everybody's documents (``dense_global``). The
 method to ship is the personalized one with the best mean on every sample of the LLM-free retrieval evaluation; its
@@ -20,8 +21,8 @@ from prag_models.intervals import Estimate, estimate, paired_difference
 BASELINE = "dense_global"
 SHIP, KEEP, WORSE = "ship", "keep the baseline", "personalization hurts"
 VERDICT_COLUMNS = [
-    "task", "metric", "method", "value", "baseline_value", "gain", "gain_low", "gain_high", "n_samples", "verdict",
-    "cross_fitted_methods", "llm_metric", "llm_gain", "llm_gain_low", "llm_gain_high", "llm_n_samples",
+    "task", "evidence", "metric", "method", "value", "baseline_value", "gain", "gain_low", "gain_high", "n_samples",
+    "verdict", "cross_fitted_methods", "llm_metric", "llm_gain", "llm_gain_low", "llm_gain_high", "llm_n_samples",
 ]  # fmt: skip
 
 
@@ -75,7 +76,16 @@ def verdicts_from_store(con) -> pd.DataFrame:
         if table_exists(con, "generations"):
             llm, llm_metric, higher = llm_scores(con, task)
             row |= llm_confirmation(llm, row["method"], llm_metric, higher)
-        rows.append({"task": task, **row})
+        rows.append({"task": task, "evidence": "retrieval", **row})
+    decided = {r["task"] for r in rows}
+    if table_exists(con, "generations"):  # tasks the retrieval evaluation cannot score (LaMP-4/5/7 on real files)
+        for (task,) in sorted(con.execute("SELECT DISTINCT task FROM generations").fetchall()):
+            if task in decided:
+                continue
+            llm, llm_metric, higher = llm_scores(con, task)
+            row = task_verdict(llm, llm_metric, higher)
+            if row is not None:
+                rows.append({"task": task, "evidence": "LLM evaluation", **row, "llm_n_samples": 0})
     return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
 
 
@@ -83,11 +93,11 @@ def verdicts_markdown(table: pd.DataFrame) -> str:
     """The verdict table: per task the method to ship, its gain over dense_global (cross-fitted, 95 % interval, n),
     the verdict, and the LLM evaluation's difference for the same method."""
     if table.empty:
-        return "_no retrieval evaluation with a personalized method and dense_global: nothing to decide_"
+        return "_no evaluation with a personalized method and dense_global: nothing to decide_"
     lines = [
-        "| task | verdict | best personalized method | its value | dense_global | gain (cross-fitted) [95 % CI] | n "
-        "| LLM evaluation: same method − dense_global [95 % CI] (n) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| task | evidence | verdict | best personalized method | its value | dense_global "
+        "| gain (cross-fitted) [95 % CI] | n | LLM evaluation: same method − dense_global [95 % CI] (n) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in table.itertuples(index=False):
         llm = "—"
@@ -95,8 +105,9 @@ def verdicts_markdown(table: pd.DataFrame) -> str:
             interval = f"[{r.llm_gain_low:+.3f}, {r.llm_gain_high:+.3f}]"
             said = "confirms" if r.llm_gain_low > 0 else "contradicts" if r.llm_gain_high < 0 else "not shown"
             llm = f"{r.llm_metric} {r.llm_gain:+.3f} {interval} (n={r.llm_n_samples}): {said}"
+        gain = f"{r.gain:+.3f} [{r.gain_low:+.3f}, {r.gain_high:+.3f}]"
         lines.append(
-            f"| {r.task} | **{r.verdict}** | {r.method} | {r.metric} {r.value:.3f} | {r.baseline_value:.3f} "
-            f"| {r.gain:+.3f} [{r.gain_low:+.3f}, {r.gain_high:+.3f}] | {r.n_samples} | {llm} |"
-        )  # fmt: skip
+            f"| {r.task} | {r.evidence} | **{r.verdict}** | {r.method} | {r.metric} {r.value:.3f} "
+            f"| {r.baseline_value:.3f} | {gain} | {r.n_samples} | {llm} |"
+        )
     return "\n".join(lines)

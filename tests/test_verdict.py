@@ -52,7 +52,31 @@ def test_llm_confirmation_and_markdown() -> None:
     assert llm["llm_n_samples"] == 4 and llm["llm_gain"] == 0.25
     assert llm_confirmation(scores, "pbr", "accuracy", True)["llm_n_samples"] == 0
     base = np.linspace(0.1, 0.5, 30)
-    row = {"task": "LaMP-2", **task_verdict(_scores({"dense_global": base, "cfrag": base + 0.2}), "ndcg@3"), **llm}
+    verdict = task_verdict(_scores({"dense_global": base, "cfrag": base + 0.2}), "ndcg@3")
+    row = {"task": "LaMP-2", "evidence": "retrieval", **verdict, **llm}
     text = verdicts_markdown(pd.DataFrame([row]))
     assert "**ship**" in text and "| cfrag |" in text and "(n=4): not shown" in text and "| 30 |" in text
     assert "nothing to decide" in verdicts_markdown(pd.DataFrame())
+
+
+def test_a_task_the_retrieval_evaluation_cannot_score_is_decided_on_the_llm_evaluation(tmp_path) -> None:
+    """Real LaMP-4 files carry no relevance and no document labels: the verdict reads the LLM evaluation (a real
+    DuckDB file with a generations table) and says that is its evidence."""
+    import duckdb
+
+    from prag_models.verdict import verdicts_from_store, verdicts_markdown
+
+    rows = []
+    for i in range(24):
+        gold = f"headline number {i} about rivers and bridges"
+        rows += [("LaMP-4", "cfrag", f"s{i}", gold, gold), ("LaMP-4", "dense_global", f"s{i}", "something else", gold)]
+    con = duckdb.connect(str(tmp_path / "prag.duckdb"))
+    con.execute("CREATE TABLE generations (task VARCHAR, method VARCHAR, sample_id VARCHAR, prediction VARCHAR, "
+                "gold VARCHAR)")  # fmt: skip
+    con.executemany("INSERT INTO generations VALUES (?, ?, ?, ?, ?)", rows)
+    table = verdicts_from_store(con)
+    con.close()
+    row = table.iloc[0]
+    assert (row["task"], row["evidence"], row["method"], row["verdict"]) == ("LaMP-4", "LLM evaluation", "cfrag", SHIP)
+    assert row["metric"] == "rouge1" and row["n_samples"] == 24 and row["gain_low"] > 0
+    assert "| LaMP-4 | LLM evaluation | **ship** | cfrag |" in verdicts_markdown(table)

@@ -196,6 +196,56 @@ def test_group_skips_without_real_data_and_fails_on_a_bad_folder(tmp_path):
     assert "none of the datasets" in failure.event_specific_data.error.to_string()
 
 
+def test_every_dataset_of_an_asset_lands_in_one_transaction(tmp_path, monkeypatch):
+    """personal_corpora reads and parses both datasets first, then writes segments and questions of both in one
+    transaction: a failure at its last write leaves both tables as the previous run wrote them."""
+    data = tmp_path / "data"
+    _personabench(data)
+    _longmemeval(data)
+    config = _eval_config(tmp_path, data)
+    corpora = dg.AssetSelection.assets("personal_corpora")
+    assert _materialize(config, selection=corpora).success
+    tables = ("personal_segments", "personal_questions")
+
+    def rows() -> dict[str, list]:
+        with _con(config) as con:
+            return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in tables}
+
+    before = rows()
+    conversations = data / "personabench" / "community_1" / "private_data" / "noise_0.0" / "conversation_data_all.json"
+    edited = json.loads(conversations.read_text(encoding="utf-8"))
+    edited[0]["Data"][0]["Conversations"][0]["conversation"][0]["content"] = "I took up pottery instead"
+    _write(conversations, edited)
+    monkeypatch.setenv("PRAG_FAULT", "table_write@personal_questions:raise")
+    assert not _materialize(config, raise_on_error=False, selection=corpora).success
+    assert rows() == before
+    monkeypatch.delenv("PRAG_FAULT")
+    assert _materialize(config, selection=corpora).success
+    after = rows()
+    assert after["personal_questions"] == before["personal_questions"]
+    assert any("pottery" in str(r) for r in after["personal_segments"]) and after != before
+
+
+def test_the_group_logic_runs_without_dagster(tmp_path):
+    """prag_models builds each table's rows of one dataset from a DuckDB file alone (no Dagster context)."""
+    from prag_models.stages import real_data_build as build
+    from prag_models.store import replace_many
+
+    data = tmp_path / "data"
+    _longmemeval(data)
+    settings = load_settings(_eval_config(tmp_path, data, datasets=["personabench", "longmemeval"]))
+    warnings: list[str] = []
+    assert build.configured_datasets(settings, warnings.append) == ["longmemeval"]
+    assert warnings and "personabench" in warnings[0]
+    segments, questions, stats = build.corpora_rows(settings, "longmemeval")
+    assert stats["questions"] == 2 and set(questions["q_id"]) == {"q1", "q2"}  # the abstention question is skipped
+    con = duckdb.connect(str(tmp_path / "t.duckdb"))
+    replace_many(con, [("personal_segments", segments, {"dataset": "longmemeval"}),
+                       ("personal_questions", questions, {"dataset": "longmemeval"})])
+    with pytest.raises(ValueError, match="materialize segment_embeddings first"):
+        build.seeded_cache(con, "longmemeval", settings, lambda: None)
+
+
 @pytest.mark.slow
 @pytest.mark.realdata
 @pytest.mark.skipif(not (real_data_dir() / "personabench").is_dir(),

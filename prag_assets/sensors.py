@@ -10,15 +10,14 @@ reports the drift against the clustering in effect before (asset ``cluster_drift
 """
 
 import hashlib
-import json
-from dataclasses import dataclass, field
 
 import dagster as dg
 
 from prag_assets.assets import history, users
 from prag_assets.partitions import task_partitions
 from prag_assets.resources import PragSettingsResource
-from prag_models.config import ALL_TASKS, Settings
+from prag_models.config import ALL_TASKS
+from prag_models.stages.history import HistoryCursor, scan_changes
 from prag_models.store import DuckDBBusyError
 
 RANGE_START = "dagster/asset_partition_range_start"
@@ -61,68 +60,6 @@ def task_run_request(tasks: list[str], **kwargs) -> dg.RunRequest:
         return dg.RunRequest(partition_key=ordered[0], **kwargs)
     tags = {**kwargs.pop("tags", {}), RANGE_START: ordered[0], RANGE_END: ordered[-1]}
     return dg.RunRequest(tags=tags, **kwargs)
-
-
-@dataclass
-class HistoryCursor:
-    """Sensor state: per task the last history seq handled, and drop-folder files already requested (size:mtime)."""
-
-    seq: dict[str, int] = field(default_factory=dict)
-    files: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, raw: str | None) -> "HistoryCursor":
-        """Read a cursor string (None or empty = start)."""
-        data = json.loads(raw) if raw else {}
-        return cls({t: int(n) for t, n in data.get("seq", {}).items()}, dict(data.get("files", {})))
-
-    def dump(self) -> str:
-        """The cursor as a JSON string."""
-        return json.dumps({"seq": self.seq, "files": self.files}, sort_keys=True)
-
-
-@dataclass
-class Changes:
-    """What the sensor found: changed users and new files per task, and the cursor to store."""
-
-    users: dict[str, list[str]]
-    files: dict[str, list[str]]
-    cursor: HistoryCursor
-    waiting: dict[str, str] = field(default_factory=dict)  # task -> why its pending history cannot be applied yet
-    refused: dict[str, list[str]] = field(default_factory=dict)  # task -> "<name>: <reason>" (the run rejects them)
-
-    @property
-    def tasks(self) -> list[str]:
-        """Tasks with work for the incremental job."""
-        return [t for t in ALL_TASKS if self.users.get(t) or self.files.get(t)]
-
-
-def scan_changes(settings: Settings, cursor: HistoryCursor) -> Changes:
-    """Pending history rows after the cursor and new drop-folder files, per configured task (DuckDB read-only)."""
-    from prag_models.data.history import file_signature, inbox_entries
-    from prag_models.stages.history import pending_changes
-    from prag_models.store import connect
-
-    tasks = [t for t in ALL_TASKS if t in settings.data.tasks]
-    seen, files, refused = {}, {}, {}
-    for task in tasks:
-        accepted, bad = inbox_entries(settings.home_path, task)  # symbolic links are listed, never followed
-        refused[task] = [f"{path.name}: {reason}" for path, reason in bad]
-        for path in accepted + [path for path, _ in bad]:
-            try:
-                name, sig = f"{task}/{path.name}", file_signature(path)
-            except OSError:  # moved away meanwhile
-                continue
-            seen[name] = sig
-            if cursor.files.get(name) != sig:
-                files.setdefault(task, []).append(path.name)
-    changed: dict[str, list[str]] = {}
-    waiting: dict[str, str] = {}
-    seq = dict(cursor.seq)
-    if settings.duckdb_path.exists():
-        with connect(settings.duckdb_path, read_only=True, timeout_s=2.0) as con:  # a tick never waits long
-            changed, waiting, seq = pending_changes(con, tasks, cursor.seq)
-    return Changes(changed, files, HistoryCursor(seq, seen), waiting, {t: r for t, r in refused.items() if r})
 
 
 @dg.sensor(

@@ -258,3 +258,21 @@ def test_drift_ignores_renumbering():
     assert clustering_drift(before, {"a": 5, "b": 5, "c": 2, "d": 2})["changed_share"] == 0
     moved = clustering_drift(before, {"a": 5, "b": 2, "c": 2, "d": 2, "e": 2})
     assert moved["changed_share"] == 0.25 and moved["new_users"] == 1 and moved["adjusted_rand"] < 1
+
+
+def test_scan_changes_reads_the_drop_folder_without_dagster(tmp_path):
+    """prag_models alone finds a new drop-folder file before any DuckDB file exists, and not again once in the cursor;
+    a changed file (new size) is found again."""
+    from prag_models.stages.history import HistoryCursor, scan_changes
+
+    settings = load_settings(write_config(tmp_path / "prag.toml", tmp_path / "home", generator_backend="fake",
+                                          data={"tasks": ["LaMP-2"]}))
+    folder = inbox_dir(settings.home_path, "LaMP-2")
+    folder.mkdir(parents=True)
+    (folder / "batch.json").write_text("[]", encoding="utf-8")
+    first = scan_changes(settings, HistoryCursor.parse(None))
+    assert first.tasks == ["LaMP-2"] and first.files == {"LaMP-2": ["batch.json"]} and not first.users
+    again = scan_changes(settings, HistoryCursor.parse(first.cursor.dump()))
+    assert not again.tasks
+    (folder / "batch.json").write_text("[ ]", encoding="utf-8")
+    assert scan_changes(settings, HistoryCursor.parse(first.cursor.dump())).tasks == ["LaMP-2"]

@@ -7,7 +7,9 @@ the run's tasks and reports what these functions return.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,18 +17,20 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from prag_models.config import ALL_TASKS, Settings
 from prag_models.data.history import (
     HISTORY_TABLE,
     IngestResult,
     append_history,
     archive_file,
+    file_signature,
     has_table,
     inbox_dir,
     inbox_entries,
     parse_history_file,
 )
 from prag_models.data.tasks import LampDataError
-from prag_models.store import DuckDBBusyError
+from prag_models.store import DuckDBBusyError, connect
 from prag_models.users.incremental import STATE_TABLE, UpdateReport, clustering_drift, pending_history
 
 DRIFT_TABLE = "cluster_drift"
@@ -181,3 +185,61 @@ def pending_changes(
             changed[task] = sorted(pending["user_id"].unique())
             seq[task] = latest[task]
     return changed, waiting, seq
+
+
+@dataclass
+class HistoryCursor:
+    """Sensor state: per task the last history seq handled, and drop-folder files already requested (size:mtime)."""
+
+    seq: dict[str, int] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, raw: str | None) -> HistoryCursor:
+        """Read a cursor string (None or empty = start)."""
+        data = json.loads(raw) if raw else {}
+        return cls({t: int(n) for t, n in data.get("seq", {}).items()}, dict(data.get("files", {})))
+
+    def dump(self) -> str:
+        """The cursor as a JSON string."""
+        return json.dumps({"seq": self.seq, "files": self.files}, sort_keys=True)
+
+
+@dataclass
+class Changes:
+    """What the sensor found: changed users and new files per task, and the cursor to store."""
+
+    users: dict[str, list[str]]
+    files: dict[str, list[str]]
+    cursor: HistoryCursor
+    waiting: dict[str, str] = field(default_factory=dict)  # task -> why its pending history cannot be applied yet
+    refused: dict[str, list[str]] = field(default_factory=dict)  # task -> "<name>: <reason>" (the run rejects them)
+
+    @property
+    def tasks(self) -> list[str]:
+        """Tasks with work for the incremental job."""
+        return [t for t in ALL_TASKS if self.users.get(t) or self.files.get(t)]
+
+
+def scan_changes(settings: Settings, cursor: HistoryCursor) -> Changes:
+    """Pending history rows after the cursor and new drop-folder files, per configured task (DuckDB read-only)."""
+    tasks = [t for t in ALL_TASKS if t in settings.data.tasks]
+    seen, files, refused = {}, {}, {}
+    for task in tasks:
+        accepted, bad = inbox_entries(settings.home_path, task)  # symbolic links are listed, never followed
+        refused[task] = [f"{path.name}: {reason}" for path, reason in bad]
+        for path in accepted + [path for path, _ in bad]:
+            try:
+                name, sig = f"{task}/{path.name}", file_signature(path)
+            except OSError:  # moved away meanwhile
+                continue
+            seen[name] = sig
+            if cursor.files.get(name) != sig:
+                files.setdefault(task, []).append(path.name)
+    changed: dict[str, list[str]] = {}
+    waiting: dict[str, str] = {}
+    seq = dict(cursor.seq)
+    if settings.duckdb_path.exists():
+        with connect(settings.duckdb_path, read_only=True, timeout_s=2.0) as con:  # a tick never waits long
+            changed, waiting, seq = pending_changes(con, tasks, cursor.seq)
+    return Changes(changed, files, HistoryCursor(seq, seen), waiting, {t: r for t, r in refused.items() if r})

@@ -29,22 +29,8 @@ def record_model(con, mlflow: MlflowResource, settings: Settings, task: str, tra
     probe = probe_scores(kind, trained.model, load_probe(con, task))
     start, end = loss_trend(curve)
     name = registered_name(kind, task)
-    tags = {"task": task, "kind": kind}
-    epochs = None
-    summary: dict[str, Any] = {}
-    if trained.fitted is not None:
-        summary = trained.fitted.summary()
-        tags |= {f"training.{k}": str(v).lower() if isinstance(v, bool) else str(v) for k, v in summary.items()}
-        history = trained.fitted.history
-        epochs = {
-            "train_loss": [h.train_loss for h in history],
-            "val_kl": [h.val_kl for h in history],
-            "val_ndcg": [h.val_ndcg for h in history],
-            "val_relevance_ndcg": [h.val_relevance for h in history],
-        }
-    entry = mlflow.log_and_register(
-        folder, name, trained.params, curve, trained.data_version, tags=tags, epoch_metrics=epochs
-    )
+    entry = mlflow.log_and_register(folder, name, trained.params, curve, trained.data_version,
+                                    tags=trained.registry_tags(task), epoch_metrics=trained.epoch_metrics())
     row = models_row(task, kind, entry, trained.data_version, curve, probe, trained.seconds, folder)
     replace_rows(con, MODELS_TABLE, row, {"task": task, "kind": kind})
     return {
@@ -57,7 +43,7 @@ def record_model(con, mlflow: MlflowResource, settings: Settings, task: str, tra
         "loss_start_mean": round(start, 5),
         "loss_end_mean": round(end, 5),
         "train_seconds": round(trained.seconds, 2),
-        **summary,
+        **trained.summary(),
     }
 
 

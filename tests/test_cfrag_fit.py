@@ -177,3 +177,23 @@ def test_torch_threads_sets_and_restores_the_count() -> None:
     with single_thread():
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+
+
+def test_a_trained_model_says_what_its_registered_version_records() -> None:
+    """MLflow tags carry the fit's summary (booleans lower-case) and the per-epoch metrics its history; a model
+    trained without a validation record (the user encoder) gets task and kind only."""
+    from prag_models.methods.cfrag.fit import EpochRecord, FitResult
+    from prag_models.methods.cfrag.training import Trained
+
+    history = [EpochRecord(0, 1.0, 0.8, 0.5, 0.6), EpochRecord(1, 0.7, 0.6, 0.55, 0.65)]
+    fitted = FitResult(torch.nn.Linear(1, 1), [0.9, 0.7], history, best_epoch=1, validation_samples=4)
+    trained = Trained("reranker", fitted.model, fitted.curve, {}, "v1", 1.0, fitted)
+    tags = trained.registry_tags("LaMP-2")
+    assert tags["task"] == "LaMP-2" and tags["kind"] == "reranker"
+    assert tags["training.best_epoch"] == "1" and tags["training.validation_samples"] == "4"
+    assert tags["training.improved"] == "true" and tags["training.val_kl_best"] == "0.6"
+    assert trained.epoch_metrics() == {"train_loss": [1.0, 0.7], "val_kl": [0.8, 0.6], "val_ndcg": [0.5, 0.55],
+                                       "val_relevance_ndcg": [0.6, 0.65]}
+    encoder = Trained("user_encoder", None, [1.0], {}, "v1", 1.0)
+    assert encoder.registry_tags("LaMP-2") == {"task": "LaMP-2", "kind": "user_encoder"}
+    assert encoder.epoch_metrics() is None and encoder.summary() == {}

@@ -42,6 +42,24 @@ class Trained:
     seconds: float
     fitted: Any = None  # a FitResult (per-epoch validation record) for the retriever and rerankers
 
+    def summary(self) -> dict[str, Any]:
+        """The fit's summary (selection, gate, headroom); {} for a model trained without a validation record."""
+        return self.fitted.summary() if self.fitted is not None else {}
+
+    def registry_tags(self, task: str) -> dict[str, str]:
+        """MLflow tags of the registered version: task, kind and ``training.<key>`` for each summary entry."""
+        tags = {"task": task, "kind": self.kind}
+        return tags | {f"training.{k}": str(v).lower() if isinstance(v, bool) else str(v) for k, v in
+                       self.summary().items()}
+
+    def epoch_metrics(self) -> dict[str, list] | None:
+        """Per-epoch training loss, validation KL and NDCGs for MLflow; None without a validation record."""
+        if self.fitted is None:
+            return None
+        history = self.fitted.history
+        return {"train_loss": [h.train_loss for h in history], "val_kl": [h.val_kl for h in history],
+                "val_ndcg": [h.val_ndcg for h in history], "val_relevance_ndcg": [h.val_relevance for h in history]}
+
 
 def encoder_settings(c: CfragSettings, documents: int) -> CfragSettings:
     """The settings the encoder trains with: the doc table frozen above cfrag.finetune_max_docs documents."""

@@ -282,6 +282,11 @@ def test_graph_records_challenger_evaluation_and_answers(graph, monkeypatch, cap
     code, out, _ = _cli(monkeypatch, capsys, config, "answer", "--task", TASK, "--user", "nobody-new", "--input",
                         sample, "--method", "cfrag")  # fmt: skip
     assert code == 0 and "new user" in out and "empty history" in out
+    from prag_models.answer import answer_once  # the same answer without the CLI (plain library call)
+
+    with duckdb.connect(str(settings.duckdb_path)) as con:
+        direct = answer_once(con, settings, TASK, known, "cfrag", sample)
+    assert direct.models["retriever"].endswith("@champion (version 1)") and direct.retrieved and direct.output
 
     # v1 is champion and challenger: nothing to promote (exit 1, recorded); no promotion yet: no rollback (exit 2)
     code, out, _ = _cli(monkeypatch, capsys, config, "promote", "--task", TASK, "--reason", "first")

@@ -1,0 +1,79 @@
+"""One personalized answer for `prag answer`: the task's documents and the user's neighbours from DuckDB, the champion
+CFRAG models from the MLflow registry (or ClusterRAG's clusters), then prag_models.serving answers."""
+
+from __future__ import annotations
+
+from prag_models import serving
+from prag_models.config import Settings
+
+
+def load_model_uri(target, uri: str):  # noqa: ANN001, ANN201 - (model, registry entry)
+    """A CFRAG model from a ``models:/<name>@<alias>`` or ``models:/<name>/<version>`` URI, and its registry entry.
+
+    The URI is resolved with the target's explicit client (mlflow resolves ``models:/`` only against a global
+    registry URI, which prag never sets), then the version's folder is loaded from safetensors.
+    """
+    from prag_models.registry import load_registered
+
+    ref = uri.removeprefix("models:/")
+    if "@" in ref:
+        name, alias = ref.split("@", 1)
+        return load_registered(target, name, alias=alias)
+    name, version = ref.rsplit("/", 1)
+    return load_registered(target, name, version=int(version))
+
+
+def answer_once(con, settings: Settings, task: str, user_id: str, method: str, text: str) -> serving.ServedAnswer:  # noqa: ANN001
+    """Load the tables and champion models one answer needs and answer once (`prag answer`)."""
+    from prag_models.data.tasks import extract_query
+    from prag_models.llm.factory import make_generator
+    from prag_models.promotion import mlflow_target
+    from prag_models.registry import CHAMPION, model_aliases, registered_name
+    from prag_models.store import read_rows
+    from prag_models.text.embedder import load_embedder
+    from prag_models.users.incremental import reference_clustering
+
+    docs = serving.read_task_documents(con, task, settings.privacy.default_share)
+    documents = serving.task_documents(task, docs)
+    embedded_with = set(docs["model_id"]) - {settings.embedder.model}
+    if embedded_with:
+        raise LookupError(f"{task} documents were embedded with {sorted(embedded_with)}, the embedder is now "
+                          f"{settings.embedder.model!r}: re-materialize the graph first")  # fmt: skip
+    query_vector = load_embedder(settings.embedder).embed([extract_query(task, text)])[0]
+    models, uris = {}, {"embedder": settings.embedder.model}
+    if method == "cfrag":
+        target = mlflow_target(settings)
+        for kind in ("retriever", "reranker"):
+            uri = f"models:/{registered_name(kind, task)}@{CHAMPION}"
+            models[kind], entry = load_model_uri(target, uri)
+            uris[kind] = f"{uri} (version {entry.version})"
+        vectors = read_rows(con, "cfrag_user_embeddings", {"task": task})
+        name, version = con.execute(
+            "SELECT registered_name, version FROM cfrag_models WHERE task = ? AND kind = 'user_encoder'", [task]
+        ).fetchone()
+        champion = model_aliases(target, name).get(CHAMPION)
+        uris["user_encoder"] = f"models:/{name}/{version} made the stored e_u (champion: version {champion})"
+        encoder = None
+        if user_id not in set(vectors["user_id"]):  # cold start: the encoder of the stored e_u
+            encoder, _ = load_model_uri(target, f"models:/{name}/{version}")
+        similar = read_rows(con, "cfrag_similar_users", {"task": task})
+        user = serving.cfrag_user(user_id, vectors, similar, settings, encoder)
+    else:
+        clusters = read_rows(con, "user_clusters", {"task": task})
+        reference = None if user_id in set(clusters["user_id"]) else reference_clustering(con, task)[1]
+        user = serving.clusterrag_user(
+            user_id,
+            query_vector,
+            read_rows(con, "similar_users", {"task": task}),
+            clusters,
+            read_rows(con, "user_embeddings", {"task": task}),
+            reference,
+            settings,
+        )
+    generator = make_generator(settings.generator)
+    try:
+        return serving.answer(
+            task, method, text, user, documents, query_vector, settings, generator, con, models, uris
+        )
+    finally:
+        generator.close()

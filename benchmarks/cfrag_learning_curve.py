@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=12)
     args = parser.parse_args()
     os.environ["PRAG_HOME"] = str(Path(args.home).resolve())
-    from prag_models.config import load_settings
+    from prag_models.config.settings import load_settings
 
     settings = load_settings()
     path = settings.duckdb_path

@@ -32,15 +32,15 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from prag_models.config import GeneratorSettings, PromptSettings  # noqa: E402
+from prag_models.config.settings import GeneratorSettings, PromptSettings  # noqa: E402
 from prag_models.data.demo import write_demo  # noqa: E402
 from prag_models.data.lamp import load_lamp_task  # noqa: E402
 from prag_models.data.tasks import LABELS  # noqa: E402
-from prag_models.generation import choose_labels, lamp_prompt, max_new_tokens_for  # noqa: E402
+from prag_models.generation.answers import choose_labels, lamp_prompt, max_new_tokens_for  # noqa: E402
+from prag_models.generation.prompts import prompt_document  # noqa: E402
 from prag_models.llm.base import Generator  # noqa: E402
 from prag_models.llm.factory import make_generator  # noqa: E402
 from prag_models.methods.cfrag.feedback_labels import score_outputs  # noqa: E402
-from prag_models.prompts import prompt_document  # noqa: E402
 
 
 def feedback_prompts(root: Path, task: str, generator: Generator, samples: int, candidates: int) -> list[tuple]:

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from prag_models.config import ALL_TASKS, load_settings  # noqa: E402
+from prag_models.config.settings import ALL_TASKS, load_settings  # noqa: E402
 
 BASE = ["lamp_samples", "profile_documents", "document_embeddings", "query_embeddings", "user_embeddings",
         "user_clusters", "similar_users", "cluster_drift", "cluster_state"]  # fmt: skip
@@ -130,7 +130,7 @@ def _run_child(stage: str, config: Path, tasks: list[str]) -> dict:
 def _changes(config: Path, tasks: list[str], share: float, n_docs: int) -> tuple[dict[str, list[str]], list[str]]:
     """Give ceil(share · users) users per task new documents; returns changed users and the new content hashes."""
     from prag_models.data.history import ingest_files
-    from prag_models.store import connect
+    from prag_models.storage.store import connect
 
     settings = load_settings(config)
     changed: dict[str, list[str]] = {}
@@ -190,7 +190,7 @@ def main() -> None:
     n_users = sum(len(u) for u in changed.values())
     print(f"[bench] changed users: {changed}", flush=True)
     inc = _run_child("incremental", config, args.tasks)
-    from prag_models.store import connect
+    from prag_models.storage.store import connect
     from prag_models.users.incremental import clustering_drift
 
     settings = load_settings(config)

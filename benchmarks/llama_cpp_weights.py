@@ -34,10 +34,10 @@ sys.path.insert(0, str(ROOT))
 
 def prompts(root: Path, task: str, n: int, generator) -> list[str]:
     """LaMP prompts of the first n samples of the demo, each with the sample's 3 most recent profile docs."""
-    from prag_models.config import PromptSettings
+    from prag_models.config.settings import PromptSettings
     from prag_models.data.lamp import load_lamp_task
-    from prag_models.generation import lamp_prompt
-    from prag_models.prompts import prompt_document
+    from prag_models.generation.answers import lamp_prompt
+    from prag_models.generation.prompts import prompt_document
 
     samples = load_lamp_task(root, task, splits=("dev", "train"))
     out = []
@@ -49,9 +49,9 @@ def prompts(root: Path, task: str, n: int, generator) -> list[str]:
 
 def run_variant(variant: str, root: Path, n: int) -> dict:
     """Time one variant in this process; returns its figures."""
-    from prag_models.config import GeneratorSettings
+    from prag_models.config.settings import GeneratorSettings
     from prag_models.data.tasks import LABELS
-    from prag_models.generation import choose_labels, max_new_tokens_for
+    from prag_models.generation.answers import choose_labels, max_new_tokens_for
     from prag_models.llm.llamacpp_backend import LlamaCppGenerator
 
     weights = variant.removesuffix("-passive")

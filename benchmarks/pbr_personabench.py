@@ -21,7 +21,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from prag_models.config import EmbedderSettings, PbrSettings, load_settings  # noqa: E402
+from prag_models.config.settings import EmbedderSettings, PbrSettings, load_settings  # noqa: E402
 from prag_models.data.longmemeval import load_longmemeval  # noqa: E402
 from prag_models.data.personabench import CATEGORIES, load_personabench  # noqa: E402
 from prag_models.methods.pbr_eval import EmbeddingCache, build_pbr_expansions, evaluate_retrieval  # noqa: E402

@@ -48,7 +48,7 @@ def child(stage: str, db: Path, random_vectors: bool, checks: bool) -> None:
     """Run one stage (or the incremental / full sequence) on the file; print one JSON line."""
     import scale_stages as ss
 
-    from prag_models.store import connect
+    from prag_models.storage.store import connect
 
     settings, emb = ss.settings_for(db.parent), ss.embedder(random_vectors)
     import faiss  # noqa: F401 - imported before the clock starts, as in a warm process
@@ -91,7 +91,7 @@ def change_users(db: Path, share: float, round_: int = 0, n_docs: int = 5) -> in
     """Give ceil(share · users) users n_docs new history documents each (prag ingest's library call); each round
     (a repeated incremental measurement) adds other documents to other users."""
     from prag_models.data.history import ingest_files
-    from prag_models.store import connect
+    from prag_models.storage.store import connect
 
     with connect(db) as con:
         users = [u for (u,) in con.execute("SELECT DISTINCT user_id FROM profile_documents ORDER BY 1").fetchall()]

@@ -49,7 +49,7 @@ def embedder(random_vectors: bool):  # noqa: ANN201 - RandomEmbedder or the conf
     """The random embedder, or the configured encoder."""
     if random_vectors:
         return RandomEmbedder()
-    from prag_models.config import load_settings
+    from prag_models.config.settings import load_settings
     from prag_models.text.embedder import load_embedder
 
     return load_embedder(load_settings().embedder)
@@ -59,7 +59,7 @@ def build(db: Path, users: int, docs: int) -> None:
     """Write the synthetic task (profile_documents, lamp_samples: one dev sample per user) with DuckDB alone; a
     document's tag is its community's for 2 in 3 documents (another for the rest), a sample's gold its user's
     community's tag, so label-hit@k varies from sample to sample as on real data."""
-    from prag_models.store import connect
+    from prag_models.storage.store import connect
 
     comm = f"CASE WHEN j % 5 = 0 THEN (u * 7 + j) % {COMMUNITIES} ELSE u % {COMMUNITIES} END"
     text = f"printf('c%d doc %d of user %d about things', {comm}, j, u)"
@@ -82,17 +82,17 @@ def build(db: Path, users: int, docs: int) -> None:
         )
 
 
-def settings_for(home: Path):  # noqa: ANN201 - prag_models.config.Settings
+def settings_for(home: Path):  # noqa: ANN201 - prag_models.config.settings.Settings
     """Settings of the benchmark (LaMP source; the defaults, or PRAG__ environment overrides such as
     PRAG__CFRAG__EPOCHS=1 to time one user-encoder epoch at full scale)."""
-    from prag_models.config import load_settings
+    from prag_models.config.settings import load_settings
 
     environ = {k: v for k, v in os.environ.items() if k.startswith("PRAG__")}
     return load_settings(None, environ=environ, home=str(home), data={"source": "lamp", "lamp_dir": str(home)})
 
 
 def _write(con, table: str, frame) -> None:  # noqa: ANN001
-    from prag_models.store import replace_rows
+    from prag_models.storage.store import replace_rows
 
     replace_rows(con, table, frame, {"task": TASK})
 
@@ -126,7 +126,7 @@ def _user_encoder(con, settings) -> dict:  # noqa: ANN001
 
 def _retrieval_evaluation(con, settings) -> dict:  # noqa: ANN001
     from prag_models.stages.retrieval_evaluation import retrieval_evaluation_tables
-    from prag_models.store import replace_many
+    from prag_models.storage.store import replace_many
 
     scored, stats = retrieval_evaluation_tables(con, TASK, settings.retrieval.k)
     if scored is not None:
@@ -140,7 +140,7 @@ def _retrieval_evaluation(con, settings) -> dict:  # noqa: ANN001
 def stand_in_cfrag_embeddings(con) -> bool:  # noqa: ANN001
     """Where the user encoder did not run (full scale: see README "Scale"), write z_u as cfrag_user_embeddings so
     cfrag_similar_users can be measured; True when it did (not timed: the caller runs it before the clock)."""
-    from prag_models.store import table_exists
+    from prag_models.storage.store import table_exists
 
     if table_exists(con, "cfrag_user_embeddings") and con.execute(
         "SELECT count(*) FROM cfrag_user_embeddings WHERE task = ?", [TASK]
@@ -198,7 +198,7 @@ def incremental(con, settings, emb, checks: bool) -> dict:  # noqa: ANN001
     stats = {"users_updated": len(report.users), "reference": report.reference,
              "lists_refreshed": refresh["users"], "clusters_touched": refresh["clusters"]}  # fmt: skip
     if checks:
-        from prag_models.table_rules import neighbour_problems, one_cluster_problems
+        from prag_models.stages.table_rules import neighbour_problems, one_cluster_problems
 
         stats["problems"] = one_cluster_problems(con, TASK, settings, run_id) + neighbour_problems(
             con, TASK, settings, run_id
@@ -212,7 +212,7 @@ def full(con, settings, emb, checks: bool) -> dict:  # noqa: ANN001
     run = stage_functions(settings, emb)
     stats = {name: run[name](con) for name in FULL}
     if checks:
-        from prag_models.table_rules import neighbour_problems, one_cluster_problems
+        from prag_models.stages.table_rules import neighbour_problems, one_cluster_problems
 
         stats["problems"] = one_cluster_problems(con, TASK, settings) + neighbour_problems(con, TASK, settings)
     return stats

@@ -10,7 +10,7 @@ are disjoint. Claims: CFRAG > dense > random > zero-shot and every CFRAG ablatio
 collaborative ≥ user-only; PBR > base and > PBR w/o P-PRF; and prag's own: collaboration (3 neighbours, and the whole
 community) above user-only and random, trained CFRAG at least as good as its untrained reranker, the best
 personalized method (cross-fitted: chosen on the other half of the samples) above dense_global.
-Logic: prag_models/claims.py.
+Logic: prag_models/evaluation/claims.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import duckdb
 
-from prag_models.claims import claims_from_store, claims_markdown
+from prag_models.evaluation.claims import claims_from_store, claims_markdown
 
 
 def main() -> None:

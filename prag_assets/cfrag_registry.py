@@ -11,12 +11,12 @@ from prag_assets.common import table_metadata, task_run
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_assets.task_table import TaskStep, task_asset
-from prag_models.config import Settings
+from prag_models.config.settings import Settings
 from prag_models.methods.cfrag.probes import loss_trend, probe_scores
 from prag_models.methods.cfrag.tables import MODELS_TABLE, load_probe, model_dir, model_row, models_row
 from prag_models.methods.cfrag.training import Trained
-from prag_models.registry import CHALLENGER, model_aliases, registered_name
-from prag_models.store import replace_rows
+from prag_models.mlops.registry import CHALLENGER, model_aliases, registered_name
+from prag_models.storage.store import replace_rows
 
 
 def record_model(con, mlflow: MlflowResource, settings: Settings, task: str, trained: Trained) -> dict[str, Any]:

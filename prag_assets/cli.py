@@ -10,7 +10,7 @@ from prag_assets import doctor
 from prag_assets.doctor import exclusive
 from prag_assets.forget_command import add_forget_command
 from prag_assets.sql_command import add_sql_command
-from prag_models.config import ALL_TASKS, PROJECT_ROOT, Settings, load_settings
+from prag_models.config.settings import ALL_TASKS, PROJECT_ROOT, Settings, load_settings
 
 #: Asset group of the real-data retrieval evaluation (prag_assets/assets/pbr_eval.py), run in its own run.
 RETRIEVAL_EVAL_GROUP = "retrieval_eval"
@@ -83,7 +83,7 @@ def _run_materialize(settings: Settings, tasks: list[str], select: str, everythi
 
 def _publish(settings: Settings, code: int) -> None:
     """After a successful run, publish a consistent read-only snapshot of the DuckDB file for readers."""
-    from prag_models.store import DuckDBBusyError, publish_snapshot
+    from prag_models.storage.store import DuckDBBusyError, publish_snapshot
 
     if code != 0 or not settings.duckdb_path.exists():
         return
@@ -97,11 +97,11 @@ def _report(args: argparse.Namespace) -> int:
     """Print the evaluation tables (value ± half-width, n), the paired comparisons, the seed claims, the paths."""
     import pandas as pd
 
-    from prag_models import retrieval_eval as rev
-    from prag_models.claims import claims_from_store, claims_markdown
-    from prag_models.report import comparisons_markdown, evaluation_markdown
-    from prag_models.store import DuckDBBusyError, read_connection, table_exists
-    from prag_models.verdict import verdicts_from_store, verdicts_markdown
+    from prag_models.evaluation import retrieval as rev
+    from prag_models.evaluation.claims import claims_from_store, claims_markdown
+    from prag_models.evaluation.report import comparisons_markdown, evaluation_markdown
+    from prag_models.evaluation.verdict import verdicts_from_store, verdicts_markdown
+    from prag_models.storage.store import DuckDBBusyError, read_connection, table_exists
 
     settings = load_settings()
     tasks = list(settings.data.tasks)
@@ -157,7 +157,7 @@ def _ingest(args: argparse.Namespace) -> int:
 
     from prag_models.data.history import inbox_dir, ingest_files
     from prag_models.data.tasks import LampDataError, task_from_name
-    from prag_models.store import DuckDBBusyError, connect
+    from prag_models.storage.store import DuckDBBusyError, connect
 
     settings = load_settings()
     try:
@@ -192,8 +192,8 @@ def _promotion(args: argparse.Namespace) -> int:
     import duckdb
 
     from prag_models.data.tasks import LampDataError, task_from_name
-    from prag_models.promotion import REFUSED, append_decision, mlflow_target, promote, rollback
-    from prag_models.store import DuckDBBusyError, connect
+    from prag_models.mlops.promotion import REFUSED, append_decision, mlflow_target, promote, rollback
+    from prag_models.storage.store import DuckDBBusyError, connect
 
     settings = load_settings()
     actor = os.environ.get("USER") or "unknown"
@@ -222,10 +222,10 @@ def _answer(args: argparse.Namespace) -> int:
     import duckdb
     from mlflow.exceptions import MlflowException
 
-    from prag_models.answer import answer_once
     from prag_models.data.tasks import LampDataError, task_from_name
-    from prag_models.serving import format_answer
-    from prag_models.store import DuckDBBusyError, connect
+    from prag_models.mlops.answer_once import answer_once
+    from prag_models.mlops.serving import format_answer
+    from prag_models.storage.store import DuckDBBusyError, connect
 
     settings = load_settings()
     try:

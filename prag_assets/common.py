@@ -7,7 +7,7 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from prag_models.config import Settings
+from prag_models.config.settings import Settings
 
 
 def run_tasks(context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext, settings: Settings) -> list[str]:
@@ -41,7 +41,7 @@ def progress_logger(context: dg.AssetExecutionContext, what: str, every: float =
 
 def table_metadata(con, table: str, tasks: list[str] | None) -> dict[str, dg.MetadataValue]:
     """`dagster/row_count` (rows of the run's tasks) and `dagster/column_schema` of a DuckDB table the asset wrote."""
-    from prag_models.catalog import table_columns, task_row_count
+    from prag_models.storage.catalog import table_columns, task_row_count
 
     schema = dg.TableSchema(columns=[dg.TableColumn(name, kind.lower()) for name, kind in table_columns(con, table)])
     return {

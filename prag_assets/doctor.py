@@ -23,7 +23,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from prag_models.config import Settings
+from prag_models.config.settings import Settings
 
 ACTIVE = ("STARTING", "STARTED", "CANCELING")
 
@@ -181,7 +181,7 @@ def recover(settings: Settings, env: dict[str, str]) -> None:
 
 def run_doctor(settings: Settings, fix: bool, env: dict[str, str]) -> int:
     """Print the prag lock, the DuckDB lock holder, stale runs and held slots; with ``fix`` release them."""
-    from prag_models.store import DuckDBBusyError, connect
+    from prag_models.storage.store import DuckDBBusyError, connect
 
     lock = lock_path(settings)
     print(f"prag lock   : {lock_state(lock)} ({lock})")

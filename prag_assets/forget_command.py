@@ -1,5 +1,5 @@
 """`prag forget --user U [--task T]`: erase a user's data from the DuckDB file and flag the models trained on it
-(prag_models.privacy_forget; docs/privacy.md)."""
+(prag_models.privacy.forget; docs/privacy.md)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import sys
 
 def run_forget(user: str, task: str | None = None) -> int:
     """Forget one user (of one task, or everywhere) and print what went; 0 on success, 1 on an unknown user."""
-    from prag_models.config import load_settings
-    from prag_models.privacy_forget import forget
-    from prag_models.promotion import mlflow_target
-    from prag_models.registry import make_client
-    from prag_models.store import DuckDBBusyError, connect, publish_snapshot, snapshot_path
+    from prag_models.config.settings import load_settings
+    from prag_models.mlops.promotion import mlflow_target
+    from prag_models.mlops.registry import make_client
+    from prag_models.privacy.forget import forget
+    from prag_models.storage.store import DuckDBBusyError, connect, publish_snapshot, snapshot_path
 
     settings = load_settings()
     path = settings.duckdb_path

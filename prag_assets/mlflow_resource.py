@@ -1,6 +1,6 @@
 """MLflow as a Dagster resource: tracking + registry in a sqlite store under the prag home (or a configured URI).
 
-Every CFRAG model it registers is an MLflow pyfunc model (``prag_models.serving_pyfunc``) whose
+Every CFRAG model it registers is an MLflow pyfunc model (``prag_models.mlops.pyfunc``) whose
 predict serves (task, user_id, query) rows from this home's DuckDB file."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from prag_assets.resources import PragSettingsResource
-from prag_models.registry import MlflowTarget, RegisteredVersion
+from prag_models.mlops.registry import MlflowTarget, RegisteredVersion
 
 if TYPE_CHECKING:
     from torch import nn
 
 
 class MlflowResource(dg.ConfigurableResource):
-    """Logs, registers and loads the CFRAG models (safetensors folders) through ``prag_models.registry``."""
+    """Logs, registers and loads the CFRAG models (safetensors folders) through ``prag_models.mlops.registry``."""
 
     settings: PragSettingsResource
 
@@ -45,8 +45,8 @@ class MlflowResource(dg.ConfigurableResource):
         model when ``tags`` name the task and a CFRAG model kind."""
         from functools import partial
 
-        from prag_models import serving_pyfunc
-        from prag_models.registry import log_and_register
+        from prag_models.mlops import pyfunc as serving_pyfunc
+        from prag_models.mlops.registry import log_and_register
 
         target, tags = self.target(), dict(tags or {})
         package = None
@@ -69,6 +69,6 @@ class MlflowResource(dg.ConfigurableResource):
 
     def load(self, name: str, version: int | None = None, alias: str = "") -> tuple[nn.Module, RegisteredVersion]:
         """A registered version (by number or alias), downloaded and loaded from safetensors."""
-        from prag_models.registry import load_registered
+        from prag_models.mlops.registry import load_registered
 
         return load_registered(self.target(), name, version, alias)

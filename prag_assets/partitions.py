@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from prag_models.config import ALL_TASKS
+from prag_models.config.settings import ALL_TASKS
 
 task_partitions = dg.StaticPartitionsDefinition(list(ALL_TASKS))
 

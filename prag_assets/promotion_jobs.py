@@ -6,7 +6,7 @@ Run config (Launchpad)::
       promote_cfrag_bundle:
         config: {task: LaMP-2, actor: alice, reason: "weekly retrain", override: false}
 
-Each run records the decision in MLflow (aliases and ``promotion.*`` version tags, ``prag_models.promotion``) and
+Each run records the decision in MLflow (aliases and ``promotion.*`` version tags, ``prag_models.mlops.promotion``) and
 appends its rows to the DuckDB table ``model_promotions``; a refused promotion fails the run with the gate's message.
 """
 
@@ -19,7 +19,7 @@ from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.partitions import DUCKDB_POOL
 from prag_assets.resources import DuckDBResource
 from prag_models.data.tasks import LampDataError, task_from_name
-from prag_models.promotion import PromotionDecision, append_decision, decision_metadata, promote, rollback
+from prag_models.mlops.promotion import PromotionDecision, append_decision, decision_metadata, promote, rollback
 
 
 class RollbackConfig(dg.Config):

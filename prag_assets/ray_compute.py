@@ -18,7 +18,7 @@ from dagster_ray.configs import RayDataExecutionOptions
 from pydantic import Field
 
 from prag_assets.resources import PragSettingsResource
-from prag_models.config import Settings
+from prag_models.config.settings import Settings
 
 if TYPE_CHECKING:
     from prag_models.compute.engines import Engine

@@ -12,8 +12,8 @@ import dagster as dg
 import dagster_duckdb
 from pydantic import Field
 
-from prag_models.config import GeneratorSettings, Settings, load_settings
-from prag_models.store import connect, read_connection
+from prag_models.config.settings import GeneratorSettings, Settings, load_settings
+from prag_models.storage.store import connect, read_connection
 
 if TYPE_CHECKING:
     import duckdb

@@ -1,7 +1,7 @@
 """`prag sql "<query>"`: one read-only SQL query on the prag home's DuckDB file, printed as a table.
 
 The `duckdb` CLI on PyPI cannot open a file written by DuckDB 2.0, so prag ships its own reader: it opens the file
-read-only through ``prag_models.store.read_connection`` (the last published snapshot while a run holds the file), so
+read-only through ``storage.store.read_connection`` (the last published snapshot while a run holds the file), so
 a query can never change a table.
 """
 
@@ -17,8 +17,8 @@ def run_sql(query: str, fmt: str = "table", max_rows: int = 200) -> int:
     """Run one query read-only on the configured DuckDB file and print its result; 0 on success, 1 on error."""
     import duckdb
 
-    from prag_models.config import load_settings
-    from prag_models.store import read_connection
+    from prag_models.config.settings import load_settings
+    from prag_models.storage.store import read_connection
 
     path = load_settings().duckdb_path
     if not path.exists():

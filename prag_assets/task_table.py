@@ -18,8 +18,8 @@ from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.ray_compute import fill_stage
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
-from prag_models.config import Settings
-from prag_models.store import replace_rows
+from prag_models.config.settings import Settings
+from prag_models.storage.store import replace_rows
 
 #: Bump an asset's code version when its rows would change for the same inputs (Dagster then marks it stale).
 CODE_VERSION = "1"

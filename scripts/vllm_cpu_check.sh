@@ -58,7 +58,7 @@ import time
 
 def main() -> int:
     """Load the model with vLLM, generate for 3 prompts, print them and the speed."""
-    from prag_models.config import GeneratorSettings
+    from prag_models.config.settings import GeneratorSettings
     from prag_models.llm.vllm_backend import VllmGenerator
 
     model_dir, threads = sys.argv[1], int(sys.argv[2])

@@ -60,7 +60,7 @@ def materialize_graph(config_file: Path, tasks: list[str], selection=None, raise
 
     from prag_assets.definitions import defs
     from prag_assets.resource_set import default_resources
-    from prag_models.config import ALL_TASKS
+    from prag_models.config.settings import ALL_TASKS
 
     ordered = [t for t in ALL_TASKS if t in tasks]
     assets = list(defs.assets) + list(defs.asset_checks)

@@ -7,7 +7,7 @@ import duckdb
 import pytest
 from conftest import ROOT, materialize_graph
 
-from prag_models.config import load_settings
+from prag_models.config.settings import load_settings
 
 #: The groups in the order data flows, as the README lists them.
 GROUPS = ["lamp_data", "embeddings", "users", "history", "retrieval", "cfrag", "generation", "evaluation",

@@ -63,7 +63,7 @@ def test_selection_confidence_outside_zero_to_one_is_a_config_error() -> None:
     """A confidence of 1 or more (or below 0) cannot be an interval's level: load_settings names the setting."""
     import pytest
 
-    from prag_models.config import ConfigError, load_settings
+    from prag_models.config.settings import ConfigError, load_settings
 
     for bad in ("1.0", "95", "-0.1"):
         with pytest.raises(ConfigError, match="selection_confidence"):
@@ -74,7 +74,7 @@ def test_selection_confidence_outside_zero_to_one_is_a_config_error() -> None:
 def test_large_doc_tables_stay_frozen_and_share_the_embeddings_memory() -> None:
     """Above cfrag.finetune_max_docs the encoder trains with a frozen table that is the caller's unit vectors, not a
     copy (at 3.7 M documents a copy is 5.7 GB and Adam's state twice that); a fine-tuned table is its own copy."""
-    from prag_models.config import CfragSettings
+    from prag_models.config.settings import CfragSettings
     from prag_models.methods.cfrag.training import encoder_settings
     from prag_models.methods.cfrag.user_encoder import UserEncoder, train_user_encoder
 
@@ -98,7 +98,7 @@ def test_large_doc_tables_stay_frozen_and_share_the_embeddings_memory() -> None:
 def test_the_gate_tests_the_selected_epoch_on_held_out_truth_samples() -> None:
     """The last truth_only samples are never trained on nor used for selection; the gate tests on them: an epoch
     that validation selected but that is worse on them is not kept."""
-    from prag_models.config import CfragSettings
+    from prag_models.config.settings import CfragSettings
     from prag_models.methods.cfrag.fit import fit
 
     def run(held_out_sign: float) -> tuple:
@@ -147,7 +147,7 @@ def test_teacher_headroom_says_whether_the_teacher_ranks_the_truth_better_than_t
 def test_training_records_the_teachers_headroom_over_the_initialisation() -> None:
     """train_retriever fills FitResult.headroom from the labelled samples (not the truth-only ones) and the summary
     carries it to MLflow."""
-    from prag_models.config import CfragSettings
+    from prag_models.config.settings import CfragSettings
     from prag_models.methods.cfrag.retriever import train_retriever
 
     rng = np.random.default_rng(0)

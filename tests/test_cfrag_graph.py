@@ -8,7 +8,7 @@ import duckdb
 import pytest
 from conftest import materialize_graph, write_config
 
-from prag_models.config import load_settings
+from prag_models.config.settings import load_settings
 from prag_models.methods.cfrag.variants import CFRAG_METHODS
 
 TASK = "LaMP-2"
@@ -60,7 +60,7 @@ def _db(config):
 
 
 def test_cfrag_assets_tables_checks_and_registered_versions(cfrag_config) -> None:
-    from prag_models import registry
+    from prag_models.mlops import registry
 
     result = materialize_graph(cfrag_config, [TASK], selection=_upto("cfrag_retrievals"))
     assert result.success

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from prag_models.config import CfragSettings  # noqa: E402
+from prag_models.config.settings import CfragSettings  # noqa: E402
 from prag_models.methods.cfrag import augment as aug  # noqa: E402
 from prag_models.methods.cfrag.retriever import (  # noqa: E402
     PersonalizedRetriever,
@@ -340,7 +340,7 @@ def test_untrained_residual_rerankers_are_reported_as_coinciding() -> None:
     """Two rerankers still at their zero correction make cfrag = cfrag_no_reranker_eu, and the metadata says why."""
     import torch
 
-    from prag_models.config import CfragSettings
+    from prag_models.config.settings import CfragSettings
     from prag_models.methods.cfrag.training_set import new_reranker
     from prag_models.stages.cfrag_retrieval import coincidences
 

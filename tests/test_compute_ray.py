@@ -11,7 +11,7 @@ import pytest
 from conftest import materialize_graph, write_config
 from reliability.helpers import VOLATILE, table_checksums
 
-from prag_models.config import load_settings
+from prag_models.config.settings import load_settings
 
 TASKS = ["LaMP-2"]
 CFRAG = {"epochs": 5}

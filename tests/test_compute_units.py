@@ -13,7 +13,7 @@ import pytest
 from prag_models.compute.engines import LocalEngine, rechunk
 from prag_models.compute.shards import ShardStore, load_folders, user_shard, users_of_shard
 from prag_models.compute.work import BatchWork, BatchWorker, item_table, prompt_items
-from prag_models.config import ConfigError, EmbedderSettings, GeneratorSettings, load_settings
+from prag_models.config.settings import ConfigError, EmbedderSettings, GeneratorSettings, load_settings
 from prag_models.llm.cache import generate_cached, lookup_cached, prompt_hash
 from prag_models.llm.fake import FakeGenerator
 from prag_models.text.embedding_cache import lookup_embeddings

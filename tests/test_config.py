@@ -2,7 +2,7 @@
 
 import pytest
 
-from prag_models.config import ConfigError, load_settings
+from prag_models.config.settings import ConfigError, load_settings
 
 
 def test_defaults_use_packaged_models(tmp_path):
@@ -48,7 +48,7 @@ def test_missing_or_broken_config_file(tmp_path):
 
 
 def test_base_url_must_be_http() -> None:
-    from prag_models.config import ConfigError, load_settings
+    from prag_models.config.settings import ConfigError, load_settings
 
     assert load_settings(environ={"PRAG__GENERATOR__BASE_URL": "https://h:8000/v1"}).generator.base_url
     with pytest.raises(ConfigError, match="generator.base_url must be an http"):
@@ -58,7 +58,7 @@ def test_base_url_must_be_http() -> None:
 def test_models_resource_keeps_at_most_two_generators_and_closes_the_evicted() -> None:
     """The process-wide generator cache closes what it evicts, and everything at exit."""
     from prag_assets import resources
-    from prag_models.config import GeneratorSettings
+    from prag_models.config.settings import GeneratorSettings
 
     closed: list[str] = []
     resources.close_generators()
@@ -73,8 +73,8 @@ def test_models_resource_keeps_at_most_two_generators_and_closes_the_evicted() -
 
 def test_method_names_are_checked_against_the_method_registry() -> None:
     """A typo in retrieval.methods fails at load, naming it; the registry is exactly what the stages produce."""
-    from prag_models.config import LAMP_METHODS
-    from prag_models.generation import ZERO_SHOT
+    from prag_models.config.settings import LAMP_METHODS
+    from prag_models.generation.answers import ZERO_SHOT
     from prag_models.methods.cfrag.variants import CFRAG_METHODS
     from prag_models.stages.pbr_lamp import LAMP_METHODS as PBR_LAMP_METHODS
     from prag_models.stages.retrieval import BASELINE_METHODS, CLUSTERRAG_METHODS
@@ -89,7 +89,7 @@ def test_method_names_are_checked_against_the_method_registry() -> None:
 
 def test_settings_are_pydantic_and_hashable() -> None:
     """Sections are frozen pydantic models (usable as cache keys); a wrong type in a section names its field."""
-    from prag_models.config import GeneratorSettings
+    from prag_models.config.settings import GeneratorSettings
 
     assert hash(GeneratorSettings(backend="fake")) == hash(GeneratorSettings(backend="fake"))
     with pytest.raises(ConfigError, match=r"settings.cfrag.label_calibration|settings.generator.label_scoring"):

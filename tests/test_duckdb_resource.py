@@ -11,8 +11,8 @@ import dagster_duckdb
 import pytest
 
 from prag_assets.resources import DuckDBResource, PragSettingsResource
-from prag_models import store
-from prag_models.store import DuckDBBusyError, publish_snapshot
+from prag_models.storage import store
+from prag_models.storage.store import DuckDBBusyError, publish_snapshot
 
 
 def _resource(tmp_path: Path, **kwargs) -> DuckDBResource:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from prag_models.config import ConfigError, GeneratorSettings, load_settings
+from prag_models.config.settings import ConfigError, GeneratorSettings, load_settings
 from prag_models.llm.base import GenerationError, log_softmax
 from prag_models.llm.gguf_weights import converted_gguf, cpu_features, resolve_weight_type
 from prag_models.llm.llamacpp_backend import LlamaCppGenerator

@@ -5,7 +5,7 @@ import duckdb
 import pytest
 from conftest import materialize_graph, write_config
 
-from prag_models.config import ALL_TASKS, load_settings
+from prag_models.config.settings import ALL_TASKS, load_settings
 
 METHODS = set(load_settings(environ={}).retrieval.methods)
 

@@ -7,7 +7,7 @@ import sys
 import duckdb
 from conftest import ROOT, materialize_graph, write_config
 
-from prag_models.config import load_settings
+from prag_models.config.settings import load_settings
 from prag_models.data.tasks import TASK_KIND
 
 METHODS = set(load_settings(environ={}).retrieval.methods)

@@ -7,7 +7,7 @@ import pytest
 from conftest import materialize_graph
 
 from prag_assets.cli import main
-from prag_models.config import load_settings
+from prag_models.config.settings import load_settings
 from prag_models.data.history import HISTORY_TABLE, inbox_dir, parse_history_file
 from prag_models.data.tasks import LampDataError
 

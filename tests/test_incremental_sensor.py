@@ -21,10 +21,10 @@ from prag_assets.sensors import (
     incremental_update_job,
     profile_history_sensor,
 )
-from prag_models.config import ClusteringSettings, load_settings
+from prag_models.config.settings import ClusteringSettings, load_settings
 from prag_models.data.history import inbox_dir, ingest_files
 from prag_models.stages.users import similar_user_rows
-from prag_models.store import connect
+from prag_models.storage.store import connect
 from prag_models.users.incremental import assign_to_reference, clustering_drift, merge_documents
 
 TASKS = ["LaMP-2", "LaMP-3"]

@@ -8,9 +8,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from prag_models.config import GeneratorSettings, load_settings
+from prag_models.config.settings import GeneratorSettings, load_settings
 from prag_models.data.tasks import LABELS
-from prag_models.generation import (
+from prag_models.generation.answers import (
     GENERATION,
     LABEL_SCORING,
     answer_cached,
@@ -19,10 +19,10 @@ from prag_models.generation import (
     label_priors,
     label_scoring_key,
 )
+from prag_models.generation.prompts import build_prompt, content_free_prompts
 from prag_models.llm.base import GenerationError, Generator, answer_continuation
 from prag_models.llm.factory import make_generator
 from prag_models.methods.cfrag.feedback_labels import feedback_prompt_version
-from prag_models.prompts import build_prompt, content_free_prompts
 
 TAG_PROMPT = "Pick one tag from [sci-fi, comedy, dark comedy, romance] for: a spaceship crew explores a far galaxy."
 TAGS = ["sci-fi", "comedy", "dark comedy", "romance"]

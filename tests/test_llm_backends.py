@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from prag_models.config import GeneratorSettings
+from prag_models.config.settings import GeneratorSettings
 from prag_models.llm.base import GenerationError, Generator
 from prag_models.llm.cache import generate_cached, prompt_hash
 from prag_models.llm.factory import make_generator

@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from prag_models.llm_evaluation import compare_with_baselines, evaluate_generations
-from prag_models.report import comparisons_markdown, evaluation_chart, evaluation_markdown
+from prag_models.evaluation.llm import compare_with_baselines, evaluate_generations
+from prag_models.evaluation.report import comparisons_markdown, evaluation_chart, evaluation_markdown
 
 
 def _gens(task: str, by_method: dict[str, list[str]], golds: list[str]) -> pd.DataFrame:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from prag_models.metrics_retrieval import (
+from prag_models.metrics.retrieval import (
     gold_combinations,
     ndcg_at_k,
     recall_any_at_k,

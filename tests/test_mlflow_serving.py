@@ -22,8 +22,8 @@ import duckdb
 import pytest
 from conftest import materialize_graph, write_config
 
-from prag_models import registry
-from prag_models.config import load_settings
+from prag_models.config.settings import load_settings
+from prag_models.mlops import registry
 
 TASK = "LaMP-2"
 CFRAG = {"epochs": 10, "reranker_layers": 1, "reranker_max_length": 64}
@@ -93,7 +93,7 @@ def test_reencoding_users_reproduces_the_stored_tables(graph) -> None:
     from the histories equal cfrag_user_embeddings / cfrag_similar_users made by the same encoder."""
     import numpy as np
 
-    from prag_models import serving
+    from prag_models.mlops import serving
 
     settings, _, _, similar = graph
     target = registry.MlflowTarget(settings.mlflow_uri)

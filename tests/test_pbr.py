@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from prag_models.config import PbrSettings, Settings
+from prag_models.config.settings import PbrSettings, Settings
 from prag_models.data.personabench import RetrievalQuestion, Segment
 from prag_models.llm.base import Generator
 from prag_models.methods import query_expansion as qe

@@ -9,7 +9,7 @@ import duckdb
 import pytest
 from conftest import materialize_graph, real_data_dir, write_config
 
-from prag_models.config import load_settings
+from prag_models.config.settings import load_settings
 
 GROUP = "retrieval_eval"
 PBR_METHODS = {"base", "pbr", "pbr_wo_anchor", "pbr_wo_prf"}
@@ -229,7 +229,7 @@ def test_every_dataset_of_an_asset_lands_in_one_transaction(tmp_path, monkeypatc
 def test_the_group_logic_runs_without_dagster(tmp_path):
     """prag_models builds each table's rows of one dataset from a DuckDB file alone (no Dagster context)."""
     from prag_models.stages import real_data_build as build
-    from prag_models.store import replace_many
+    from prag_models.storage.store import replace_many
 
     data = tmp_path / "data"
     _longmemeval(data)

@@ -6,9 +6,12 @@ import os
 import pytest
 import torch
 
-from prag_models import promotion, registry  # noqa: E402
 from prag_models.methods.cfrag.retriever import PersonalizedRetriever  # noqa: E402
 from prag_models.methods.cfrag.serialization import save_model  # noqa: E402
+from prag_models.mlops import (
+    promotion,
+    registry,  # noqa: E402
+)
 
 TASK = "LaMP-2"
 
@@ -189,7 +192,7 @@ def test_promotion_jobs_record_and_fail_on_refusal(tiny_config, model_dir, monke
     import duckdb
 
     from prag_assets.promotion_jobs import promote_cfrag_models, rollback_cfrag_models
-    from prag_models.config import load_settings
+    from prag_models.config.settings import load_settings
 
     settings = load_settings(tiny_config)
     target = promotion.mlflow_target(settings)
@@ -251,7 +254,7 @@ def _cli(monkeypatch, capsys, config, *argv: str) -> tuple[int, str, str]:
 def test_graph_records_challenger_evaluation_and_answers(graph, monkeypatch, capsys) -> None:
     import duckdb
 
-    from prag_models.config import load_settings
+    from prag_models.config.settings import load_settings
 
     config, result = graph
     assert result.success
@@ -282,7 +285,7 @@ def test_graph_records_challenger_evaluation_and_answers(graph, monkeypatch, cap
     code, out, _ = _cli(monkeypatch, capsys, config, "answer", "--task", TASK, "--user", "nobody-new", "--input",
                         sample, "--method", "cfrag")  # fmt: skip
     assert code == 0 and "new user" in out and "empty history" in out
-    from prag_models.answer import answer_once  # the same answer without the CLI (plain library call)
+    from prag_models.mlops.answer_once import answer_once  # the same answer without the CLI (plain library call)
 
     with duckdb.connect(str(settings.duckdb_path)) as con:
         direct = answer_once(con, settings, TASK, known, "cfrag", sample)
@@ -303,7 +306,7 @@ def test_graph_retrained_challenger_is_evaluated_promoted_and_rolled_back(graph,
     import dagster as dg
     from conftest import materialize_graph
 
-    from prag_models.config import load_settings
+    from prag_models.config.settings import load_settings
 
     config, _ = graph
     target = promotion.mlflow_target(load_settings(config))

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from prag_models.metrics import lamp_metrics, sample_quality
-from prag_models.prompts import budget_documents, build_prompt, parse_output
+from prag_models.generation.prompts import budget_documents, build_prompt, parse_output
+from prag_models.metrics.lamp import lamp_metrics, sample_quality
 
 
 def _count(text):
@@ -96,7 +96,7 @@ def test_metric_input_errors():
 
 
 def test_lamp3_prompt_document_shows_the_rating():
-    from prag_models.prompts import prompt_document
+    from prag_models.generation.prompts import prompt_document
 
     assert prompt_document("LaMP-3", "nice pan", {"text": "nice pan", "score": "4"}) == "'review': nice pan 'score': 4"
     assert prompt_document("LaMP-2", "'description': x 'tag': comedy", {}) == "'description': x 'tag': comedy"

@@ -80,7 +80,7 @@ def test_every_prag_command_parses(words: list[str], monkeypatch) -> None:
     """Subcommand, options and required arguments of each README ``prag`` line exist in the CLI (a bare ``prag <sub>``
     in the text names the subcommand: its ``--help`` must exist)."""
     from prag_assets import cli
-    from prag_models.config import load_settings
+    from prag_models.config.settings import load_settings
 
     env, command = _split_env(words)
     for name, value in env.items():

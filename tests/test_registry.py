@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from prag_models import registry  # noqa: E402
-from prag_models.config import CfragSettings  # noqa: E402
+from prag_models.config.settings import CfragSettings  # noqa: E402
 from prag_models.methods.cfrag.retriever import PersonalizedRetriever, retriever_scores  # noqa: E402
 from prag_models.methods.cfrag.serialization import save_model, state_dicts_equal  # noqa: E402
+from prag_models.mlops import registry  # noqa: E402
 
 
 @pytest.fixture
@@ -118,8 +118,8 @@ def _register_pyfunc(target, tmp_path, model, kind: str, task: str = "LaMP-2"):
     """Register a saved model as the CFRAG pyfunc model of ``kind`` (what MlflowResource does for the assets)."""
     from functools import partial
 
-    from prag_models import serving_pyfunc as pyfunc_model
-    from prag_models.config import Settings
+    from prag_models.config.settings import Settings
+    from prag_models.mlops import pyfunc as pyfunc_model
 
     name = registry.registered_name(kind, task)
     folder = save_model(model, tmp_path / f"saved-{kind}-{len(registry.version_numbers(target, name))}")

@@ -186,7 +186,7 @@ def test_real_longmemeval() -> None:
 @needs_personabench
 def test_real_personabench_base_retrieval() -> None:
     """Base dense retrieval with the packaged all-MiniLM-L6-v2 on community 1 (see benchmarks/pbr_personabench.py)."""
-    from prag_models.config import PbrSettings
+    from prag_models.config.settings import PbrSettings
     from prag_models.methods.pbr_eval import evaluate_retrieval
     from prag_models.text.embedder import EmbedderSettings, load_embedder
 

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from prag_models import retrieval_eval as rev
-from prag_models.claims import HOLDS, NOT_SHOWN, REVERSED, Claim, best_personalized, check_claims, fold_of
+from prag_models.evaluation import retrieval as rev
+from prag_models.evaluation.claims import HOLDS, NOT_SHOWN, REVERSED, Claim, best_personalized, check_claims, fold_of
 from prag_models.methods.baselines import retrieve_dense_global
 from prag_models.methods.community import CommunityRetriever
 from prag_models.methods.profiles import ProfileIndex

@@ -71,8 +71,8 @@ def test_the_checks_passed(evaluated) -> None:
 def test_the_verdict_reads_the_materialized_tables(evaluated) -> None:
     """The verdict of `prag report` on the real store: one row for the task, the shipped method personalized, the
     gain cross-fitted over every dev sample, the verdict consistent with its interval."""
-    from prag_models.claims import PERSONALIZED
-    from prag_models.verdict import KEEP, SHIP, WORSE, verdicts_from_store
+    from prag_models.evaluation.claims import PERSONALIZED
+    from prag_models.evaluation.verdict import KEEP, SHIP, WORSE, verdicts_from_store
 
     con, _ = evaluated
     table = verdicts_from_store(con)

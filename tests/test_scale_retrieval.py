@@ -13,7 +13,7 @@ from prag_models.methods.community import CommunityRetriever
 from prag_models.methods.profiles import ProfileIndex, top_by_cosine
 from prag_models.methods.task_tables import profile_index, read_profile_index
 from prag_models.methods.vector_index import CorpusIndex, knn_rows, merge_top_k
-from prag_models.store import matrix_to_column, replace_rows
+from prag_models.storage.store import matrix_to_column, replace_rows
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -156,10 +156,10 @@ def test_two_stage_small_pools_scored_directly_agree_with_the_ivf_lists(monkeypa
 
 
 def test_cfrag_histories_from_batches_equal_the_whole_table_reading():
-    from prag_models.hashing import data_version
     from prag_models.methods.cfrag.candidates import user_histories
     from prag_models.methods.cfrag.tables import history_version, task_histories
-    from prag_models.store import column_to_matrix, read_rows
+    from prag_models.storage.hashing import data_version
+    from prag_models.storage.store import column_to_matrix, read_rows
 
     index = _corpus(n_users=8, per=6)
     con = duckdb.connect()

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from prag_models.stages.embeddings import SQL_HASH
-from prag_models.store import (
+from prag_models.storage.store import (
     QueryRows,
     column_to_matrix,
     iter_batches,
@@ -121,8 +121,8 @@ def test_refreshing_only_affected_lists_equals_a_full_recomputation():
 
 
 def test_history_checks_read_only_the_rows_their_run_changed():
-    from prag_models.config import Settings
-    from prag_models.table_rules import changed_rows, neighbour_problems, one_cluster_problems
+    from prag_models.config.settings import Settings
+    from prag_models.stages.table_rules import changed_rows, neighbour_problems, one_cluster_problems
     from prag_models.users.neighbour_refresh import REFRESH_DDL, REFRESH_TABLE, UPDATES_TABLE
 
     con = duckdb.connect()

@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from prag_models.store import DuckDBBusyError, connect, publish_snapshot, read_connection
+from prag_models.storage.store import DuckDBBusyError, connect, publish_snapshot, read_connection
 
 
 def _hold(db: Path, seconds: float) -> subprocess.Popen:
@@ -81,7 +81,7 @@ def test_a_reader_in_a_loop_never_starves_a_writer(db: Path) -> None:
     reader.start()
     try:
         time.sleep(0.5)
-        code = ("import time; from prag_models.store import connect; t = time.monotonic()\n"
+        code = ("import time; from prag_models.storage.store import connect; t = time.monotonic()\n"
                 f"with connect({str(db)!r}, timeout_s=20) as c: c.execute('INSERT INTO t VALUES (5)')\n"
                 "print(round(time.monotonic() - t, 2))")  # fmt: skip
         writer = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -94,7 +94,7 @@ def test_a_reader_in_a_loop_never_starves_a_writer(db: Path) -> None:
 
 def test_readers_go_to_the_snapshot_while_a_writer_waits(db: Path) -> None:
     publish_snapshot(db)
-    code = ("import time; from prag_models.store import connect\n"
+    code = ("import time; from prag_models.storage.store import connect\n"
             f"with connect({str(db)!r}) as c:\n    print('held', flush=True); time.sleep(10)")  # fmt: skip
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:

@@ -1,4 +1,4 @@
-"""Which method to ship per task (prag_models/verdict.py): the best personalized method against dense_global, its
+"""Which method to ship per task (evaluation/verdict.py): the best personalized method against dense_global, its
 gain cross-fitted, "ship" only when the paired 95 % interval is above 0."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from prag_models.verdict import KEEP, SHIP, WORSE, llm_confirmation, task_verdict, verdicts_markdown
+from prag_models.evaluation.verdict import KEEP, SHIP, WORSE, llm_confirmation, task_verdict, verdicts_markdown
 
 
 def _scores(values: dict[str, np.ndarray]) -> pd.DataFrame:
@@ -35,7 +35,7 @@ def test_ship_only_when_the_cross_fitted_gain_is_shown() -> None:
 def test_a_method_that_wins_by_luck_on_half_the_samples_is_not_shipped() -> None:
     """Each of two methods is perfect on a different half: the best mean exists, but chosen on one half it fails on
     the other, and the cross-fitted gain says so."""
-    from prag_models.claims import fold_of
+    from prag_models.evaluation.claims import fold_of
 
     ids = [f"s{i}" for i in range(60)]
     rows = []
@@ -64,7 +64,7 @@ def test_a_task_the_retrieval_evaluation_cannot_score_is_decided_on_the_llm_eval
     DuckDB file with a generations table) and says that is its evidence."""
     import duckdb
 
-    from prag_models.verdict import verdicts_from_store, verdicts_markdown
+    from prag_models.evaluation.verdict import verdicts_from_store, verdicts_markdown
 
     rows = []
     for i in range(24):

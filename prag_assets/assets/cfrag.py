@@ -16,7 +16,7 @@ from prag_assets.task_table import task_asset
 from prag_models.methods.cfrag.tables import model_row
 from prag_models.stages.cfrag_evaluation import BUNDLE_TABLE
 from prag_models.stages.cfrag_retrieval import cfrag_retrieval_rows
-from prag_models.store import replace_many
+from prag_models.storage.store import replace_many
 
 
 @task_asset(

@@ -10,9 +10,9 @@ from prag_assets.common import evaluation_table_metadata, table_metadata, task_r
 from prag_assets.partitions import DUCKDB_POOL, single_run
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_assets.task_table import CODE_VERSION, task_asset
-from prag_models.llm_evaluation import EVALUATION_COLUMNS, compare_with_baselines, evaluate_generations
-from prag_models.report import comparisons_markdown, evaluation_markdown, write_evaluation_report
-from prag_models.store import read_rows, replace_many
+from prag_models.evaluation.llm import EVALUATION_COLUMNS, compare_with_baselines, evaluate_generations
+from prag_models.evaluation.report import comparisons_markdown, evaluation_markdown, write_evaluation_report
+from prag_models.storage.store import read_rows, replace_many
 
 GROUP = "evaluation"
 

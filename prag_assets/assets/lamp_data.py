@@ -16,8 +16,8 @@ from prag_models.data.source import (
     user_profiles,
     without_users,
 )
-from prag_models.privacy_forget import erased_users
-from prag_models.store import read_rows, replace_many, replace_rows
+from prag_models.privacy.forget import erased_users
+from prag_models.storage.store import read_rows, replace_many, replace_rows
 
 GROUP = "lamp_data"
 

@@ -18,11 +18,11 @@ from prag_assets.common import frame_table, preview, progress_logger, table_meta
 from prag_assets.partitions import DUCKDB_POOL, single_run
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_assets.task_table import CODE_VERSION
-from prag_models.config import Settings
+from prag_models.config.settings import Settings
 from prag_models.methods.pbr_report import retrieval_markdown
 from prag_models.stages import real_data_build as build
 from prag_models.stages.real_data import ensure_table
-from prag_models.store import replace_many
+from prag_models.storage.store import replace_many
 
 GROUP = "retrieval_eval"
 _COMMON = dict(group_name=GROUP, backfill_policy=single_run, pool=DUCKDB_POOL, output_required=False,

@@ -34,7 +34,7 @@ from prag_models.stages.pbr_lamp import (
     pbr_lamp_rows,
 )
 from prag_models.stages.retrieval import RETRIEVAL_COLUMNS, load_task_inputs
-from prag_models.store import replace_rows
+from prag_models.storage.store import replace_rows
 
 GROUP = "retrieval"
 

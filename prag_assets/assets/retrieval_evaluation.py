@@ -9,9 +9,9 @@ from prag_assets.assets.retrieval import baseline_retrievals, clusterrag_retriev
 from prag_assets.common import evaluation_table_metadata, run_tasks, table_metadata
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_assets.task_table import task_asset
-from prag_models import retrieval_eval as rev
+from prag_models.evaluation import retrieval as rev
 from prag_models.stages.retrieval_evaluation import retrieval_evaluation_tables
-from prag_models.store import replace_many
+from prag_models.storage.store import replace_many
 
 GROUP = "evaluation"
 

@@ -21,7 +21,7 @@ from prag_assets.partitions import task_partitions
 from prag_assets.ray_compute import compute_engine
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_models.compute.engines import LocalEngine
-from prag_models.config import ConfigError, load_settings
+from prag_models.config.settings import ConfigError, load_settings
 
 GROUP = "user_shards"
 SHARD = "user_shard"

@@ -12,7 +12,7 @@ from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_models.methods.cfrag import probes, tables, variants
 from prag_models.methods.cfrag import table_rules as rules
-from prag_models.validation import between, min_rows, not_null, unique
+from prag_models.storage.validation import between, min_rows, not_null, unique
 
 #: Largest allowed difference between the scores of a trained model and of its copy loaded back from MLflow.
 ROUNDTRIP_TOLERANCE = 1e-5

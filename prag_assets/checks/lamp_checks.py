@@ -8,11 +8,11 @@ from prag_assets.assets import embeddings, evaluation, generation, lamp_data, re
 from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report, task_check
 from prag_assets.common import task_run
 from prag_assets.resources import DuckDBResource, PragSettingsResource
-from prag_models import table_rules as rules
-from prag_models.config import Settings
-from prag_models.store import read_rows
-from prag_models.table_rules import Extra
-from prag_models.validation import (
+from prag_models.config.settings import Settings
+from prag_models.stages import table_rules as rules
+from prag_models.stages.table_rules import Extra
+from prag_models.storage.store import read_rows
+from prag_models.storage.validation import (
     Expect,
     between,
     not_null,

@@ -10,11 +10,11 @@ from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report, task_c
 from prag_assets.common import task_run
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.resources import DuckDBResource, PragSettingsResource
-from prag_models.metrics import metric_bounds, primary_metric
-from prag_models.promotion import KINDS
-from prag_models.registry import make_client
+from prag_models.metrics.lamp import metric_bounds, primary_metric
+from prag_models.mlops.promotion import KINDS
+from prag_models.mlops.registry import make_client
 from prag_models.stages.cfrag_evaluation import EVAL_TABLE, METHOD
-from prag_models.store import read_rows, table_exists
+from prag_models.storage.store import read_rows, table_exists
 
 
 def _task_problems(con, client, task: str) -> tuple[list[str], dict]:

@@ -4,8 +4,8 @@ import pandas as pd
 
 from prag_assets.assets import retrieval_evaluation
 from prag_assets.checks.lamp_checks import table_check
-from prag_models.config import Settings
-from prag_models.validation import Expect, between, min_rows, not_null, unique
+from prag_models.config.settings import Settings
+from prag_models.storage.validation import Expect, between, min_rows, not_null, unique
 
 
 def _suite(task: str, settings: Settings) -> list[Expect]:

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from prag_models.compute.shards import ShardFolder, ShardStore
 from prag_models.compute.work import BatchWork, BatchWorker, load_model
-from prag_models.config_compute import ComputeSettings
+from prag_models.config.compute import ComputeSettings
 
 
 class CacheRowsActor:

@@ -28,7 +28,7 @@ from prag_models.text.embedding_cache import insert_uncached_sql
 if TYPE_CHECKING:
     import duckdb
 
-    from prag_models.config import Settings
+    from prag_models.config.settings import Settings
 
 SUCCESS = "_SUCCESS"
 #: How a shard folder's rows enter their cache table (a key already cached keeps its row).

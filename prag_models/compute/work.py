@@ -12,13 +12,13 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
-from prag_models.config import EmbedderSettings, GeneratorSettings
-from prag_models.generation import answer_batches
+from prag_models.config.settings import EmbedderSettings, GeneratorSettings
+from prag_models.generation.answers import answer_batches
 from prag_models.llm.base import generate_batch
 from prag_models.llm.cache import CACHE_TABLE as GENERATION_CACHE
 from prag_models.llm.cache import prompt_hash
 from prag_models.methods.cfrag.feedback_labels import gold_loglik_batch
-from prag_models.store import matrix_to_column
+from prag_models.storage.store import matrix_to_column
 from prag_models.text.embedding_cache import CACHE_TABLE as EMBEDDING_CACHE
 
 Kind = Literal["embed", "answer", "generate", "gold_loglik"]

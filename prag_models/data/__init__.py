@@ -1,0 +1,1 @@
+"""Data sources: LaMP files, demo worlds, PersonaBench, LongMemEval, histories, consent (above config, storage)."""

@@ -51,7 +51,7 @@ from prag_models.data.lamp import (
 )
 from prag_models.data.sharing import append_statements
 from prag_models.data.tasks import PROFILE_FIELDS, RENDER_FIELDS, LampDataError, render_document, task_from_name
-from prag_models.hashing import content_hash
+from prag_models.storage.hashing import content_hash
 
 HISTORY_TABLE = "profile_history"
 HISTORY_COLUMNS = (

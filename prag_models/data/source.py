@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from prag_models.config import Settings
+from prag_models.config.settings import Settings
 from prag_models.data.lamp import LampSample, load_lamp_task
-from prag_models.hashing import content_hash
+from prag_models.storage.hashing import content_hash
 
 
 def demo_root(settings: Settings) -> Path:

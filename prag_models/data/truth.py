@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from prag_models.data.tasks import lamp1_references
-from prag_models.store import table_exists
+from prag_models.storage.store import table_exists
 
 #: The profile field that is a document's label, per task with label-hit@k (LaMP-1: the paper's title).
 LABEL_FIELDS: dict[str, str] = {"LaMP-1": "title", "LaMP-2": "tag", "LaMP-3": "score"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prag_models.config import GeneratorSettings
+from prag_models.config.settings import GeneratorSettings
 from prag_models.llm.base import GenerationError, Generator
 
 

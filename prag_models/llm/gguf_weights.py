@@ -11,7 +11,7 @@ import os
 import re
 from pathlib import Path
 
-from prag_models.config import LLAMA_CPP_WEIGHTS as WEIGHT_CHOICES
+from prag_models.config.settings import LLAMA_CPP_WEIGHTS as WEIGHT_CHOICES
 from prag_models.llm.base import GenerationError
 
 AS_IS = "as_is"

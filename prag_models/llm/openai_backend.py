@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from prag_models.config import GeneratorSettings
+from prag_models.config.settings import GeneratorSettings
 from prag_models.llm.base import GenerationError, Generator
 
 #: Seconds a server that failed is passed over while another server of the pool is up.

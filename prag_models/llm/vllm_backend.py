@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prag_models.config import GeneratorSettings
+from prag_models.config.settings import GeneratorSettings
 from prag_models.llm.base import GenerationError, Generator, answer_continuation
 from prag_models.llm.packaged import resolve_generator_model
 

@@ -1,0 +1,1 @@
+"""Retrieval methods: baselines, ClusterRAG, community-wide, CFRAG, PBR (above users, generation, metrics)."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from prag_models.config import PbrSettings
+from prag_models.config.settings import PbrSettings
 from prag_models.data.pbr_expansions import PbrExpansion, expansions_from_records  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:

@@ -12,9 +12,8 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from prag_models.config import PbrSettings
+from prag_models.config.settings import PbrSettings
 from prag_models.data.personabench import RetrievalQuestion, Segment
-from prag_models.intervals import estimate
 from prag_models.methods import query_expansion as qe
 from prag_models.methods.pbr import (
     NEEDS_EXPANSION,
@@ -27,7 +26,8 @@ from prag_models.methods.pbr import (
     top_k_prf,
     validate_pbr_settings,
 )
-from prag_models.metrics_retrieval import KS, score_ranking
+from prag_models.metrics.intervals import estimate
+from prag_models.metrics.retrieval import KS, score_ranking
 
 RESULT_COLUMNS = ["dataset", "method", "category", "metric", "k", "value", "n_questions", "ci_low", "ci_high"]
 

@@ -98,7 +98,7 @@ class ProfileIndex:
     """Documents of all users of a task; rows of a user are kept in profile (date) order.
 
     ``shareable[row]`` says whether a document may be shown to users other than its owner (docs/privacy.md: its
-    owner shares and it is not private; ``prag_models.privacy.shareable_flags``). An index built without the flags
+    owner shares and it is not private; ``prag_models.privacy.rules.shareable_flags``). An index built without the flags
     shares nothing. Every read of rows goes through ``visible_rows`` (or ``visible_mask``, the same rule as a mask
     over every row, for whole-corpus searches): a viewer sees its own documents and the shareable documents of the
     others — there is no other way to a user's rows.

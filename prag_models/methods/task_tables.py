@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prag_models.methods.profiles import OwnerColumn, ProfileIndex, StrColumn
-from prag_models.privacy import private_documents, user_consents
-from prag_models.store import column_to_matrix, iter_batches
+from prag_models.privacy.rules import private_documents, user_consents
+from prag_models.storage.store import column_to_matrix, iter_batches
 
 #: Rows of texts read from DuckDB at once by DocumentTexts (whole users; a user larger than this is read alone).
 TEXT_BLOCK_ROWS = 262_144

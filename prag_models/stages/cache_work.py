@@ -20,9 +20,9 @@ import pyarrow as pa
 from prag_models.compute.engines import Engine, rechunk
 from prag_models.compute.shards import ShardStore, load_folders, shard_root, users_of_shard
 from prag_models.compute.work import BatchWork, prompt_items
-from prag_models.config import Settings
+from prag_models.config.settings import Settings
 from prag_models.data.source import llm_eval_sample_ids
-from prag_models.generation import answer_key
+from prag_models.generation.answers import answer_key
 from prag_models.llm.cache import CACHE_TABLE as GENERATION_CACHE
 from prag_models.llm.cache import lookup_cached, prompt_hash
 from prag_models.methods.cfrag.feedback import feedback_prompts, feedback_todo
@@ -37,7 +37,7 @@ from prag_models.stages.embeddings import DOCUMENT_SOURCE, QUERY_SOURCE
 from prag_models.stages.generation import generation_jobs
 from prag_models.stages.pbr_lamp import lamp_expansion_items, lamp_pbr_settings
 from prag_models.stages.retrieval import load_task_inputs
-from prag_models.store import table_exists
+from prag_models.storage.store import table_exists
 from prag_models.text.embedding_cache import CACHE_TABLE as EMBEDDING_CACHE
 from prag_models.text.embedding_cache import missing_batches, missing_query
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pandas as pd
 
-from prag_models.metrics import primary_metric
-from prag_models.promotion import KINDS, record_evaluation
-from prag_models.registry import MlflowTarget, data_version
-from prag_models.store import read_rows, replace_rows, table_exists
+from prag_models.metrics.lamp import primary_metric
+from prag_models.mlops.promotion import KINDS, record_evaluation
+from prag_models.mlops.registry import MlflowTarget, data_version
+from prag_models.storage.store import read_rows, replace_rows, table_exists
 
 EVAL_TABLE = "cfrag_model_evaluations"
 #: The evaluation method whose metrics gate promotion: full CFRAG.

@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from prag_models.config import Settings
+from prag_models.config.settings import Settings
 from prag_models.methods.cfrag import inference
 from prag_models.methods.cfrag.tables import mean_embedding_neighbours, neighbour_lists
 from prag_models.methods.cfrag.variants import CFRAG_METHODS, VARIANTS, Variant
 from prag_models.methods.profiles import ProfileIndex
 from prag_models.stages.retrieval import RETRIEVAL_COLUMNS, consent_scenario, load_task_inputs
-from prag_models.store import read_rows
+from prag_models.storage.store import read_rows
 
 
 def retrieve_variants(

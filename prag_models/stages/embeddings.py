@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from prag_models.store import QueryRows, require_table
+from prag_models.storage.store import QueryRows, require_table
 from prag_models.text.embedding_cache import CACHE_TABLE, cache_dim, embed_missing
 
 if TYPE_CHECKING:

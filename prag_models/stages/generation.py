@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from prag_models.config import Settings
+from prag_models.config.settings import Settings
 from prag_models.data.source import llm_eval_sample_ids
-from prag_models.generation import ZERO_SHOT, PromptJob, answer_cached, answer_mode, build_jobs, run_jobs
-from prag_models.prompts import prompt_document
-from prag_models.store import table_exists
+from prag_models.generation.answers import ZERO_SHOT, PromptJob, answer_cached, answer_mode, build_jobs, run_jobs
+from prag_models.generation.prompts import prompt_document
+from prag_models.storage.store import table_exists
 
 if TYPE_CHECKING:
     from prag_models.llm.base import Generator

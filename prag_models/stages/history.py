@@ -17,7 +17,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from prag_models.config import ALL_TASKS, Settings
+from prag_models.config.settings import ALL_TASKS, Settings
 from prag_models.data.history import (
     HISTORY_TABLE,
     IngestResult,
@@ -30,7 +30,7 @@ from prag_models.data.history import (
     parse_history_file,
 )
 from prag_models.data.tasks import LampDataError
-from prag_models.store import DuckDBBusyError, connect
+from prag_models.storage.store import DuckDBBusyError, connect
 from prag_models.users.incremental import STATE_TABLE, UpdateReport, clustering_drift, pending_history
 
 DRIFT_TABLE = "cluster_drift"

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from prag_models.config import PbrSettings, Settings
+from prag_models.config.settings import PbrSettings, Settings
 from prag_models.data.source import llm_eval_sample_ids
 from prag_models.llm.base import Generator
 from prag_models.llm.cache import generate_cached
@@ -24,8 +24,8 @@ from prag_models.methods.pbr import (
 )
 from prag_models.methods.pbr_eval import expansion_vectors
 from prag_models.methods.profiles import ProfileIndex
+from prag_models.storage.validation import Expect, between, in_set, not_null, unique
 from prag_models.text.embedding_cache import embed_with_cache
-from prag_models.validation import Expect, between, in_set, not_null, unique
 
 TABLE = "pbr_lamp_retrievals"
 #: LaMP method name -> the PBR query vector it uses (prag_models.methods.pbr.pbr_query_vectors).

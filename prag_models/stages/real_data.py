@@ -7,10 +7,19 @@ import json
 
 import pandas as pd
 
-from prag_models.config import Settings
+from prag_models.config.settings import Settings
 from prag_models.data.personabench import RetrievalQuestion, Segment
-from prag_models.store import column_to_matrix, read_rows
-from prag_models.validation import Expect, between, in_set, matrix_problems, min_rows, not_null, unique, validate_frame
+from prag_models.storage.store import column_to_matrix, read_rows
+from prag_models.storage.validation import (
+    Expect,
+    between,
+    in_set,
+    matrix_problems,
+    min_rows,
+    not_null,
+    unique,
+    validate_frame,
+)
 
 TABLE_SCHEMAS = {
     "query_expansions": "dataset VARCHAR, q_id VARCHAR, user_id VARCHAR, method VARCHAR, source VARCHAR, "

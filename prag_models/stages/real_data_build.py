@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from prag_models.config import PbrSettings, Settings
+from prag_models.config.settings import PbrSettings, Settings
 from prag_models.data.personabench import RetrievalQuestion
 from prag_models.llm.base import Generator
 from prag_models.methods import query_expansion as qe
@@ -25,10 +25,10 @@ from prag_models.methods.pbr_eval import (
     prf_histories,
     retrieve_rankings,
 )
-from prag_models.metrics_retrieval import KS
+from prag_models.metrics.retrieval import KS
 from prag_models.stages.pbr_lamp import CachedEmbedder, CachedGenerator
 from prag_models.stages.real_data import read_corpus
-from prag_models.store import read_rows, table_exists
+from prag_models.storage.store import read_rows, table_exists
 from prag_models.text.embedder import content_hash
 
 DATASETS: tuple[str, ...] = ("personabench", "longmemeval")

@@ -10,14 +10,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from prag_models.config import Settings
+from prag_models.config.settings import Settings
 from prag_models.methods import baselines, clusterrag
 from prag_models.methods.community import CommunityRetriever
 from prag_models.methods.profiles import ProfileIndex, Retrieved
 from prag_models.methods.task_tables import clustered_users, read_profile_index
 from prag_models.methods.vector_index import CorpusIndex, numpy_blas_threads
-from prag_models.privacy import opted_out_users
-from prag_models.store import column_to_matrix, table_exists
+from prag_models.privacy.rules import opted_out_users
+from prag_models.storage.store import column_to_matrix, table_exists
 from prag_models.users.embeddings import normalize_rows
 
 RETRIEVAL_COLUMNS = ["task", "method", "sample_id", "user_id", "rank", "doc_id", "source_user_id", "score"]

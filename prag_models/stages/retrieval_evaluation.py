@@ -7,10 +7,10 @@ from typing import Any
 
 import pandas as pd
 
-from prag_models import retrieval_eval as rev
 from prag_models.data import truth as data_truth
+from prag_models.evaluation import retrieval as rev
 from prag_models.stages.generation import RETRIEVAL_TABLES
-from prag_models.store import read_rows, table_exists
+from prag_models.storage.store import read_rows, table_exists
 
 
 def load_runs(con, task: str) -> tuple[pd.DataFrame, dict[str, list[str]]]:

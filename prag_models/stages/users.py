@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prag_models.config import ClusteringSettings, Settings
-from prag_models.store import column_to_matrix, iter_batches, matrix_to_column, read_arrow, require_table
+from prag_models.config.settings import ClusteringSettings, Settings
+from prag_models.storage.store import column_to_matrix, iter_batches, matrix_to_column, read_arrow, require_table
 from prag_models.users.clustering import Clustering, cluster_users, reduction_quality
 from prag_models.users.embeddings import UserMeans
 from prag_models.users.model_store import fit_version, save_model

@@ -1,0 +1,1 @@
+"""Text encoders: the embedder and its cache (above data)."""

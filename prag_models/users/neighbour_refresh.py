@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prag_models.store import column_to_matrix
+from prag_models.storage.store import column_to_matrix
 from prag_models.users.embeddings import normalize_rows
 from prag_models.users.similar import clustered_user_vectors, neighbour_table
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from prag_models.store import column_to_matrix
+from prag_models.storage.store import column_to_matrix
 from prag_models.users.embeddings import normalize_rows
 
 #: Users whose neighbours are computed together (memory: BLOCK × cluster size floats).

@@ -9,8 +9,8 @@ import duckdb
 import pandas as pd
 import pytest
 
-from prag_models import promotion, registry
-from prag_models.privacy_forget import AUDIT_TABLE, RETRAIN_TAG, forget
+from prag_models.mlops import promotion, registry
+from prag_models.privacy.forget import AUDIT_TABLE, RETRAIN_TAG, forget
 
 TASK = "LaMP-2"
 

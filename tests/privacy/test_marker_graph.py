@@ -12,7 +12,7 @@ import duckdb
 import numpy as np
 from conftest import materialize_graph, write_config
 
-from prag_models.config import load_settings
+from prag_models.config.settings import load_settings
 from prag_models.data.source import demo_root
 from prag_models.stages.retrieval import load_task_inputs, run_clusterrag
 

@@ -17,8 +17,8 @@ from prag_models.methods import baselines, clusterrag
 from prag_models.methods.cfrag.candidates import cosine_scorer, per_user_top_k
 from prag_models.methods.community import CommunityRetriever
 from prag_models.methods.profiles import ProfileIndex
-from prag_models.privacy import opted_out_users, shareable_flags
-from prag_models.store import replace_many
+from prag_models.privacy.rules import opted_out_users, shareable_flags
+from prag_models.storage.store import replace_many
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from prag_models.store import connect
+from prag_models.storage.store import connect
 from reliability.helpers import ROOT, VOLATILE, finish, prag_env, start_prag, table_checksums
 
 SELECT = "*cfrag_retriever"

@@ -10,8 +10,8 @@ import duckdb
 import pandas as pd
 import pytest
 
-from prag_models.faults import EXIT_CODE, InjectedFault, armed, maybe_fail
-from prag_models.store import replace_many
+from prag_models.storage.faults import EXIT_CODE, InjectedFault, armed, maybe_fail
+from prag_models.storage.store import replace_many
 from reliability.helpers import table_checksums
 
 
@@ -58,7 +58,7 @@ def test_exit_inside_the_transaction_leaves_the_previous_version(tmp_path: Path)
     db = _db(tmp_path)
     before = table_checksums(db)
     code = (
-        "import duckdb, pandas as pd\nfrom prag_models.store import replace_many\n"
+        "import duckdb, pandas as pd\nfrom prag_models.storage.store import replace_many\n"
         f"con = duckdb.connect({str(db)!r})\n"
         "replace_many(con, [('a', pd.DataFrame({'task': ['T'], 'x': [9]}), {'task': 'T'}),"
         " ('b', pd.DataFrame({'task': ['T'], 'y': ['new']}), {'task': 'T'})])\n"
@@ -71,7 +71,7 @@ def test_exit_inside_the_transaction_leaves_the_previous_version(tmp_path: Path)
 
 def test_an_inherited_dagster_home_is_reported_and_not_used(tmp_path: Path, monkeypatch, capsys) -> None:
     from prag_assets.cli import dagster_env
-    from prag_models.config import PROJECT_ROOT, load_settings
+    from prag_models.config.settings import PROJECT_ROOT, load_settings
 
     settings = load_settings(home=str(tmp_path / "home"))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "elsewhere"))
@@ -90,7 +90,7 @@ def test_an_inherited_dagster_home_is_reported_and_not_used(tmp_path: Path, monk
 
 @pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://host/v1", "127.0.0.1:8000/v1", "javascript:alert(1)"])
 def test_generator_base_url_must_be_http(url: str) -> None:
-    from prag_models.config import ConfigError, load_settings
+    from prag_models.config.settings import ConfigError, load_settings
 
     with pytest.raises(ConfigError, match="generator.base_url must be an http"):
         load_settings(environ={"PRAG__GENERATOR__BASE_URL": url})

@@ -11,7 +11,7 @@ import dagster as dg
 import duckdb
 from conftest import materialize_graph
 
-from prag_models.config import load_settings
+from prag_models.config.settings import load_settings
 from prag_models.data.history import HISTORY_TABLE, inbox_dir, inbox_entries
 
 GOOD = [{"user_id": "u0001", "id": "h1", "date": "2024-05-01", "description": "a crew far from home", "tag": "sci-fi"}]

@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from prag_models.config import Settings
-from prag_models.generation import lamp_prompt
+from prag_models.config.settings import Settings
+from prag_models.generation.answers import lamp_prompt
+from prag_models.generation.prompts import prompt_document
 from prag_models.methods.cfrag.candidates import cosine_scorer, per_user_top_k, select_feedback_samples
 from prag_models.methods.cfrag.feedback_labels import (
     degenerate_samples,
@@ -26,8 +27,7 @@ from prag_models.methods.cfrag.tables import model_row, neighbour_lists
 from prag_models.methods.cfrag.training_set import TrainingSet, training_set
 from prag_models.methods.profiles import ProfileIndex, Retrieved
 from prag_models.methods.task_tables import profile_index
-from prag_models.prompts import prompt_document
-from prag_models.store import column_to_matrix, read_rows, table_exists
+from prag_models.storage.store import column_to_matrix, read_rows, table_exists
 
 FEEDBACK_TABLE = "feedback_labels"
 FEEDBACK_KEY = ["task", "sample_id", "doc_id", "source_user_id", "generator_id", "prompt_version"]

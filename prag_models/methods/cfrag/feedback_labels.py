@@ -10,11 +10,11 @@ from typing import Any
 
 import pandas as pd
 
-from prag_models.config import Settings
+from prag_models.config.settings import Settings
 from prag_models.data.tasks import TASK_KIND
-from prag_models.generation import LABEL_SCORING, answer_mode, max_new_tokens_for
-from prag_models.metrics import sample_quality
-from prag_models.prompts import PROMPT_VERSION, parse_output
+from prag_models.generation.answers import LABEL_SCORING, answer_mode, max_new_tokens_for
+from prag_models.generation.prompts import PROMPT_VERSION, parse_output
+from prag_models.metrics.lamp import sample_quality
 
 #: Gold log-likelihood prompts scored per batch (one scored continuation each).
 GOLD_BATCH = 8
@@ -107,7 +107,7 @@ def feedback_scores(
 
     ``gold_loglik``: the gold's log-probability (output = the gold); ``metric``: the task metric of the answer.
     """
-    from prag_models.generation import answer_cached
+    from prag_models.generation.answers import answer_cached
     from prag_models.llm.cache import cached_outputs
 
     if settings.cfrag.feedback_signal == "gold_loglik":

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from prag_models.config import CfragSettings
-from prag_models.faults import maybe_fail
-from prag_models.intervals import paired_difference
+from prag_models.config.settings import CfragSettings
+from prag_models.metrics.intervals import paired_difference
+from prag_models.storage.faults import maybe_fail
 
 ProgressFn = Callable[[int, int], None]
 
@@ -229,7 +229,7 @@ def fit(
             kl, score, rel = evaluate(model, judge)
         record = _record(epoch, float(np.mean(losses)) if losses else math.nan, kl, score, rel)
         result.history.append(record)
-        maybe_fail("training_epoch")  # reliability tests (prag_models/faults.py): die after an epoch
+        maybe_fail("training_epoch")  # reliability tests (prag_models/storage/faults.py): die after an epoch
         if record.better_than(result.history[result.best_epoch], by):
             result.best_epoch, best_state, since_best = epoch, copy.deepcopy(model.state_dict()), 0
         else:

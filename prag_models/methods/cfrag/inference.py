@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prag_models.config import Settings
+from prag_models.config.settings import Settings
 from prag_models.methods.cfrag.candidates import cosine_scorer, per_user_top_k
 from prag_models.methods.cfrag.variants import VARIANTS, Variant, final_k, top_final
 from prag_models.methods.profiles import ProfileIndex, Retrieved

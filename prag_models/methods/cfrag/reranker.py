@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from prag_models.config import CfragSettings
+from prag_models.config.settings import CfragSettings
 from prag_models.methods.cfrag.fit import FitResult, fit, ndcg, relevance_ndcg_samples, teacher_headroom
 from prag_models.methods.cfrag.retriever import kl_loss
 

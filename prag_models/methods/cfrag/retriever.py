@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prag_models.config import CfragSettings
+from prag_models.config.settings import CfragSettings
 
 if TYPE_CHECKING:
     from prag_models.methods.cfrag.fit import FitResult

@@ -4,7 +4,7 @@ A model folder holds ``config.json`` (``{"kind", "format_version", "config"}``) 
 state dict). A reranker folder also holds ``encoder/`` with the cross-encoder's HF config and tokenizer files, so it
 loads without the original model folder. Loaded models are in eval mode and score identically to the saved ones.
 A registered version holds this folder as artifact ``weights`` of its MLflow pyfunc model
-(``prag_models/serving_pyfunc.py``).
+(``prag_models/mlops/pyfunc.py``).
 """
 
 from __future__ import annotations

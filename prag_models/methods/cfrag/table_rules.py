@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from prag_models.config import Settings
+from prag_models.config.settings import Settings
 from prag_models.methods.cfrag import feedback_labels, tables, variants
-from prag_models.privacy import unshareable_retrievals
-from prag_models.store import column_to_matrix, read_rows, table_exists
-from prag_models.validation import between, matrix_problems, min_rows, not_null, unique, validate_frame
+from prag_models.privacy.rules import unshareable_retrievals
+from prag_models.storage.store import column_to_matrix, read_rows, table_exists
+from prag_models.storage.validation import between, matrix_problems, min_rows, not_null, unique, validate_frame
 
 
 def user_vectors_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:

@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from prag_models.config import Settings
+from prag_models.config.settings import Settings
 from prag_models.methods.cfrag.probes import PROBE_DOCS, PROBE_ROWS, Probe, loss_trend
 from prag_models.methods.profiles import OwnerColumn
 from prag_models.methods.task_tables import vectors_by_rowid
-from prag_models.store import column_to_matrix, read_rows, table_exists
+from prag_models.storage.store import column_to_matrix, read_rows, table_exists
 
 MODELS_TABLE = "cfrag_models"
 
@@ -111,7 +111,7 @@ def models_row(
     seconds: float,
     folder: Path,
 ) -> pd.DataFrame:
-    """The ``cfrag_models`` row of a registered version (entry: prag_models.registry.RegisteredVersion)."""
+    """The ``cfrag_models`` row of a registered version (entry: prag_models.mlops.registry.RegisteredVersion)."""
     start, end = loss_trend(curve)
     return pd.DataFrame(
         [

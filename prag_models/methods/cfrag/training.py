@@ -10,9 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from prag_models.config import CfragSettings, Settings
+from prag_models.config.settings import CfragSettings, Settings
 from prag_models.data.truth import load_truth
-from prag_models.hashing import data_version
 from prag_models.methods.cfrag.feedback import (
     FeedbackInputs,
     load_training_set,
@@ -22,6 +21,7 @@ from prag_models.methods.cfrag.feedback import (
 from prag_models.methods.cfrag.probes import torch_threads
 from prag_models.methods.cfrag.tables import history_version, task_histories
 from prag_models.methods.cfrag.training_set import TrainingSet, concat_sets, new_reranker, rerank_samples
+from prag_models.storage.hashing import data_version
 
 _ENCODER_PARAMS = ("max_history", "heads", "dropout", "finetune_doc_embeddings", "crop_ratio", "mask_ratio",
                    "reorder_ratio", "tau", "lr", "weight_decay", "batch_size", "epochs", "seed")  # fmt: skip

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from prag_models.config import CfragSettings
+from prag_models.config.settings import CfragSettings
 from prag_models.methods.profiles import ProfileIndex, Retrieved
 
 

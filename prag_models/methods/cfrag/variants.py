@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prag_models.config import Settings
+from prag_models.config.settings import Settings
 from prag_models.methods.profiles import Retrieved
 
 

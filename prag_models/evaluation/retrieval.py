@@ -12,7 +12,7 @@ Where no relevance exists (LaMP files), ``label_hit@k`` still measures retrieval
 k retrieved documents whose own label equals the sample's gold output — LaMP-2 tag, LaMP-3 score, and for LaMP-1 the
 document's title against the title of the chosen reference ([1] or [2] of the input); it is reported on the demo too.
 A sample for which a method returns fewer than k documents counts the missing ones as misses.
-Every value carries n and a 95 % bootstrap interval (``prag_models.intervals``); each method is compared with
+Every value carries n and a 95 % bootstrap interval (``prag_models.metrics.intervals``); each method is compared with
 ``random`` and ``dense_global`` on the samples both cover (paired differences, positive = better than the baseline).
 """
 
@@ -26,7 +26,7 @@ import pandas as pd
 from prag_models.data.truth import LABEL_FIELDS as LABEL_FIELDS  # re-exported for the evaluation
 from prag_models.data.truth import document_label as document_label
 from prag_models.data.truth import gold_label as gold_label
-from prag_models.intervals import estimate, paired_difference
+from prag_models.metrics.intervals import estimate, paired_difference
 
 RELEVANCE_METRICS: tuple[str, ...] = ("recall", "ndcg", "mrr")
 BASELINES: tuple[str, ...] = ("random", "dense_global")

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from prag_models.claims import best_mean, best_personalized
-from prag_models.intervals import Estimate, estimate, paired_difference
+from prag_models.evaluation.claims import best_mean, best_personalized
+from prag_models.metrics.intervals import Estimate, estimate, paired_difference
 
 BASELINE = "dense_global"
 SHIP, KEEP, WORSE = "ship", "keep the baseline", "personalization hurts"
@@ -65,8 +65,8 @@ def llm_confirmation(scores: pd.DataFrame, method: str, metric: str, higher_is_b
 
 def verdicts_from_store(con) -> pd.DataFrame:
     """One verdict row per task with a retrieval evaluation (its primary metric), plus the LLM confirmation."""
-    from prag_models.claims import llm_scores, retrieval_scores
-    from prag_models.store import table_exists
+    from prag_models.evaluation.claims import llm_scores, retrieval_scores
+    from prag_models.storage.store import table_exists
 
     rows = []
     for task, metric, scores in retrieval_scores(con):

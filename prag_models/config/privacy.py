@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prag_models.config_sources import Section
+from prag_models.config.sources import Section
 
 
 class PrivacySettings(Section):

@@ -22,8 +22,8 @@ from typing import Any
 
 import pandas as pd
 
-from prag_models.faults import maybe_fail
-from prag_models.store import table_exists
+from prag_models.storage.faults import maybe_fail
+from prag_models.storage.store import table_exists
 
 AUDIT_TABLE = "erasure_audit"
 AUDIT_DDL = (

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from prag_models.config import Settings
+from prag_models.config.settings import Settings
 from prag_models.data.tasks import extract_query
-from prag_models.generation import answer_cached, lamp_prompt
+from prag_models.generation.answers import answer_cached, lamp_prompt
+from prag_models.generation.prompts import parse_output, prompt_document
 from prag_models.methods import clusterrag
 from prag_models.methods.profiles import ProfileIndex, Retrieved
-from prag_models.prompts import parse_output, prompt_document
-from prag_models.store import column_to_matrix
+from prag_models.storage.store import column_to_matrix
 from prag_models.users.embeddings import mean_user_embeddings, normalize_rows
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ _DOCS_SQL = (
 def read_task_documents(con: duckdb.DuckDBPyConnection, task: str, default_share: bool = True) -> pd.DataFrame:
     """A task's documents with their embeddings, embedder id and sharing flag (``privacy.default_share`` for users
     without a stated consent), in user/profile order (``task_documents``' input)."""
-    from prag_models.privacy import shareable_flags
+    from prag_models.privacy.rules import shareable_flags
 
     docs = con.execute(_DOCS_SQL, [task]).df()
     return docs.assign(shareable=shareable_flags(con, task, docs["user_id"].tolist(), docs["doc_id"].tolist(),

@@ -19,12 +19,12 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, ValidationError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from prag_models.config_cfrag import CfragSettings as CfragSettings  # re-exported: one import path for settings
-from prag_models.config_compute import ComputeSettings as ComputeSettings  # re-exported as well
-from prag_models.config_privacy import PrivacySettings as PrivacySettings  # re-exported as well
-from prag_models.config_sources import ConfigError as ConfigError  # re-exported: callers catch config.ConfigError
-from prag_models.config_sources import Section as Section
-from prag_models.config_sources import load_context, settings_sources, validation_message
+from prag_models.config.cfrag import CfragSettings as CfragSettings  # re-exported: one import path for settings
+from prag_models.config.compute import ComputeSettings as ComputeSettings  # re-exported as well
+from prag_models.config.privacy import PrivacySettings as PrivacySettings  # re-exported as well
+from prag_models.config.sources import ConfigError as ConfigError  # re-exported: callers catch config.ConfigError
+from prag_models.config.sources import Section as Section
+from prag_models.config.sources import load_context, settings_sources, validation_message
 
 
 def _csv(value: Any) -> Any:
@@ -51,7 +51,7 @@ LAMP_METHODS: tuple[str, ...] = (
 )  # fmt: skip
 
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ALL_TASKS: tuple[str, ...] = ("LaMP-1", "LaMP-2", "LaMP-3", "LaMP-4", "LaMP-5", "LaMP-7")
 #: generator.llama_cpp_weights values (prag_models/llm/gguf_weights.py)
 LLAMA_CPP_WEIGHTS: tuple[str, ...] = ("auto", "as_is", "bf16", "f16", "q8_0")

@@ -7,16 +7,25 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from prag_models.config import Settings
+from prag_models.config.settings import Settings
 from prag_models.data.history import HISTORY_TABLE, has_table
 from prag_models.data.source import llm_eval_sample_ids
 from prag_models.data.tasks import LABELS, TASK_KIND
-from prag_models.metrics import metric_bounds
-from prag_models.privacy import unshareable_retrievals
-from prag_models.store import column_to_matrix, table_exists
+from prag_models.metrics.lamp import metric_bounds
+from prag_models.privacy.rules import unshareable_retrievals
+from prag_models.storage.store import column_to_matrix, table_exists
+from prag_models.storage.validation import (
+    Expect,
+    between,
+    has_columns,
+    in_set,
+    matrix_problems,
+    min_rows,
+    not_null,
+    unique,
+)
 from prag_models.users.incremental import STATE_TABLE
 from prag_models.users.neighbour_refresh import REFRESH_TABLE, UPDATES_TABLE
-from prag_models.validation import Expect, between, has_columns, in_set, matrix_problems, min_rows, not_null, unique
 
 #: (connection, task, table rows, settings) → problems that GX has no expectation for.
 Extra = Callable[[object, str, pd.DataFrame, Settings], list[str]]

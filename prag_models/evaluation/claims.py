@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from prag_models.intervals import Estimate, estimate, paired_difference
 from prag_models.methods.cfrag.variants import CFRAG_METHODS
+from prag_models.metrics.intervals import Estimate, estimate, paired_difference
 
 HOLDS, NOT_SHOWN, REVERSED = "holds", "not shown", "reversed"
 PERSONALIZED = (
@@ -144,7 +144,7 @@ def check_claims(
 
 def llm_scores(con, task: str) -> tuple[pd.DataFrame, str, bool]:
     """Per-sample primary-metric values of the LLM evaluation (table generations) of one task."""
-    from prag_models.metrics import HIGHER_IS_BETTER, per_sample_scores, primary_metric
+    from prag_models.metrics.lamp import HIGHER_IS_BETTER, per_sample_scores, primary_metric
 
     gens = con.execute("SELECT method, sample_id, prediction, gold FROM generations WHERE task = ?", [task]).df()
     metric = primary_metric(task)
@@ -156,7 +156,7 @@ def llm_scores(con, task: str) -> tuple[pd.DataFrame, str, bool]:
 
 def retrieval_scores(con) -> list[tuple[str, str, pd.DataFrame]]:
     """(task, primary metric, per-sample values: method, sample_id, value) of the retrieval evaluation, per task."""
-    from prag_models.store import table_exists
+    from prag_models.storage.store import table_exists
 
     if not table_exists(con, "lamp_retrieval_sample_scores"):
         return []
@@ -171,7 +171,7 @@ def retrieval_scores(con) -> list[tuple[str, str, pd.DataFrame]]:
 
 def claims_from_store(con) -> pd.DataFrame:
     """Every claim per task on the retrieval evaluation (its primary metric) and on the LLM evaluation."""
-    from prag_models.store import table_exists
+    from prag_models.storage.store import table_exists
 
     frames = [check_claims(scores, metric).assign(task=task, evaluation="retrieval")
               for task, metric, scores in retrieval_scores(con)]  # fmt: skip

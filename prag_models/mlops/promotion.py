@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from prag_models.metrics import HIGHER_IS_BETTER, primary_metric
-from prag_models.privacy_forget import flagged_versions as _flagged
-from prag_models.registry import CHALLENGER, CHAMPION, MODEL_NAMES, MlflowTarget, make_client, registered_name
+from prag_models.metrics.lamp import HIGHER_IS_BETTER, primary_metric
+from prag_models.mlops.registry import CHALLENGER, CHAMPION, MODEL_NAMES, MlflowTarget, make_client, registered_name
+from prag_models.privacy.forget import flagged_versions as _flagged
 
 if TYPE_CHECKING:
     import duckdb
     from mlflow import MlflowClient
 
-    from prag_models.config import Settings
+    from prag_models.config.settings import Settings
 
 #: Model kinds of a task's CFRAG bundle, in a fixed order.
 KINDS: tuple[str, ...] = tuple(MODEL_NAMES)

@@ -9,7 +9,7 @@ Points (where ``maybe_fail`` is called):
 
 - ``embedding_chunk``: after the first chunk of new embeddings is committed (prag_models/text/embedding_cache.py);
 - ``table_write``: inside the transaction of ``store.replace_many``, after the first table's delete and before the
-  commit (prag_models/store.py);
+  commit (prag_models/storage/store.py);
 - ``training_epoch``: after the first epoch of CFRAG retriever / reranker training (prag_models/methods/cfrag/fit.py).
 """
 

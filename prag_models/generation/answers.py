@@ -6,11 +6,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from prag_models.config import GeneratorSettings, PromptSettings
+from prag_models.config.settings import GeneratorSettings, PromptSettings
 from prag_models.data.tasks import LABELS, TASK_KIND
+from prag_models.generation.prompts import (
+    budget_documents,
+    build_prompt,
+    content_free_prompts,
+    has_profile,
+    parse_output,
+)
 from prag_models.llm.base import GenerationError, Generator, generate_batch
 from prag_models.llm.cache import cached_outputs
-from prag_models.prompts import budget_documents, build_prompt, content_free_prompts, has_profile, parse_output
 
 if TYPE_CHECKING:
     import duckdb

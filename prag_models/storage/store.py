@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prag_models.faults import maybe_fail
+from prag_models.storage.faults import maybe_fail
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Rows per Arrow record batch when a stage streams a table: with the vector index, it bounds a stage's memory.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from prag_models.metrics import HIGHER_IS_BETTER
+from prag_models.metrics.lamp import HIGHER_IS_BETTER
 
 CHART_WIDTH_IN, CHART_DPI = 9.0, 100  # 900 px wide: fits the Dagster UI's metadata panel
 
@@ -104,7 +104,7 @@ def evaluation_chart(table: pd.DataFrame, path: Path) -> Path:
 def write_evaluation_report(con, tasks: Sequence[str], folder: Path) -> tuple[pd.DataFrame, str, Path]:
     """The evaluation of the given tasks as markdown (with the paired comparisons) and a chart, written to folder
     as lamp_evaluation.{md,png}; returns (table, markdown, chart path)."""
-    from prag_models.store import table_exists
+    from prag_models.storage.store import table_exists
 
     if not table_exists(con, "lamp_evaluation"):
         raise LookupError("table lamp_evaluation is empty: materialize lamp_evaluation first")

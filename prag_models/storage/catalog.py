@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import duckdb
 
-from prag_models.store import table_exists
+from prag_models.storage.store import table_exists
 
 
 def table_columns(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]]:

@@ -1,10 +1,10 @@
 """One personalized answer for `prag answer`: the task's documents and the user's neighbours from DuckDB, the champion
-CFRAG models from the MLflow registry (or ClusterRAG's clusters), then prag_models.serving answers."""
+CFRAG models from the MLflow registry (or ClusterRAG's clusters), then prag_models.mlops.serving answers."""
 
 from __future__ import annotations
 
-from prag_models import serving
-from prag_models.config import Settings
+from prag_models.config.settings import Settings
+from prag_models.mlops import serving
 
 
 def load_model_uri(target, uri: str):  # noqa: ANN001, ANN201 - (model, registry entry)
@@ -13,7 +13,7 @@ def load_model_uri(target, uri: str):  # noqa: ANN001, ANN201 - (model, registry
     The URI is resolved with the target's explicit client (mlflow resolves ``models:/`` only against a global
     registry URI, which prag never sets), then the version's folder is loaded from safetensors.
     """
-    from prag_models.registry import load_registered
+    from prag_models.mlops.registry import load_registered
 
     ref = uri.removeprefix("models:/")
     if "@" in ref:
@@ -27,9 +27,9 @@ def answer_once(con, settings: Settings, task: str, user_id: str, method: str, t
     """Load the tables and champion models one answer needs and answer once (`prag answer`)."""
     from prag_models.data.tasks import extract_query
     from prag_models.llm.factory import make_generator
-    from prag_models.promotion import mlflow_target
-    from prag_models.registry import CHAMPION, model_aliases, registered_name
-    from prag_models.store import read_rows
+    from prag_models.mlops.promotion import mlflow_target
+    from prag_models.mlops.registry import CHAMPION, model_aliases, registered_name
+    from prag_models.storage.store import read_rows
     from prag_models.text.embedder import load_embedder
     from prag_models.users.incremental import reference_clustering
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from prag_models.data.sharing import SHARING_TABLE, STATEMENTS_TABLE, VISIBILITY_TABLE
-from prag_models.store import table_exists
+from prag_models.storage.store import table_exists
 
 
 def user_consents(con, task: str) -> dict[str, bool]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from prag_models.config_sources import Section
+from prag_models.config.sources import Section
 
 
 class ComputeSettings(Section):

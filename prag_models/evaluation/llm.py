@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from prag_models.intervals import CONFIDENCE, N_RESAMPLES, SEED, Estimate, estimate, paired_difference
-from prag_models.metrics import HIGHER_IS_BETTER, lamp_metrics, per_sample_scores, primary_metric
+from prag_models.metrics.intervals import CONFIDENCE, N_RESAMPLES, SEED, Estimate, estimate, paired_difference
+from prag_models.metrics.lamp import HIGHER_IS_BETTER, lamp_metrics, per_sample_scores, primary_metric
 
 BASELINES: tuple[str, ...] = ("random", "dense_global")
 EVALUATION_COLUMNS = ["task", "method", "metric", "value", "ci_low", "ci_high", "n_samples", "is_primary"]

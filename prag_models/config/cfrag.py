@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from prag_models.config_sources import Section
+from prag_models.config.sources import Section
 
 
 class CfragSettings(Section):

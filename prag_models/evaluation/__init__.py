@@ -1,0 +1,1 @@
+"""Retrieval and LLM evaluation, claims, the verdict and the report (above methods)."""

@@ -1,0 +1,1 @@
+"""LaMP metrics, retrieval metrics and bootstrap intervals (above data, below methods)."""

@@ -1,0 +1,1 @@
+"""Consent, visibility and forgetting rules (above data and storage, below methods)."""

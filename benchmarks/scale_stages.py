@@ -138,7 +138,7 @@ def _retrieval_evaluation(con, settings) -> dict:  # noqa: ANN001
 
 
 def stand_in_cfrag_embeddings(con) -> bool:  # noqa: ANN001
-    """Where the user encoder did not run (full scale: see README "Scale"), write z_u as cfrag_user_embeddings so
+    """Where the user encoder did not run (full scale: docs/measurements.md), write z_u as cfrag_user_embeddings so
     cfrag_similar_users can be measured; True when it did (not timed: the caller runs it before the clock)."""
     from prag_models.storage.store import table_exists
 

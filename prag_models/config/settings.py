@@ -133,9 +133,9 @@ class RetrievalSettings(Section):
 
     k: int = 3
     seed: int = 0
-    # dense_global at scale (README "Scale"): exact search up to ann_above documents, else an IVF index (sqrt(n)
-    # lists, 8-bit codes, candidates re-scored exactly) probing ann_nprobe lists per query; its recall@k against
-    # exact search is measured on ann_recall_sample queries and recorded in the run's metadata.
+    # dense_global at scale (docs/explanation/scale.md): exact search up to ann_above documents, else an IVF index
+    # (sqrt(n) lists, 8-bit codes, candidates re-scored exactly) probing ann_nprobe lists per query; its recall@k
+    # against exact search is measured on ann_recall_sample queries and recorded in the run's metadata.
     ann_above: int = 500_000
     ann_nprobe: int = 32
     ann_recall_sample: int = 200
@@ -175,8 +175,8 @@ class ClusteringSettings(Section):
     community_top_n: int = 0
     community_user_weight: float = 0.5
     seed: int = 0
-    # Scale (README "Scale"; measured by benchmarks/scale.py): above reduce_above users HDBSCAN runs on a PCA to
-    # reduce_dims dimensions; the ARI against the full-dimension clustering on quality_sample users is recorded.
+    # Scale (docs/explanation/scale.md; measured by benchmarks/scale.py): above reduce_above users HDBSCAN runs on a
+    # PCA to reduce_dims dimensions; the ARI against the full-dimension clustering on quality_sample users is recorded.
     reduce_dims: int = 32
     reduce_above: int = 2000
     quality_sample: int = 1000  # 0 = do not measure

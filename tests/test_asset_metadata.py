@@ -9,7 +9,7 @@ from conftest import ROOT, materialize_graph
 
 from prag_models.config.settings import load_settings
 
-#: The groups in the order data flows, as the README lists them.
+#: The groups in the order data flows, as the demo tutorial (docs/tutorial/demo.md) lists them.
 GROUPS = ["lamp_data", "embeddings", "users", "history", "retrieval", "cfrag", "generation", "evaluation",
           "retrieval_eval"]  # fmt: skip
 
@@ -23,11 +23,11 @@ def graph():
 
 
 def test_groups_are_the_readmes_and_flow_in_order(graph) -> None:
-    """The UI's groups are the README's; no asset depends on an asset of a later group."""
+    """The UI's groups are the tutorial's; no asset depends on an asset of a later group."""
     group_of = {k: graph.get(k).group_name for k in graph.get_all_asset_keys()}
     assert set(group_of.values()) == set(GROUPS)
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    listed = re.search(r"the graph \(groups(.*?)\)", readme, re.S).group(1)
+    tutorial = (ROOT / "docs" / "tutorial" / "demo.md").read_text(encoding="utf-8")
+    listed = re.search(r"the graph \(groups(.*?)\)", tutorial, re.S).group(1)
     assert re.findall(r"`(\w+)`", listed) == GROUPS
     for key, group in group_of.items():
         for parent in graph.get(key).parent_keys:

@@ -32,6 +32,17 @@ def test_every_cited_docs_page_exists() -> None:
     assert not missing, "cited docs pages that do not exist:\n" + "\n".join(missing)
 
 
+_CODE_PATH = re.compile(r"\b(?:prag_models|prag_assets|tests|benchmarks|scripts|\.ci)/[\w./-]*\w")
+
+
+def test_every_code_path_the_docs_name_exists() -> None:
+    """A file or folder of the repository named in the README or a docs page exists (code moves leave no stale path)."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    missing = sorted({f"{p.relative_to(ROOT)}: {m}" for p in pages for m in _CODE_PATH.findall(p.read_text("utf-8"))
+                      if not (ROOT / m).exists()})  # fmt: skip
+    assert not missing, "paths named in the docs that do not exist:\n" + "\n".join(missing)
+
+
 def test_the_readme_is_short() -> None:
     """The README is an entry point of at most 150 lines; everything else is in the docs site."""
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()

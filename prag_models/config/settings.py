@@ -53,6 +53,8 @@ LAMP_METHODS: tuple[str, ...] = (
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ALL_TASKS: tuple[str, ...] = ("LaMP-1", "LaMP-2", "LaMP-3", "LaMP-4", "LaMP-5", "LaMP-7")
+#: data.demo_family values (prag_models/data/demo_world.py FAMILIES; kept here so settings import no data code)
+DEMO_FAMILIES: tuple[str, ...] = ("communities", "split_taste", "no_community")
 #: generator.llama_cpp_weights values (prag_models/llm/gguf_weights.py)
 LLAMA_CPP_WEIGHTS: tuple[str, ...] = ("auto", "as_is", "bf16", "f16", "q8_0")
 
@@ -71,6 +73,9 @@ class DataSettings(Section):
     demo_communities: int = 6
     demo_dev_samples: int = 96  # dev samples per task in the embedded demo: every one is retrieved and evaluated
     demo_seed: int = 7
+    # Which kind of world the demo plants (docs/demo_data.md "Families"): communities (communities decide labels) |
+    # split_taste (users who write about the same things judge them differently) | no_community (own history only)
+    demo_family: str = "communities"
     # Dev samples per task the LLM evaluation (generations, PBR's P-PRF) uses: the first N by sample id (0 = all).
     # Every dev sample is still retrieved and scored by the LLM-free retrieval evaluation.
     llm_eval_samples: int = 8
@@ -324,6 +329,8 @@ def _validate(s: Settings) -> None:
         raise ConfigError(f"data.source must be 'demo' or 'lamp', got {s.data.source!r}")
     if s.data.source == "lamp" and not s.data.lamp_dir:
         raise ConfigError("data.source = 'lamp' needs data.lamp_dir (the folder with the LaMP files)")
+    if s.data.demo_family not in DEMO_FAMILIES:
+        raise ConfigError(f"data.demo_family must be one of {list(DEMO_FAMILIES)}, got {s.data.demo_family!r}")
     if s.data.undated not in ("error", "keep"):
         raise ConfigError(f"data.undated must be 'error' or 'keep', got {s.data.undated!r}")
     if s.generator.backend not in {"llama_cpp", "transformers", "openai", "vllm", "fake"}:

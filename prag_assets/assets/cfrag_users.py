@@ -46,7 +46,8 @@ cfrag_similar_users = task_table_asset(
     name="cfrag_similar_users",
     group=GROUP,
     deps=[cfrag_user_embeddings],
-    description="Top-m users by cosine of CFRAG user embeddings (FAISS), the user itself first when "
-    "cfrag.include_self (§2.3; code: self + m-1 others).",
+    description="Top-m users by cosine of CFRAG user embeddings (FAISS), blended with taste when "
+    "clustering.user_similarity = taste | blend (docs/methods.md §3.8), the user itself first when "
+    "cfrag.include_self (§2.3; code: self + m-1 others); on the demo, the pool precision of the m users' documents.",
     build=lambda step: cfrag_similar_user_rows(step.con, step.task, step.settings),
 )

@@ -31,8 +31,9 @@ user_clusters = task_table_asset(
     name="user_clusters",
     group=GROUP,
     deps=[user_embeddings],
-    description="Every user in exactly one cluster: HDBSCAN (noise users form one extra cluster) or k-means; "
-    "silhouette score and, on the demo, adjusted Rand index against the planted communities in metadata.",
+    description="Every user in exactly one cluster: HDBSCAN (noise users form one extra cluster) or k-means, over the "
+    "vectors of clustering.user_similarity (content | taste | blend, docs/methods.md §3.8); silhouette score and, on "
+    "the demo, adjusted Rand index and cluster pool precision against the planted communities in metadata.",
     build=lambda step: stage.user_cluster_rows(step.con, step.task, step.settings),
     summary=_cluster_summary,
 )
@@ -41,6 +42,7 @@ similar_users = task_table_asset(
     name="similar_users",
     group=GROUP,
     deps=[user_clusters],
-    description="Top-k most similar members of each user's own cluster (cosine of user embeddings, self excluded).",
+    description="Top-k most similar members of each user's own cluster (cosine of the clustering.user_similarity "
+    "vectors, self excluded); on the demo, the pool precision of the neighbours' documents in metadata.",
     build=lambda step: stage.similar_user_rows(step.con, step.task, step.settings),
 )

@@ -53,6 +53,10 @@ LAMP_METHODS: tuple[str, ...] = (
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ALL_TASKS: tuple[str, ...] = ("LaMP-1", "LaMP-2", "LaMP-3", "LaMP-4", "LaMP-5", "LaMP-7")
+#: data.demo_family values (prag_models/data/demo_world.py FAMILIES; kept here so settings import no data code)
+DEMO_FAMILIES: tuple[str, ...] = ("communities", "split_taste", "no_community")
+#: clustering.user_similarity values (prag_models/users/taste.py USER_SIMILARITIES)
+USER_SIMILARITIES: tuple[str, ...] = ("content", "taste", "blend")
 #: generator.llama_cpp_weights values (prag_models/llm/gguf_weights.py)
 LLAMA_CPP_WEIGHTS: tuple[str, ...] = ("auto", "as_is", "bf16", "f16", "q8_0")
 
@@ -71,6 +75,9 @@ class DataSettings(Section):
     demo_communities: int = 6
     demo_dev_samples: int = 96  # dev samples per task in the embedded demo: every one is retrieved and evaluated
     demo_seed: int = 7
+    # Which kind of world the demo plants (docs/demo_data.md "Families"): communities (communities decide labels) |
+    # split_taste (users who write about the same things judge them differently) | no_community (own history only)
+    demo_family: str = "communities"
     # Dev samples per task the LLM evaluation (generations, PBR's P-PRF) uses: the first N by sample id (0 = all).
     # Every dev sample is still retrieved and scored by the LLM-free retrieval evaluation.
     llm_eval_samples: int = 8
@@ -174,6 +181,13 @@ class ClusteringSettings(Section):
     # similar users when community_top_n > 0, ranked by cos(q, d) + community_user_weight · cos(z_u, z_author).
     community_top_n: int = 0
     community_user_weight: float = 0.5
+    # What "similar users" means for the clustering, the neighbours, the community ranking and CFRAG's user retrieval
+    # (prag_models/users/taste.py, docs/methods.md §3.8): content (mean document embeddings) | taste (how users label
+    # similar items) | blend (cos = (1 - taste_weight) content + taste_weight taste)
+    user_similarity: str = "content"
+    taste_weight: float = 0.5
+    taste_item_clusters: int = 0  # item clusters that match documents across users (0 = round(sqrt(documents / 2)))
+    taste_shrinkage: float = 1.0  # λ: a user's mean label in an item cluster with n documents counts n / (n + λ)
     seed: int = 0
     # Scale (docs/explanation/scale.md; measured by benchmarks/scale.py): above reduce_above users HDBSCAN runs on a
     # PCA to reduce_dims dimensions; the ARI against the full-dimension clustering on quality_sample users is recorded.
@@ -324,6 +338,8 @@ def _validate(s: Settings) -> None:
         raise ConfigError(f"data.source must be 'demo' or 'lamp', got {s.data.source!r}")
     if s.data.source == "lamp" and not s.data.lamp_dir:
         raise ConfigError("data.source = 'lamp' needs data.lamp_dir (the folder with the LaMP files)")
+    if s.data.demo_family not in DEMO_FAMILIES:
+        raise ConfigError(f"data.demo_family must be one of {list(DEMO_FAMILIES)}, got {s.data.demo_family!r}")
     if s.data.undated not in ("error", "keep"):
         raise ConfigError(f"data.undated must be 'error' or 'keep', got {s.data.undated!r}")
     if s.generator.backend not in {"llama_cpp", "transformers", "openai", "vllm", "fake"}:
@@ -333,6 +349,11 @@ def _validate(s: Settings) -> None:
         raise ConfigError(f"generator.llama_cpp_weights must be one of {list(LLAMA_CPP_WEIGHTS)}, got {weights!r}")
     if s.clustering.algorithm not in {"hdbscan", "kmeans"}:
         raise ConfigError(f"clustering.algorithm must be 'hdbscan' or 'kmeans', got {s.clustering.algorithm!r}")
+    if s.clustering.user_similarity not in USER_SIMILARITIES:
+        known = list(USER_SIMILARITIES)
+        raise ConfigError(f"clustering.user_similarity must be one of {known}, got {s.clustering.user_similarity!r}")
+    if not 0.0 <= s.clustering.taste_weight <= 1.0 or s.clustering.taste_shrinkage < 0:
+        raise ConfigError("clustering.taste_weight must lie in [0, 1] and clustering.taste_shrinkage be >= 0")
     if s.retrieval.k < 1 or s.clustering.similar_users < 1:
         raise ConfigError("retrieval.k and clustering.similar_users must be at least 1")
     for name, url in [("base_url", s.generator.base_url), *(("base_urls", u) for u in s.generator.base_urls)]:

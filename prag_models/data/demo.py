@@ -8,7 +8,8 @@ rating, the key words of a headline/title/tweet), so another community's documen
 conflicting label. Half of the users have thin profiles (2–4 documents on one topic). Queries describe an item in
 neutral words (who asks is not in the text); in ⌊n/2⌋ of a split's n samples the topic is absent from the user's own
 profile. A document is relevant to a sample when its author belongs to the asker's community, it is about the
-sample's topic and its label is not a noise flip.
+sample's topic and its label is not a noise flip. That is the default family ("communities"); ``family`` picks
+another kind of world (prag_models/data/demo_world.py: "split_taste", "no_community").
 """
 
 from __future__ import annotations
@@ -31,80 +32,14 @@ from prag_models.data.demo_vocab import (
     TOPICS,
     TWEETS,
 )
-from prag_models.data.tasks import INPUT_TEMPLATES, LABELS, LAMP2_TAGS, TASKS, task_from_name
+from prag_models.data.demo_world import DEFAULT_FAMILY, FAMILIES, RATINGS, World, build_world, manifest_world, one, pick
+from prag_models.data.tasks import INPUT_TEMPLATES, LAMP2_TAGS, TASKS, task_from_name
 
 GENERATOR = "prag demo v2"
-TOPICS_PER_COMMUNITY = 4
 MAX_COMMUNITIES = len(STYLES)
 LABEL_NOISE = 0.1
-THIN_SHARE = 0.5  # share of users with a thin profile
 THIN_DOCS, FULL_DOCS = (2, 4), (8, 14)
-RATINGS = LABELS["LaMP-3"]
-#: LaMP-3 rating pairs of two communities sharing a topic: at least 2 stars apart ("5 in one, 2 in another").
-_RATING_PAIRS = ((1, 3), (1, 4), (1, 5), (2, 4), (2, 5), (3, 5))
-
-
-@dataclass
-class _World:
-    """The planted truth shared by all tasks."""
-
-    community: list[int]
-    topics: list[list[str]]  # per community, its 4 topics
-    covered: list[list[str]]  # per user, the topics its profile covers
-    thin: list[bool]
-    tag: dict[tuple[int, str], str]
-    rating: dict[tuple[int, str], int]
-    keys: dict[tuple[int, str], tuple[str, str]]
-    split_users: dict[str, list[int]]
-
-
-def _pick(rng: np.random.Generator, seq: tuple[str, ...] | list[str], k: int) -> list[str]:
-    """k distinct items of seq in random order."""
-    return [seq[int(i)] for i in rng.choice(len(seq), size=k, replace=False)]
-
-
-def _one(rng: np.random.Generator, seq: tuple[Any, ...] | list[Any]) -> Any:
-    """One random item of seq."""
-    return seq[int(rng.integers(len(seq)))]
-
-
-def _labels(rng: np.random.Generator, topics: list[list[str]], communities: int) -> tuple[dict, dict, dict]:
-    """Per (community, topic): a tag, a rating and two key words, distinct between communities sharing a topic."""
-    tag, rating, keys = {}, {}, {}
-    pool = sorted({t for ts in topics for t in ts}, key=lambda t: list(TOPICS).index(t))
-    for t in pool:
-        sharing = [c for c in range(communities) if t in topics[c]]
-        tags = _pick(rng, LAMP2_TAGS, len(sharing))
-        pair = list(_one(rng, _RATING_PAIRS))
-        ratings = [pair[int(i)] for i in rng.permutation(2)] + [int(x) + 1 for x in rng.choice(5, len(sharing))]
-        words = _pick(rng, TOPICS[t], 2 * len(sharing))
-        for n, c in enumerate(sharing):
-            tag[(c, t)], rating[(c, t)] = tags[n], int(ratings[n])
-            keys[(c, t)] = (words[2 * n], words[2 * n + 1])
-    return tag, rating, keys
-
-
-def _build_world(users: int, communities: int, dev_samples: int, train_samples: int | None, seed: int) -> _World:
-    """Communities, shared topics, label preferences, profile coverage and the dev/train users."""
-    rng = np.random.default_rng(seed)
-    names = list(TOPICS)
-    ring = [names[int(i)] for i in rng.permutation(len(names))[: 2 * communities]]
-    topics = [[ring[(2 * c + j) % len(ring)] for j in range(TOPICS_PER_COMMUNITY)] for c in range(communities)]
-    community = [int(c) for c in rng.permutation(np.arange(users) % communities)]
-    tag, rating, keys = _labels(rng, topics, communities)
-    thin = [bool(x) for x in rng.random(users) < THIN_SHARE]
-    covered = []
-    for u in range(users):
-        own = topics[community[u]]
-        covered.append(_pick(rng, own, 1 if thin[u] else int(rng.integers(2, 4))))
-    shuffled = [int(u) for u in rng.permutation(users)]
-    dev, rest = sorted(shuffled[:dev_samples]), sorted(shuffled[dev_samples:])
-    if train_samples is None:
-        train = rest
-    else:
-        pool = rest or sorted(shuffled)
-        train = [pool[i % len(pool)] for i in range(train_samples)] if pool else []
-    return _World(community, topics, covered, thin, tag, rating, keys, {"train": train, "dev": dev})
+_pick, _one = pick, one
 
 
 def _passage(rng: np.random.Generator, c: int | None, t: str, clauses: int = 4) -> str:
@@ -117,11 +52,11 @@ def _passage(rng: np.random.Generator, c: int | None, t: str, clauses: int = 4) 
     return f"{opener}, " + ", ".join(parts) + f"; {closer}."
 
 
-def _pattern(rng: np.random.Generator, world: _World, patterns: tuple[str, ...], c: int, t: str) -> str:
+def _pattern(rng: np.random.Generator, world: World, patterns: tuple[str, ...], c: int, t: str) -> str:
     """Community c's pattern filled with the two (c,t) key words and one more word of topic t."""
     a, b = world.keys[(c, t)]
     extra = _one(rng, [w for w in TOPICS[t] if w not in (a, b)])
-    return patterns[c].format(a=a, b=b, c=extra)
+    return patterns[world.pattern[c]].format(a=a, b=b, c=extra)
 
 
 def _other(rng: np.random.Generator, value: str, choices: tuple[str, ...]) -> str:
@@ -134,21 +69,26 @@ def _noisy(rng: np.random.Generator, value: str, choices: tuple[str, ...]) -> tu
     return (_other(rng, value, choices), True) if rng.random() < LABEL_NOISE else (value, False)
 
 
-def _doc_fields(task: str, rng: np.random.Generator, world: _World, c: int, t: str) -> tuple[dict[str, str], bool]:
-    """The task fields of one profile document about topic t by a member of community c, and whether noise hit."""
+def _doc_fields(task: str, rng: np.random.Generator, world: World, u: int, t: str) -> tuple[dict[str, str], bool]:
+    """The task fields of one profile document of user u about topic t, and whether noise hit.
+
+    The label (tag, score, title/headline/tweet pattern and key words) follows u's taste (world.community), the
+    passage u's wording style (world.style); in the communities family both are u's community.
+    """
+    c, s = world.community[u], world.style[u]
     if task == "LaMP-1":
         a, b, x = _pick(rng, TOPICS[t], 3)
-        return {"title": TITLES[c].format(a=a, b=b, c=x), "abstract": _passage(rng, c, t)}, False
+        return {"title": TITLES[world.pattern[c]].format(a=a, b=b, c=x), "abstract": _passage(rng, s, t)}, False
     if task == "LaMP-2":
         tag, flipped = _noisy(rng, world.tag[(c, t)], LAMP2_TAGS)
-        return {"description": _passage(rng, c, t), "tag": tag}, flipped
+        return {"description": _passage(rng, s, t), "tag": tag}, flipped
     if task == "LaMP-3":
         score, flipped = _noisy(rng, str(world.rating[(c, t)]), RATINGS)
-        return {"text": _passage(rng, c, t), "score": score}, flipped
+        return {"text": _passage(rng, s, t), "score": score}, flipped
     if task == "LaMP-4":
-        return {"title": _pattern(rng, world, HEADLINES, c, t), "text": _passage(rng, c, t)}, False
+        return {"title": _pattern(rng, world, HEADLINES, c, t), "text": _passage(rng, s, t)}, False
     if task == "LaMP-5":
-        return {"title": _pattern(rng, world, TITLES, c, t), "abstract": _passage(rng, c, t)}, False
+        return {"title": _pattern(rng, world, TITLES, c, t), "abstract": _passage(rng, s, t)}, False
     return {"text": _pattern(rng, world, TWEETS, c, t)}, False
 
 
@@ -162,7 +102,7 @@ class _Profiles:
     noisy: set[str]
 
 
-def _profiles(task: str, rng: np.random.Generator, world: _World, users: list[int]) -> _Profiles:
+def _profiles(task: str, rng: np.random.Generator, world: World, users: list[int]) -> _Profiles:
     """Write every user's profile: thin users 2–4 docs on one topic, others 8–14 over 2–3 topics (≥ 2 each)."""
     base = int(task[5:]) * 100_000
     out = _Profiles({}, {}, {}, set())
@@ -179,7 +119,7 @@ def _profiles(task: str, rng: np.random.Generator, world: _World, users: list[in
         for t in topics:
             day = day + np.timedelta64(int(rng.integers(1, 60)), "D")
             doc_id = str(base + len(out.topic) + 1)
-            fields, flipped = _doc_fields(task, rng, world, c, t)
+            fields, flipped = _doc_fields(task, rng, world, u, t)
             out.topic[doc_id], out.community[doc_id] = t, c
             if flipped:
                 out.noisy.add(doc_id)
@@ -188,8 +128,10 @@ def _profiles(task: str, rng: np.random.Generator, world: _World, users: list[in
     return out
 
 
-def _lamp1_refs(rng: np.random.Generator, world: _World, prof: _Profiles, u: int, c: int, t: str) -> tuple[str, str]:
+def _lamp1_refs(rng: np.random.Generator, world: World, prof: _Profiles, u: int, c: int, t: str) -> tuple[str, str]:
     """(gold, distractor) reference titles: a community mate's paper on t, and another community's paper on t."""
+    if world.family != "communities":
+        return _taste_refs(rng, world, prof, u, c, t)
     mates = [d for v, docs in prof.docs.items() if v != u for d in docs if prof.community[d["id"]] == c]
     gold_docs = [d for d in mates if prof.topic[d["id"]] == t]
     gold = _one(rng, gold_docs)["title"] if gold_docs else TITLES[c].format(a=t, b=t, c=t)
@@ -201,7 +143,20 @@ def _lamp1_refs(rng: np.random.Generator, world: _World, prof: _Profiles, u: int
     return gold, (_one(rng, far)["title"] if far else TITLES[other].format(a=topic, b=topic, c=topic))
 
 
-def _sample(task: str, rng: np.random.Generator, world: _World, prof: _Profiles, u: int, t: str, noisy: bool):
+def _taste_refs(rng: np.random.Generator, world: World, prof: _Profiles, u: int, c: int, t: str) -> tuple[str, str]:
+    """LaMP-1 references outside the communities family: a same-taste paper on t (no_community: the user's own), and
+    a paper on t by another taste (or a title in another pattern when there is none)."""
+    on_t = [(v, d) for v, docs in prof.docs.items() for d in docs if prof.topic[d["id"]] == t]
+    own = world.family == "no_community"
+    gold_docs = [d for v, d in on_t if prof.community[d["id"]] == c and (v == u) == own]
+    p = world.pattern[c]
+    gold = _one(rng, gold_docs)["title"] if gold_docs else TITLES[p].format(a=t, b=t, c=t)
+    far = [d for v, d in on_t if prof.community[d["id"]] != c and world.pattern[prof.community[d["id"]]] != p]
+    other = TITLES[(p + 1) % len(TITLES)].format(a=t, b=t, c=t)
+    return gold, (_one(rng, far)["title"] if far else other)
+
+
+def _sample(task: str, rng: np.random.Generator, world: World, prof: _Profiles, u: int, t: str, noisy: bool):
     """(input, gold) of one sample of user u about topic t; the input never names the user's community."""
     c = world.community[u]
     if task == "LaMP-1":
@@ -221,7 +176,7 @@ def _sample(task: str, rng: np.random.Generator, world: _World, prof: _Profiles,
     return INPUT_TEMPLATES[task].format(x=neutral), _pattern(rng, world, TWEETS, c, t)
 
 
-def _task_data(task: str, world: _World, seed: int) -> tuple[dict[str, tuple[list, dict]], dict[str, Any]]:
+def _task_data(task: str, world: World, seed: int) -> tuple[dict[str, tuple[list, dict]], dict[str, Any]]:
     """Questions/outputs per split and the manifest entry of one task (relevant documents included)."""
     number = int(task[5:])
     rng = np.random.default_rng([seed, number])
@@ -242,8 +197,10 @@ def _task_data(task: str, world: _World, seed: int) -> tuple[dict[str, tuple[lis
         questions, golds = [], []
         for i, u in enumerate(split_users):
             c = world.community[u]
-            own = [t for t in world.topics[c] if t in world.covered[u]]
-            others = [t for t in world.topics[c] if t not in world.covered[u]]
+            own = [t for t in world.own_topics(u) if t in world.covered[u]]
+            others = [t for t in world.own_topics(u) if t not in world.covered[u]]
+            if world.family == "no_community":  # only the user's own history carries its labels
+                missing[i] = False
             t = str(_one(rng, others if missing[i] else own))
             text, gold = _sample(task, rng, world, prof, u, t, i in noisy)
             sid, user_id = str(next_id), f"u{u:04d}"
@@ -281,8 +238,11 @@ def write_demo(
     train_samples: int | None = None,
     seed: int = 7,
     tasks: tuple[str, ...] | list[str] = TASKS,
+    family: str = DEFAULT_FAMILY,
 ) -> dict[str, Any]:
-    """Write the demo LaMP files under root (layout ``LaMP_X_time/{train,dev}/``) and return the manifest."""
+    """Write the demo LaMP files of a world family under root (``LaMP_X_time/{train,dev}/``); return the manifest."""
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {list(FAMILIES)}, got {family!r}")
     if not 2 <= communities <= MAX_COMMUNITIES:
         raise ValueError(f"communities must be in 2..{MAX_COMMUNITIES}, got {communities}")
     if users < communities:
@@ -292,26 +252,13 @@ def write_demo(
     if train_samples is not None and train_samples < 0:
         raise ValueError(f"train_samples must be >= 0, got {train_samples}")
     chosen = [task_from_name(t) for t in tasks]
-    world = _build_world(users, communities, dev_samples, train_samples, seed)
+    world = build_world(family, users, communities, dev_samples, train_samples, seed)
     root = Path(root)
     params = {"users": users, "communities": communities, "dev_samples": dev_samples, "seed": seed}
     params |= {"train_samples": train_samples, "tasks": chosen}
-    all_topics = sorted({t for ts in world.topics for t in ts})
-    manifest: dict[str, Any] = {
-        "generator": GENERATOR,
-        "params": params,
-        "topic_words": {t: list(TOPICS[t]) for t in all_topics},
-        "communities": {
-            str(c): {
-                "topics": world.topics[c],
-                "lamp2_tag": {t: world.tag[(c, t)] for t in world.topics[c]},
-                "lamp3_rating": {t: world.rating[(c, t)] for t in world.topics[c]},
-                "key_words": {t: list(world.keys[(c, t)]) for t in world.topics[c]},
-            }
-            for c in range(communities)
-        },
-        "tasks": {},
-    }
+    if family != DEFAULT_FAMILY:  # the communities family's manifest stays byte-identical to prag demo v2
+        params["family"] = family
+    manifest: dict[str, Any] = {"generator": GENERATOR, "params": params, **manifest_world(world), "tasks": {}}
     for task in chosen:
         files, entry = _task_data(task, world, seed)
         folder = root / f"LaMP_{task[5:]}_time"

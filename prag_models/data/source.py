@@ -21,11 +21,18 @@ def demo_root(settings: Settings) -> Path:
     d = settings.data
     params = {"users": d.demo_users, "communities": d.demo_communities, "dev": d.demo_dev_samples, "seed": d.demo_seed}
     params["generator"] = GENERATOR  # a new generative model never reuses files written by an older one
+    if d.demo_family != "communities":  # the default family keeps the folders written before families existed
+        params["family"] = d.demo_family
     key = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
     root = settings.home_path / "demo_data" / key
     if not (root / "demo_manifest.json").exists():
         write_demo(
-            root, users=d.demo_users, communities=d.demo_communities, dev_samples=d.demo_dev_samples, seed=d.demo_seed
+            root,
+            users=d.demo_users,
+            communities=d.demo_communities,
+            dev_samples=d.demo_dev_samples,
+            seed=d.demo_seed,
+            family=d.demo_family,
         )
     return root
 

@@ -221,10 +221,14 @@ def planted_communities(con, task: str) -> dict[str, int] | None:
 
 
 def community_retriever(con, task: str, index: ProfileIndex, settings: Settings) -> CommunityRetriever:
-    """The community-wide retriever of a task over its user clusters and unit user embeddings z_u."""
+    """The community-wide retriever of a task over its user clusters and the unit vectors of the configured user
+    similarity (z_u for content; users/taste.py)."""
+    from prag_models.users.taste import similarity_vectors
+
     users = clustered_users(con, task)
-    vectors = normalize_rows(column_to_matrix(users["embedding"], index.vectors.shape[1]))
     ids = users["user_id"].to_pylist()
+    content = normalize_rows(column_to_matrix(users["embedding"], index.vectors.shape[1]))
+    vectors, _ = similarity_vectors(con, task, settings, ids, content)
     c = settings.clustering
     return CommunityRetriever(
         index,

@@ -19,7 +19,14 @@ from prag_models.storage.store import column_to_matrix, iter_batches, matrix_to_
 from prag_models.users.clustering import Clustering, cluster_users, reduction_quality
 from prag_models.users.embeddings import UserMeans
 from prag_models.users.model_store import fit_version, save_model
+from prag_models.users.pool_quality import (
+    adjusted_rand,
+    cluster_pool_precision,
+    documents_per_user,
+    neighbour_pool_precision,
+)
 from prag_models.users.similar import clustered_user_vectors, neighbour_table
+from prag_models.users.taste import similarity_vectors
 
 
 def cold_start_queries(con, task: str, users: pa.Array | None = None) -> dict[str, np.ndarray]:
@@ -101,16 +108,16 @@ def fit_clustering(vectors: np.ndarray, c: ClusteringSettings) -> tuple[Clusteri
 
 
 def user_cluster_rows(con, task: str, settings: Settings) -> tuple[pa.Table, dict[str, Any]]:
-    """Every user in exactly one cluster (HDBSCAN noise = one extra cluster, or k-means); ARI on the demo.
+    """Every user in exactly one cluster (HDBSCAN noise = one extra cluster, or k-means) of the vectors the configured
+    user similarity compares (users/taste.py); on the demo, ARI and pool precision against the planted communities.
 
     The fitted model is stored (cluster_models) under the fit version its rows carry, for incremental assignment.
     """
-    from sklearn.metrics import adjusted_rand_score
-
     c = settings.clustering
     users = read_arrow(con, "user_embeddings", {"task": task}, "user_id", ["user_id", "embedding"])
     user_ids = users["user_id"].to_pylist()
-    result, cost = fit_clustering(column_to_matrix(users["embedding"]), c)
+    vectors, similarity = similarity_vectors(con, task, settings, user_ids, column_to_matrix(users["embedding"]))
+    result, cost = fit_clustering(vectors, c)
     version = fit_version(task, user_ids, result.labels)
     save_model(con, task, version, result)
     n = len(user_ids)
@@ -130,17 +137,31 @@ def user_cluster_rows(con, task: str, settings: Settings) -> tuple[pa.Table, dic
         "silhouette": result.silhouette,
         "fit_version": version,
         **cost,
+        **similarity,
     }
     planted = planted_communities(settings, task)
     if planted:
-        truth = [planted.get(u, -1) for u in user_ids]
-        entry["adjusted_rand_vs_planted"] = round(float(adjusted_rand_score(truth, result.labels)), 4)
+        truth = {u: planted.get(u, -1) for u in user_ids}
+        entry["adjusted_rand_vs_planted"] = adjusted_rand(user_ids, result.labels, truth)
+        n_docs = documents_per_user(con, task)
+        entry["cluster_pool_precision"] = cluster_pool_precision(user_ids, result.labels, n_docs, planted)
     return frame, entry
 
 
 def similar_user_rows(con, task: str, settings: Settings) -> tuple[pa.Table, dict[str, Any]]:
-    """Top-k most similar members of each user's own cluster (cosine of user embeddings, self excluded)."""
+    """Top-k most similar members of each user's own cluster (cosine of the configured user similarity's vectors,
+    self excluded); on the demo, the pool precision of the neighbours' documents."""
     users = clustered_user_vectors(con, task)
+    ids = users["user_id"].to_pylist()
+    vectors, similarity = similarity_vectors(con, task, settings, ids, column_to_matrix(users["embedding"]))
+    users = users.set_column(users.schema.get_field_index("embedding"), "embedding", matrix_to_column(vectors))
     frame = neighbour_table(task, users, settings.clustering.similar_users)
     with_lists = len(pc.unique(frame["user_id"])) if frame.num_rows else 0
-    return frame, {"pairs": frame.num_rows, "users_without_neighbours": users.num_rows - with_lists}
+    entry = {"pairs": frame.num_rows, "users_without_neighbours": users.num_rows - with_lists, **similarity}
+    planted = planted_communities(settings, task)
+    if planted:
+        found: dict[str, list[str]] = {}
+        for u, v in zip(frame["user_id"].to_pylist(), frame["neighbour_id"].to_pylist(), strict=True):
+            found.setdefault(u, []).append(v)
+        entry["neighbour_pool_precision"] = neighbour_pool_precision(found, documents_per_user(con, task), planted)
+    return frame, entry

@@ -115,9 +115,20 @@ def cluster_users(
 
 def assign_new_users(clustering: Clustering, vectors: np.ndarray) -> np.ndarray:
     """Assign users to the existing clusters without refitting (HDBSCAN approximate_predict / k-means nearest)."""
-    x = clustering.project(vectors)
     if clustering.model is None:
-        return np.zeros(len(x), dtype=np.int64)
+        return np.zeros(len(vectors), dtype=np.int64)
+    data = getattr(clustering.model, "_raw_data", None)  # HDBSCAN keeps its fit data for approximate_predict
+    fitted = getattr(clustering.model, "n_features_in_", None) or (data.shape[1] if data is not None else None)
+    if clustering.projection is not None:
+        fitted = clustering.projection[0].shape[0]
+    dims = np.shape(vectors)[1]
+    if fitted is not None and dims != fitted:
+        raise ValueError(
+            f"the clustering was fitted on {fitted}-dimensional user vectors, the users to assign have {dims}: "
+            "with clustering.user_similarity = taste | blend new users cannot be placed incrementally; refit instead "
+            "(materialize user_clusters)"
+        )
+    x = clustering.project(vectors)
     if clustering.algorithm == "kmeans":
         return clustering.model.predict(x).astype(np.int64)
     import hdbscan

@@ -171,17 +171,27 @@ def cfrag_user_embedding_rows(con, task: str, model: Any) -> tuple[pd.DataFrame,
 
 
 def cfrag_similar_user_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Top-m users by cosine of CFRAG user embeddings (FAISS), the user itself first with include_self (§2.3)."""
+    """Top-m users by cosine of CFRAG user embeddings (FAISS), the user itself first with include_self (§2.3); with
+    clustering.user_similarity = taste | blend the cosine of those embeddings blended with taste (users/taste.py).
+    On the demo, the pool precision of the m users' documents against the planted communities."""
     from prag_models.methods.cfrag.user_encoder import top_m_similar_users
+    from prag_models.users.pool_quality import documents_per_user, neighbour_pool_precision, planted_from_table
+    from prag_models.users.taste import similarity_vectors
 
     c = settings.cfrag
     users = read_rows(con, "cfrag_user_embeddings", {"task": task}, order_by="user_id")
     ids = users["user_id"].tolist()
-    found, scores = top_m_similar_users(column_to_matrix(users["embedding"].tolist()), c.top_m_users, c.include_self)
+    vectors, similarity = similarity_vectors(con, task, settings, ids, column_to_matrix(users["embedding"].tolist()))
+    found, scores = top_m_similar_users(vectors, c.top_m_users, c.include_self)
     rows = [
         (task, ids[i], ids[int(j)], rank, float(s))
         for i in range(len(ids))
         for rank, (j, s) in enumerate(zip(found[i], scores[i], strict=True), 1)
     ]
     frame = pd.DataFrame(rows, columns=["task", "user_id", "neighbour_id", "rank", "similarity"])
-    return frame, {"users": len(ids), "pairs": len(frame), "m": int(found.shape[1])}
+    entry = {"users": len(ids), "pairs": len(frame), "m": int(found.shape[1]), **similarity}
+    planted = planted_from_table(con, task)
+    if planted:
+        pools = {ids[i]: [ids[int(j)] for j in found[i]] for i in range(len(ids))}
+        entry["pool_precision"] = neighbour_pool_precision(pools, documents_per_user(con, task), planted)
+    return frame, entry

@@ -203,7 +203,7 @@ def _promotion(args: argparse.Namespace) -> int:
             if args.command == "promote":
                 decision = promote(mlflow_target(settings), task, actor, args.reason, args.override)
             else:
-                decision = rollback(mlflow_target(settings), task, actor, args.reason)
+                decision = rollback(mlflow_target(settings), task, actor, args.reason, args.override)
             append_decision(con, decision)
     except (LampDataError, LookupError) as exc:
         print(f"prag {args.command}: {exc}", file=sys.stderr)
@@ -290,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("rollback", help="give alias champion back to the versions before the last promotion")
     b.add_argument("--task", required=True, help="LaMP task, e.g. LaMP-2")
     b.add_argument("--reason", required=True, help="why (recorded on the model versions and in model_promotions)")
+    b.add_argument("--override", action="store_true",
+                   help="restore even versions the gate refuses (flagged after an erasure, or not learned)")
     b.set_defaults(func=_promotion)
     a = sub.add_parser("answer", help="answer one input for a user with the champion models")
     a.add_argument("--task", required=True, help="LaMP task, e.g. LaMP-2")

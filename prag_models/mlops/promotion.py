@@ -6,10 +6,13 @@ reranker without e_u). Evaluation results are attached to every version of the e
 metrics ``eval.<metric>`` on each version's run. :func:`promote` compares the task's primary metric
 (``metrics.primary_metric``; lower is better for MAE) of the ``challenger`` bundle with the value recorded for the
 ``champion`` bundle and, when the challenger is strictly better (or on override), moves alias ``champion`` of every
-kind to its challenger version. The previous champion versions are pushed on a registered-model tag
-(``promotion.champion_history``), so :func:`rollback` can restore them. Every decision, refusals included, is written
-as ``promotion.*`` tags on the versions it concerns and returned as a :class:`PromotionDecision`; the Dagster job and
-the CLI append its rows to the DuckDB table ``model_promotions`` (:func:`append_decision`).
+kind to its challenger version. Promotion and rollback share one gate besides the metric: a version flagged
+``privacy.needs_retraining`` after an erasure, or tagged ``training.improved = false``, becomes champion only by an
+explicit override, recorded with who and why (``promotion.*`` tags, ``model_promotions``). The previous champion
+versions are pushed on a registered-model tag (``promotion.champion_history``), so :func:`rollback` can restore them.
+Every decision, refusals included, is written as ``promotion.*`` tags on the versions it concerns and returned as a
+:class:`PromotionDecision`; the Dagster job and the CLI append its rows to the DuckDB table ``model_promotions``
+(:func:`append_decision`).
 
 mlflow is imported lazily (through ``registry.make_client``); importing this module is cheap.
 """
@@ -217,6 +220,8 @@ def _aliases(client: MlflowClient, name: str, task: str) -> dict[str, int]:
 
 #: Version tag written at training time: "false" when the kept model is not better than its initialisation.
 IMPROVED_TAG = "training.improved"
+ERASED = "trained on data of an erased user"
+NOT_LEARNED = "training did not beat its untrained initialisation on its validation samples"
 
 
 def _not_improved(client: MlflowClient, names: Mapping[str, str], versions: Mapping[str, int | None]) -> str:
@@ -300,14 +305,15 @@ def promote(target: MlflowTarget, task: str, actor: str, reason: str, override: 
     if challenger == champion:
         verdict = Verdict(False, f"{task}: nothing to promote, the challenger versions are already champion "
                                  f"({bundle_key(challenger)})" + (f"; {kept} must be retrained" if kept else ""))
+    elif erased and not override:
+        verdict = Verdict(False, f"{task}: refused: {erased} {ERASED}; retrain first (or override, audited)")
     elif erased:
-        verdict = Verdict(False, f"{task}: refused: {erased} trained on data of an erased user; retrain first")
+        verdict = Verdict(True, f"{task}: promoted by override although {erased} {ERASED}")
     elif kept:
         verdict = Verdict(True, f"{task}: the champion {kept} was trained on data of an erased user and cannot be "
                                 "kept; the retrained challenger replaces it")  # fmt: skip
     elif not_learned and not override:
-        why = "training did not beat its untrained initialisation on its validation samples"
-        verdict = Verdict(False, f"{task}: refused: {not_learned} ({why}); override to promote anyway")
+        verdict = Verdict(False, f"{task}: refused: {not_learned} ({NOT_LEARNED}); override to promote anyway")
     else:
         verdict = decide_promotion(task, chal_value, champ_value, higher, override, metric)
     message = verdict.message
@@ -326,8 +332,11 @@ def promote(target: MlflowTarget, task: str, actor: str, reason: str, override: 
     return decision
 
 
-def rollback(target: MlflowTarget, task: str, actor: str, reason: str) -> PromotionDecision:
-    """Give alias ``champion`` back to the versions that held it before the last promotion (LookupError if none)."""
+def rollback(target: MlflowTarget, task: str, actor: str, reason: str, override: bool = False) -> PromotionDecision:
+    """Give alias ``champion`` back to the versions that held it before the last promotion (LookupError if none).
+
+    The promotion gate applies: versions flagged for retraining after an erasure, or whose training did not beat its
+    initialisation, are restored only with ``override`` (recorded with the actor and reason); otherwise refused."""
     client = make_client(target)
     metric = primary_metric(task)
     names = {kind: registered_name(kind, task) for kind in KINDS}
@@ -346,9 +355,23 @@ def rollback(target: MlflowTarget, task: str, actor: str, reason: str) -> Promot
     to_value, _ = _bundle_value(client, names, restored, metric)
     from_value, _ = _bundle_value(client, names, current, metric)
     moves = ", ".join(f"{k} v{current[k]} -> v{restored[k]}" for k in names)
+    changed = {k: v for k, v in restored.items() if v != current[k]}
+    problems = [f"{bad} {ERASED}" for bad in [_flagged(client, names, changed)] if bad]
+    problems += [f"{bad} ({NOT_LEARNED})" for bad in [_not_improved(client, names, changed)] if bad]
+    if problems and not override:
+        message = f"{task}: rollback refused: {'; '.join(problems)}; override to restore anyway (audited)"
+        decision = PromotionDecision(
+            task, REFUSED, False, metric, HIGHER_IS_BETTER[metric], to_value, from_value, False, actor, reason, _now(),
+            message, names, current, restored,
+        )  # fmt: skip
+        _tag_versions(client, decision, ("to",))
+        return decision
+    message = f"{task}: champion rolled back to the versions before the last promotion ({moves})"
+    if problems:
+        message += f"; by override although {'; '.join(problems)}"
     decision = PromotionDecision(
-        task, ROLLED_BACK, False, metric, HIGHER_IS_BETTER[metric], to_value, from_value, False, actor, reason, _now(),
-        f"{task}: champion rolled back to the versions before the last promotion ({moves})", names, current, restored,
+        task, ROLLED_BACK, False, metric, HIGHER_IS_BETTER[metric], to_value, from_value, bool(problems) and override,
+        actor, reason, _now(), message, names, current, restored,
     )  # fmt: skip
     for kind, name in names.items():
         client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(stacks[kind][:-1]))

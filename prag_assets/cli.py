@@ -83,12 +83,13 @@ def _run_materialize(settings: Settings, tasks: list[str], select: str, everythi
 
 def _publish(settings: Settings, code: int) -> None:
     """After a successful run, publish a consistent read-only snapshot of the DuckDB file for readers."""
-    from prag_models.storage.store import DuckDBBusyError, publish_snapshot
+    from prag_models.privacy.rules import publish_readers_snapshot
+    from prag_models.storage.store import DuckDBBusyError
 
     if code != 0 or not settings.duckdb_path.exists():
         return
     try:
-        print(f"[prag] readers' snapshot: {publish_snapshot(settings.duckdb_path)}", flush=True)
+        print(f"[prag] readers' snapshot: {publish_readers_snapshot(settings.duckdb_path)}", flush=True)
     except DuckDBBusyError as exc:  # another run took the file meanwhile: the previous snapshot stays valid
         print(f"[prag] snapshot not refreshed: {exc}", flush=True)
 
@@ -156,14 +157,21 @@ def _ingest(args: argparse.Namespace) -> int:
     import duckdb
 
     from prag_models.data.history import inbox_dir, ingest_files
+    from prag_models.data.sharing import newest_statement
     from prag_models.data.tasks import LampDataError, task_from_name
-    from prag_models.storage.store import DuckDBBusyError, connect
+    from prag_models.privacy.rules import publish_readers_snapshot
+    from prag_models.storage.store import DuckDBBusyError, connect, snapshot_path
 
     settings = load_settings()
+    path = settings.duckdb_path
     try:
         task = task_from_name(args.task)
-        with connect(settings.duckdb_path) as con:
+        with connect(path) as con:
+            before = newest_statement(con)
             result = ingest_files(con, args.files, task, settings.data.undated)
+            if newest_statement(con) != before and snapshot_path(path).exists():
+                # a withdrawn consent reaches the readers now, before any run can take the file (docs/privacy.md)
+                print(f"consent statements: readers' snapshot republished: {publish_readers_snapshot(path, con)}")
     except LampDataError as exc:
         print(f"prag ingest: {exc}\nnothing was written", file=sys.stderr)
         return 2

@@ -387,3 +387,21 @@ def test_rollback_refuses_a_version_that_did_not_beat_its_initialisation(target,
     refused = promotion.rollback(target, TASK, "bob", "back")
     assert refused.action == "refused" and "did not beat its untrained initialisation" in refused.message
     assert f"{name} v{first['retriever']}" in refused.message
+
+
+def test_aliases_follow_the_gate_and_the_registry_says_what_the_champion_is(target, model_dir) -> None:
+    """Issue 29 point 5: a first version whose training did not beat its initialisation is champion only as the
+    untrained initialisation, and the registered model says so; a promoted version's status names the gate."""
+    client = registry.make_client(target)
+    first = {}
+    for kind in promotion.KINDS:
+        name = registry.registered_name(kind, TASK)
+        first[kind] = registry.log_and_register(target, model_dir, name, {}, [1.0], "d1",
+                                                tags={"training.improved": "false"}).version  # fmt: skip
+        status = client.get_registered_model(name).tags[registry.CHAMPION_STATUS_TAG]
+        assert status.startswith("v1: the untrained initialisation")
+    promotion.record_evaluation(target, TASK, first, {"accuracy": 0.5}, "dv1")
+    _evaluated(target, model_dir, 0.75)
+    assert promotion.promote(target, TASK, "alice", "trained and better").promoted
+    status = client.get_registered_model(registry.registered_name("reranker", TASK)).tags[registry.CHAMPION_STATUS_TAG]
+    assert status == "v2: promoted, passed the gate"

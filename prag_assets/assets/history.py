@@ -15,6 +15,7 @@ from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_assets.task_table import CODE_VERSION
 from prag_models.data.history import ensure_history_table, has_table
+from prag_models.privacy.rules import sharing_rule
 from prag_models.stages.history import (
     UPDATED_TABLES,
     append_drift,
@@ -175,7 +176,9 @@ def incremental_user_clusters(
         ensure_tables(con)
         for task in run_tasks(context, settings):
             try:
-                report = update_users(con, task, embed, settings.embedder.model, settings.clustering, context.run_id)
+                shaping = sharing_rule(con, task, settings.privacy.default_share)  # docs/privacy.md
+                report = update_users(con, task, embed, settings.embedder.model, settings.clustering, context.run_id,
+                                      shaping)  # fmt: skip
             except NotMaterializedError as exc:
                 context.log.warning(f"{exc}; the history stays pending")
                 stats[task] = {"skipped": str(exc)}

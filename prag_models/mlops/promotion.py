@@ -29,7 +29,15 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from prag_models.metrics.lamp import HIGHER_IS_BETTER, primary_metric
-from prag_models.mlops.registry import CHALLENGER, CHAMPION, MODEL_NAMES, MlflowTarget, make_client, registered_name
+from prag_models.mlops.registry import (
+    CHALLENGER,
+    CHAMPION,
+    CHAMPION_STATUS_TAG,
+    MODEL_NAMES,
+    MlflowTarget,
+    make_client,
+    registered_name,
+)
 from prag_models.privacy.forget import flagged_versions as _flagged
 
 if TYPE_CHECKING:
@@ -328,6 +336,8 @@ def promote(target: MlflowTarget, task: str, actor: str, reason: str, override: 
             stack = [*_history(client, name), champion[kind]][-_MAX_HISTORY:]
             client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(stack))
             client.set_registered_model_alias(name, CHAMPION, str(challenger[kind]))
+            how = "by override" if "by override" in message else "passed the gate"
+            client.set_registered_model_tag(name, CHAMPION_STATUS_TAG, f"v{challenger[kind]}: promoted, {how}")
     _tag_versions(client, decision, ("to",))
     return decision
 
@@ -377,8 +387,11 @@ def rollback(target: MlflowTarget, task: str, actor: str, reason: str, override:
         client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(stacks[kind][:-1]))
         if restored[kind] is None:
             client.delete_registered_model_alias(name, CHAMPION)
+            client.set_registered_model_tag(name, CHAMPION_STATUS_TAG, "none: rolled back to no champion")
         else:
             client.set_registered_model_alias(name, CHAMPION, str(restored[kind]))
+            how = "by override of the gate" if problems else "the gate passed"
+            client.set_registered_model_tag(name, CHAMPION_STATUS_TAG, f"v{restored[kind]}: rolled back, {how}")
     _tag_versions(client, decision, ("from", "to"))
     return decision
 

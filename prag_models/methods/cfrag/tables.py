@@ -70,8 +70,6 @@ def encoder_histories(con, task: str, encoder: Any, default_share: bool, describ
     """Users of the task and each user's history as rows of ``encoder``'s document table, by the (user_id, doc_id)
     map stored with it; EncoderMismatchError (which model, what to retrain) unless the task's documents that may
     shape others' results are exactly the ones it was trained on."""
-    import pandas as pd
-
     stored = getattr(encoder, "doc_rows", None)
     retrain = ("retrain the user encoder (materialize cfrag_user_encoder, then cfrag_user_embeddings and "
                "cfrag_similar_users) and promote it, or serve the version that made the stored tables")  # fmt: skip
@@ -83,20 +81,24 @@ def encoder_histories(con, task: str, encoder: Any, default_share: bool, describ
     if len(trained) != encoder.num_docs:
         raise EncoderMismatchError(f"{task}: {described} has {encoder.num_docs} document rows but a map of "
                                    f"{len(trained)}; {retrain}")  # fmt: skip
-    both = keys.merge(trained, on=["user_id", "doc_id"], how="outer", indicator=True, sort=False)
-    new, gone = both[both["_merge"] == "left_only"], both[both["_merge"] == "right_only"]
-    if len(new) or len(gone):
-        eg = [f"{u}/{d}" for u, d in zip(pd.concat([new, gone])["user_id"], pd.concat([new, gone])["doc_id"],
-                                          strict=True)][:3]  # fmt: skip
+    rows = keys.merge(trained, on=["user_id", "doc_id"], how="left", sort=False)  # keeps the keys' order
+    new = rows["row"].isna().to_numpy()
+    gone = len(trained) - int(rows.loc[~new, "row"].nunique())
+    if new.any() or gone:
+        eg = [f"{u}/{d}" for u, d in rows.loc[new, ["user_id", "doc_id"]].head(3).itertuples(index=False)]
+        if gone and len(eg) < 3:
+            left = trained.merge(keys, on=["user_id", "doc_id"], how="left", indicator=True)
+            eg += [f"{u}/{d}" for u, d in left.loc[left["_merge"] == "left_only", ["user_id", "doc_id"]]
+                   .head(3 - len(eg)).itertuples(index=False)]  # fmt: skip
         raise EncoderMismatchError(
             f"{task}: {described} was trained on {len(trained)} documents; of the task's {len(keys)} documents that "
-            f"may shape other users' results now, {len(new)} are not in its table and {len(gone)} of its rows are "
+            f"may shape other users' results now, {int(new.sum())} are not in its table and {gone} of its rows are "
             f"gone (erased, made private or withdrawn), e.g. {eg}; {retrain}"
         )
-    rows = keys.merge(trained, on=["user_id", "doc_id"], how="left", sort=False)
-    histories: dict[str, list[int]] = {}
-    for user, row in zip(rows["user_id"], rows["row"], strict=True):
-        histories.setdefault(str(user), []).append(int(row))
+    owners, row_of = rows["user_id"].to_numpy(dtype=object), rows["row"].to_numpy(dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]]) if len(owners) else np.zeros(0, dtype=np.int64)
+    ends = np.r_[starts[1:], len(owners)]
+    histories = {str(owners[i]): row_of[i:j].tolist() for i, j in zip(starts, ends, strict=True)}
     users = sorted(set(histories) | _sample_users(con, task))
     return users, histories
 

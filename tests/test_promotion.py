@@ -331,6 +331,12 @@ def test_graph_retrained_challenger_is_evaluated_promoted_and_rolled_back(graph,
     assert code == 0 and "prag-retriever-LaMP-2@champion (version 2)" in out
     assert "prag-retriever-LaMP-2/2" in _served_models(target, monkeypatch, sample)  # the promoted bundle is served
     code, out, _ = _cli(monkeypatch, capsys, config, "rollback", "--task", TASK, "--reason", "worse in production")
+    if code == 1:  # v1 did not beat its initialisation (fit.py): restoring it takes an audited override (issue 26)
+        assert "rollback refused" in out and "did not beat its untrained initialisation" in out, out
+        assert _champions(target) == bundle
+        code, out, _ = _cli(monkeypatch, capsys, config, "rollback", "--task", TASK, "--reason", "reviewed",
+                            "--override")  # fmt: skip
+        assert "by override" in out
     assert code == 0 and "rolled_back" in out and _champions(target) == dict.fromkeys(bundle, 1)
     assert "prag-retriever-LaMP-2/1" in _served_models(target, monkeypatch, sample)
 

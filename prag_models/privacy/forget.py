@@ -14,7 +14,9 @@ A cached prompt is the user's when ids say so — its ``prompt_hash`` is on a ro
 or on a generations row whose retrieval (same task, method, sample) showed one of the user's documents, whole or
 truncated by the token budget — or when it shows one of the user's whole texts: the user's whole input as the
 prompt's user input (``...\nUser input: <input>`` at its end), or one of the user's whole documents as a profile
-entry (``<i>. <document>`` followed by a line break; LaMP-3's ``'review': <text> 'score': ``). Never by a prefix:
+entry (``<i>. <document>`` followed by a line break; LaMP-3's ``'review': <text> 'score': ``), or anywhere in the
+prompt for a whole input, question or document of at least ``WHOLE_TEXT_MIN`` characters (PBR's expansion prompts
+show documents and the question in their own layout). Never by a prefix:
 every LaMP input starts with the task's fixed template. Texts another remaining user also has are not the user's
 alone and match by ids only.
 """
@@ -44,6 +46,9 @@ USER_COLUMNS = ("user_id", "source_user_id", "neighbour_id")
 KEPT_TABLES = (AUDIT_TABLE,)
 #: How a LaMP prompt shows its user input (``generation.prompts.build_prompt``; tests/privacy pin it).
 USER_INPUT_MARK = "\nUser input: "
+#: A whole text at least this long matches wherever a prompt holds it (other prompt formats: PBR's expansions);
+#: a shorter one only in the LaMP prompt's positions (profile entry, user input), so that "lol" erases nothing else.
+WHOLE_TEXT_MIN = 20
 RETRAIN_TAG = "privacy.needs_retraining"
 ERASURES_TAG = "privacy.erasures"
 
@@ -85,6 +90,8 @@ def _owned(con, tables: dict[str, set[str]], user_id: str, task: str | None) -> 
     if "lamp_samples" in tables:
         parts.append(f"SELECT task, 'sample' AS kind, sample_id AS value FROM lamp_samples WHERE {where}")
         parts.append(f"SELECT task, 'input', input FROM lamp_samples WHERE {where}")
+        if "query" in tables["lamp_samples"]:  # the question alone, as PBR's expansion prompts show it
+            parts.append(f"SELECT task, 'query', query FROM lamp_samples WHERE {where}")
     for table in ("profile_documents", "profile_history", "lamp_sample_profiles"):
         if {"task", "user_id", "doc_id", "text"} <= tables.get(table, set()):
             parts.append(f"SELECT task, 'doc', doc_id FROM {table} WHERE {where}")
@@ -130,6 +137,8 @@ def _conditions(cols: set[str], table: str) -> list[str]:
                      f"suffix(t.prompt, '{mark}' || f.value))")  # fmt: skip
         conds.append("EXISTS (SELECT 1 FROM _forget_ids f WHERE f.kind = 'document' AND (contains(t.prompt, "
                      "'. ' || f.value || chr(10)) OR contains(t.prompt, ': ' || f.value || ' ''score'': ')))")
+        conds.append(f"EXISTS (SELECT 1 FROM _forget_ids f WHERE f.kind IN ('input', 'query', 'document') AND "
+                     f"length(f.value) >= {WHOLE_TEXT_MIN} AND contains(t.prompt, f.value))")  # fmt: skip
     return conds
 
 
@@ -166,6 +175,7 @@ def _prompt_hashes(con, tables: dict[str, set[str]], user_id: str, task: str | N
 def _others_texts(con, tables: dict[str, set[str]], user_id: str) -> set[str]:
     """Whole inputs and document texts other users still have (in any task): not the user's alone."""
     parts = ["SELECT input FROM lamp_samples WHERE user_id <> ?"] if "lamp_samples" in tables else []
+    parts += ["SELECT query FROM lamp_samples WHERE user_id <> ?"] if "query" in tables.get("lamp_samples", ()) else []
     parts += [f"SELECT text FROM {t} WHERE user_id <> ?" for t in ("profile_documents", "profile_history")
               if {"user_id", "text"} <= tables.get(t, set())]  # fmt: skip
     if not parts:
@@ -191,7 +201,7 @@ def _ids(con, tables: dict[str, set[str]], user_id: str, task: str | None) -> pd
     prompts = _prompt_hashes(con, tables, user_id, task, samples["value"].astype(str).tolist())
     frames.append(pd.DataFrame([(None, "prompt", h) for h in sorted(prompts)], columns=["task", "kind", "value"]))
     others = _others_texts(con, tables, user_id)
-    for kind in ("input", "document"):
+    for kind in ("input", "query", "document"):
         texts = {str(v) for v in owned.loc[owned["kind"] == kind, "value"] if str(v).strip()} - others
         frames.append(pd.DataFrame([(None, kind, v) for v in sorted(texts)], columns=["task", "kind", "value"]))
     return pd.concat(frames, ignore_index=True).astype({"value": str})

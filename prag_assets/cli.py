@@ -159,8 +159,8 @@ def _ingest(args: argparse.Namespace) -> int:
     from prag_models.data.history import inbox_dir, ingest_files
     from prag_models.data.sharing import newest_statement
     from prag_models.data.tasks import LampDataError, task_from_name
-    from prag_models.privacy.rules import publish_readers_snapshot
-    from prag_models.storage.store import DuckDBBusyError, connect, snapshot_path
+    from prag_models.privacy.rules import publish_if_consent_changed
+    from prag_models.storage.store import DuckDBBusyError, connect
 
     settings = load_settings()
     path = settings.duckdb_path
@@ -169,9 +169,10 @@ def _ingest(args: argparse.Namespace) -> int:
         with connect(path) as con:
             before = newest_statement(con)
             result = ingest_files(con, args.files, task, settings.data.undated)
-            if newest_statement(con) != before and snapshot_path(path).exists():
-                # a withdrawn consent reaches the readers now, before any run can take the file (docs/privacy.md)
-                print(f"consent statements: readers' snapshot republished: {publish_readers_snapshot(path, con)}")
+            # a withdrawn consent reaches the readers now, before any run can take the file (docs/privacy.md)
+            published = publish_if_consent_changed(con, before)
+        if published is not None:
+            print(f"consent statements: readers' snapshot republished: {published}")
     except LampDataError as exc:
         print(f"prag ingest: {exc}\nnothing was written", file=sys.stderr)
         return 2

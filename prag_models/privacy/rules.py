@@ -157,3 +157,15 @@ def publish_readers_snapshot(path: str | Path, con=None) -> Path:  # noqa: ANN00
             return publish_snapshot(path, own)
     sync_consent_stamp(con)
     return publish_snapshot(path, con)
+
+
+def publish_if_consent_changed(con, before: Any) -> Path | None:  # noqa: ANN001
+    """After writes that may have appended consent statements (``before``: ``newest_statement`` until then): republish
+    the readers' snapshot in this connection when a statement was added and a snapshot exists (else None)."""
+    from prag_models.data.sharing import database_path
+    from prag_models.storage.store import snapshot_path
+
+    path = database_path(con)
+    if path is None or newest_statement(con) == before or not snapshot_path(path).exists():
+        return None
+    return publish_readers_snapshot(path, con)

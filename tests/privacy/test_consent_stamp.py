@@ -43,3 +43,26 @@ def test_a_snapshot_older_than_the_newest_statement_is_refused(tmp_path) -> None
     assert read_consent_stamp(live) == t2 and consent_stamp_path(live).is_file()
     with duckdb.connect(str(snapshot_path(live)), read_only=True) as snap:
         require_current_consent(snap, live, "snapshot")
+
+
+def test_writers_republish_the_snapshot_when_they_added_a_statement(tmp_path) -> None:
+    """`prag ingest` and the drop folder's profile_history asset call publish_if_consent_changed in their own
+    connection: a new statement republishes the readers' snapshot (when there is one), nothing else does."""
+    from prag_models.data.sharing import newest_statement
+    from prag_models.privacy.rules import publish_if_consent_changed
+    from prag_models.storage.store import publish_snapshot
+
+    live = tmp_path / "prag.duckdb"
+    with duckdb.connect(str(live)) as con:
+        before = newest_statement(con)
+        _state(con, datetime(2026, 1, 1))
+        assert publish_if_consent_changed(con, before) is None  # no snapshot: readers read the live file
+    publish_snapshot(live)
+    with duckdb.connect(str(live)) as con:
+        before = newest_statement(con)
+        assert publish_if_consent_changed(con, before) is None  # nothing stated
+        _state(con, datetime(2026, 1, 2), "u2")
+        assert publish_if_consent_changed(con, before) == snapshot_path(live)
+    with duckdb.connect(str(snapshot_path(live)), read_only=True) as snap:
+        assert newest_statement(snap) == datetime(2026, 1, 2)
+        require_current_consent(snap, live, "snapshot")

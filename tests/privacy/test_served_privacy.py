@@ -197,7 +197,7 @@ def test_withdrawn_consent_is_not_served_while_a_run_holds_the_file(planted, tmp
     finally:
         _release(holder)
     assert after and withdrawn not in {o for _, o, _ in after}
-    # a statement written without republishing (e.g. by a run's drop-folder ingestion): the snapshot is refused
+    # a statement the snapshot lacks (written without republishing, e.g. a crash before it): the snapshot is refused
     other = _sharing_owner(after)
     (tmp_path / "other.json").write_text(json.dumps([{**record, "user_id": other}]), encoding="utf-8")
     with connect(live) as con:

@@ -22,13 +22,17 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from prag_models.metrics.lamp import HIGHER_IS_BETTER, primary_metric
+from prag_models.mlops.decisions import PROMOTIONS_DDL as PROMOTIONS_DDL
+from prag_models.mlops.decisions import PROMOTIONS_TABLE as PROMOTIONS_TABLE
+from prag_models.mlops.decisions import PromotionDecision
+from prag_models.mlops.decisions import append_decision as append_decision
+from prag_models.mlops.decisions import decision_metadata as decision_metadata
+from prag_models.mlops.decisions import iso_utc as _iso
 from prag_models.mlops.registry import (
     CHALLENGER,
     CHAMPION,
@@ -41,7 +45,6 @@ from prag_models.mlops.registry import (
 from prag_models.privacy.forget import flagged_versions as _flagged
 
 if TYPE_CHECKING:
-    import duckdb
     from mlflow import MlflowClient
 
     from prag_models.config.settings import Settings
@@ -50,12 +53,6 @@ if TYPE_CHECKING:
 KINDS: tuple[str, ...] = tuple(MODEL_NAMES)
 HISTORY_TAG = "promotion.champion_history"
 PROMOTED, REFUSED, ROLLED_BACK = "promoted", "refused", "rolled_back"
-PROMOTIONS_TABLE = "model_promotions"
-PROMOTIONS_DDL = (
-    "task VARCHAR, action VARCHAR, registered_name VARCHAR, from_version BIGINT, to_version BIGINT, metric VARCHAR, "
-    "challenger_value DOUBLE, champion_value DOUBLE, override BOOLEAN, actor VARCHAR, reason VARCHAR, "
-    "decided_at TIMESTAMP, message VARCHAR"
-)
 _MAX_TAG = 5000  # MLflow's limit on a tag value
 _MAX_HISTORY = 50
 
@@ -68,63 +65,6 @@ class Verdict:
     message: str
 
 
-@dataclass(frozen=True)
-class PromotionDecision:
-    """One promotion, refusal or rollback of a task's bundle; ``*_value`` are the primary metric of each bundle.
-
-    For a rollback, ``to_versions`` are the restored champion versions, ``challenger_value`` their recorded metric and
-    ``champion_value`` the metric of the bundle that was champion until then.
-    """
-
-    task: str
-    action: str  # promoted | refused | rolled_back
-    promoted: bool
-    metric: str
-    higher_is_better: bool
-    challenger_value: float | None
-    champion_value: float | None
-    override: bool
-    actor: str
-    reason: str
-    decided_at: datetime  # UTC, naive
-    message: str
-    names: dict[str, str] = field(default_factory=dict)  # kind -> registered name
-    from_versions: dict[str, int | None] = field(default_factory=dict)
-    to_versions: dict[str, int | None] = field(default_factory=dict)
-
-    def rows(self) -> pd.DataFrame:
-        """One ``model_promotions`` row per registered model of the bundle."""
-        base = {
-            "task": self.task,
-            "action": self.action,
-            "metric": self.metric,
-            "challenger_value": self.challenger_value,
-            "champion_value": self.champion_value,
-            "override": self.override,
-            "actor": self.actor,
-            "reason": self.reason,
-            "decided_at": self.decided_at,
-            "message": self.message,
-        }
-        rows = [
-            {**base, "registered_name": self.names[k], "from_version": self.from_versions.get(k),
-             "to_version": self.to_versions.get(k)}
-            for k in self.names
-        ]  # fmt: skip
-        columns = [c.split()[0] for c in PROMOTIONS_DDL.split(", ")]
-        return pd.DataFrame(rows, columns=columns).astype({"from_version": "Int64", "to_version": "Int64"})
-
-    def summary(self) -> str:
-        """A few printable lines: the message, the versions per model, who/when/why."""
-        lines = [f"{self.action}: {self.message}"]
-        for kind, name in self.names.items():
-            lines.append(f"  {name}: v{self.from_versions.get(kind)} -> v{self.to_versions.get(kind)}")
-        lines.append(
-            f"  actor {self.actor}, at {_iso(self.decided_at)}, override {self.override}, reason: {self.reason}"
-        )
-        return "\n".join(lines)
-
-
 def mlflow_target(settings: Settings) -> MlflowTarget:
     """The MLflow target of the settings (as the Dagster MlflowResource builds it)."""
     artifacts = "" if settings.mlflow.tracking_uri else str(settings.mlflow_artifacts_path)
@@ -134,11 +74,6 @@ def mlflow_target(settings: Settings) -> MlflowTarget:
 def bundle_key(versions: Mapping[str, int | None]) -> str:
     """The canonical text of a bundle's versions, e.g. ``reranker:2,reranker_no_eu:2,retriever:2,user_encoder:1``."""
     return ",".join(f"{k}:{versions[k]}" for k in sorted(versions))
-
-
-def _iso(moment: datetime) -> str:
-    """ISO-8601 UTC text of a naive UTC datetime."""
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _now() -> datetime:
@@ -394,34 +329,3 @@ def rollback(target: MlflowTarget, task: str, actor: str, reason: str, override:
             client.set_registered_model_tag(name, CHAMPION_STATUS_TAG, f"v{restored[kind]}: rolled back, {how}")
     _tag_versions(client, decision, ("from", "to"))
     return decision
-
-
-def append_decision(con: duckdb.DuckDBPyConnection, decision: PromotionDecision) -> int:
-    """Append a decision's rows to the DuckDB table ``model_promotions`` (created if missing); returns rows written."""
-    frame = decision.rows()
-    con.execute(f"CREATE TABLE IF NOT EXISTS {PROMOTIONS_TABLE} ({PROMOTIONS_DDL})")
-    con.register("_prag_promotion", frame)
-    try:
-        cols = ", ".join(frame.columns)
-        con.execute(f"INSERT INTO {PROMOTIONS_TABLE} ({cols}) SELECT {cols} FROM _prag_promotion")
-    finally:
-        con.unregister("_prag_promotion")
-    return len(frame)
-
-
-def decision_metadata(decision: PromotionDecision) -> dict[str, Any]:
-    """A JSON-able summary of a decision (Dagster metadata, logs)."""
-    return {
-        "task": decision.task,
-        "action": decision.action,
-        "metric": decision.metric,
-        "challenger_value": decision.challenger_value,
-        "champion_value": decision.champion_value,
-        "override": decision.override,
-        "actor": decision.actor,
-        "reason": decision.reason,
-        "decided_at": _iso(decision.decided_at),
-        "message": decision.message,
-        "versions": {decision.names[k]: [decision.from_versions.get(k), decision.to_versions.get(k)]
-                     for k in decision.names},
-    }  # fmt: skip

@@ -118,7 +118,7 @@ def _user_encoder(con, settings) -> dict:  # noqa: ANN001
     from prag_models.methods.cfrag.training import train_task_user_encoder
 
     trained = train_task_user_encoder(con, TASK, settings)
-    frame, stats = cfrag_user_embedding_rows(con, TASK, trained.model)
+    frame, stats = cfrag_user_embedding_rows(con, TASK, trained.model, True)
     _write(con, "cfrag_user_embeddings", frame)
     return {**stats, "train_seconds": round(trained.seconds, 1), "steps": len(trained.curve),
             "finetune_doc_embeddings": trained.params["finetune_doc_embeddings"]}  # fmt: skip

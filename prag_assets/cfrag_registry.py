@@ -26,7 +26,7 @@ def record_model(con, mlflow: MlflowResource, settings: Settings, task: str, tra
 
     kind, curve = trained.kind, trained.curve
     folder = save_model(trained.model, model_dir(settings, task, kind))
-    probe = probe_scores(kind, trained.model, load_probe(con, task))
+    probe = probe_scores(kind, trained.model, load_probe(con, task, settings.privacy.default_share))
     start, end = loss_trend(curve)
     name = registered_name(kind, task)
     entry = mlflow.log_and_register(folder, name, trained.params, curve, trained.data_version,

@@ -83,12 +83,13 @@ def _run_materialize(settings: Settings, tasks: list[str], select: str, everythi
 
 def _publish(settings: Settings, code: int) -> None:
     """After a successful run, publish a consistent read-only snapshot of the DuckDB file for readers."""
-    from prag_models.storage.store import DuckDBBusyError, publish_snapshot
+    from prag_models.privacy.rules import publish_readers_snapshot
+    from prag_models.storage.store import DuckDBBusyError
 
     if code != 0 or not settings.duckdb_path.exists():
         return
     try:
-        print(f"[prag] readers' snapshot: {publish_snapshot(settings.duckdb_path)}", flush=True)
+        print(f"[prag] readers' snapshot: {publish_readers_snapshot(settings.duckdb_path)}", flush=True)
     except DuckDBBusyError as exc:  # another run took the file meanwhile: the previous snapshot stays valid
         print(f"[prag] snapshot not refreshed: {exc}", flush=True)
 
@@ -156,14 +157,22 @@ def _ingest(args: argparse.Namespace) -> int:
     import duckdb
 
     from prag_models.data.history import inbox_dir, ingest_files
+    from prag_models.data.sharing import newest_statement
     from prag_models.data.tasks import LampDataError, task_from_name
+    from prag_models.privacy.rules import publish_if_consent_changed
     from prag_models.storage.store import DuckDBBusyError, connect
 
     settings = load_settings()
+    path = settings.duckdb_path
     try:
         task = task_from_name(args.task)
-        with connect(settings.duckdb_path) as con:
+        with connect(path) as con:
+            before = newest_statement(con)
             result = ingest_files(con, args.files, task, settings.data.undated)
+            # a withdrawn consent reaches the readers now, before any run can take the file (docs/privacy.md)
+            published = publish_if_consent_changed(con, before)
+        if published is not None:
+            print(f"consent statements: readers' snapshot republished: {published}")
     except LampDataError as exc:
         print(f"prag ingest: {exc}\nnothing was written", file=sys.stderr)
         return 2
@@ -203,7 +212,7 @@ def _promotion(args: argparse.Namespace) -> int:
             if args.command == "promote":
                 decision = promote(mlflow_target(settings), task, actor, args.reason, args.override)
             else:
-                decision = rollback(mlflow_target(settings), task, actor, args.reason)
+                decision = rollback(mlflow_target(settings), task, actor, args.reason, args.override)
             append_decision(con, decision)
     except (LampDataError, LookupError) as exc:
         print(f"prag {args.command}: {exc}", file=sys.stderr)
@@ -290,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("rollback", help="give alias champion back to the versions before the last promotion")
     b.add_argument("--task", required=True, help="LaMP task, e.g. LaMP-2")
     b.add_argument("--reason", required=True, help="why (recorded on the model versions and in model_promotions)")
+    b.add_argument("--override", action="store_true",
+                   help="restore even versions the gate refuses (flagged after an erasure, or not learned)")
     b.set_defaults(func=_promotion)
     a = sub.add_parser("answer", help="answer one input for a user with the champion models")
     a.add_argument("--task", required=True, help="LaMP task, e.g. LaMP-2")

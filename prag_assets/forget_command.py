@@ -13,7 +13,8 @@ def run_forget(user: str, task: str | None = None) -> int:
     from prag_models.mlops.promotion import mlflow_target
     from prag_models.mlops.registry import make_client
     from prag_models.privacy.forget import forget
-    from prag_models.storage.store import DuckDBBusyError, connect, publish_snapshot, snapshot_path
+    from prag_models.privacy.rules import publish_readers_snapshot
+    from prag_models.storage.store import connect, snapshot_path
 
     settings = load_settings()
     path = settings.duckdb_path
@@ -21,9 +22,13 @@ def run_forget(user: str, task: str | None = None) -> int:
         print(f"prag forget: {path} does not exist: there is no data to erase", file=sys.stderr)
         return 1
     client = make_client(mlflow_target(settings))
+    published = None
     try:
         with connect(path) as con:
             erasure = forget(con, user, task, client)
+            if not erasure.already_erased and snapshot_path(path).exists():
+                # the readers' copy must not keep the user either: republished before any run can take the file
+                published = publish_readers_snapshot(path, con)
     except LookupError as exc:
         print(f"prag forget: {exc}", file=sys.stderr)
         return 1
@@ -35,12 +40,8 @@ def run_forget(user: str, task: str | None = None) -> int:
     for table, n in sorted(erasure.deleted.items()):
         print(f"  {table}: {n}")
     print(f"models flagged for retraining: {', '.join(erasure.models_flagged) or 'none'}")
-    if snapshot_path(path).exists():  # the readers' copy must not keep the user either
-        try:
-            publish_snapshot(path)
-        except DuckDBBusyError as exc:
-            print(f"prag forget: readers' snapshot NOT refreshed (still holds the user): {exc}", file=sys.stderr)
-            return 1
+    if published is not None:
+        print(f"readers' snapshot republished: {published}")
     return 0
 
 

@@ -19,7 +19,14 @@ from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.partitions import DUCKDB_POOL
 from prag_assets.resources import DuckDBResource
 from prag_models.data.tasks import LampDataError, task_from_name
-from prag_models.mlops.promotion import PromotionDecision, append_decision, decision_metadata, promote, rollback
+from prag_models.mlops.promotion import (
+    REFUSED,
+    PromotionDecision,
+    append_decision,
+    decision_metadata,
+    promote,
+    rollback,
+)
 
 
 class RollbackConfig(dg.Config):
@@ -28,10 +35,11 @@ class RollbackConfig(dg.Config):
     task: str = Field(description="LaMP task, e.g. LaMP-2")
     reason: str = Field(description="why (recorded on the model versions and in model_promotions)")
     actor: str = Field(default="", description="who decides; empty = the run's user tag, $USER, or 'unknown'")
+    override: bool = Field(default=False, description="restore even versions the gate refuses (recorded, audited)")
 
 
 class PromotionConfig(RollbackConfig):
-    """Rollback's fields plus the override of the metric gate."""
+    """Rollback's fields; the override also passes the metric gate."""
 
     override: bool = Field(default=False, description="promote even when the challenger is not better")
 
@@ -88,10 +96,14 @@ def rollback_cfrag_bundle(
     with duckdb.connect():
         pass
     try:
-        decision = rollback(mlflow.target(), task, _actor(context, config.actor), config.reason)
+        decision = rollback(mlflow.target(), task, _actor(context, config.actor), config.reason, config.override)
     except LookupError as exc:
         raise dg.Failure(description=str(exc)) from None
-    return _record(context, duckdb, decision)
+    output = _record(context, duckdb, decision)
+    if decision.action == REFUSED:
+        raise dg.Failure(description=f"rollback refused: {decision.message}",
+                         metadata={"decision": dg.MetadataValue.json(decision_metadata(decision))})
+    return output
 
 
 @dg.job(

@@ -168,9 +168,12 @@ def test_cfrag_histories_from_batches_equal_the_whole_table_reading():
                 "'m' AS model_id, e.doc_id || 'h' AS content_hash, e.embedding FROM document_embeddings e "
                 "JOIN profile_documents p USING (task, user_id, doc_id)")  # fmt: skip
     con.execute("CREATE TABLE lamp_samples AS SELECT 'T' task, 'u999' user_id")
-    users, histories, matrix, keys = task_histories(con, "T")
+    users, histories, matrix, keys = task_histories(con, "T", True)
     docs = read_rows(con, "document_embeddings", {"task": "T"}, order_by="user_id, position")
-    assert users == sorted({*index.users, "u999"})
+    shaping = dict(zip(zip(index.owners, index.doc_ids, strict=True), index.shareable, strict=True))
+    docs = docs[[shaping[(u, d)] for u, d in zip(docs["user_id"], docs["doc_id"], strict=True)]]  # docs/privacy.md
+    assert len(docs) < len(index.doc_ids)
+    assert users == sorted({*docs["user_id"], "u999"})
     assert {u: list(h) for u, h in histories.items()} == user_histories(docs["user_id"].tolist())
     np.testing.assert_array_equal(matrix, column_to_matrix(docs["embedding"].tolist()))
     cols = ["user_id", "doc_id", "position", "model_id", "content_hash"]

@@ -29,7 +29,8 @@ cfrag_user_encoder = training_asset(
 def _user_embeddings(step: TaskStep):
     """e_u of one task's users from the registered encoder version."""
     model, row = load_registered_model(step.con, step.mlflow, step.task, "user_encoder")
-    frame, stats = cfrag_user_embedding_rows(step.con, step.task, model)
+    described = f"{row['registered_name']} v{row['version']}"
+    frame, stats = cfrag_user_embedding_rows(step.con, step.task, model, step.settings.privacy.default_share, described)
     return frame, {**stats, "encoder": f"{row['registered_name']}/{row['version']}"}
 
 

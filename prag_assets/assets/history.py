@@ -15,6 +15,8 @@ from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_assets.task_table import CODE_VERSION
 from prag_models.data.history import ensure_history_table, has_table
+from prag_models.data.sharing import newest_statement
+from prag_models.privacy.rules import publish_if_consent_changed, sharing_rule
 from prag_models.stages.history import (
     UPDATED_TABLES,
     append_drift,
@@ -68,10 +70,14 @@ def profile_history(
     rejected: list[str] = []
     with duckdb.connect() as con:
         ensure_history_table(con)
+        before = newest_statement(con)
         for task in run_tasks(context, settings):
             ingested, bad = ingest_inbox(con, settings.home_path, task, settings.data.undated, context.log.error)
             rejected += [f"{task}/{path.name}: {error}" for path, error in bad]
             stats[task] = ingest_stats(con, settings.home_path, task, ingested, len(bad))
+        published = publish_if_consent_changed(con, before)  # withdrawn consent reaches the readers now
+        if published is not None:
+            context.log.info(f"consent statements ingested: readers' snapshot republished ({published})")
         last = latest_history(con)
         table = table_metadata(con, "profile_history", list(stats))
     return dg.MaterializeResult(
@@ -175,7 +181,9 @@ def incremental_user_clusters(
         ensure_tables(con)
         for task in run_tasks(context, settings):
             try:
-                report = update_users(con, task, embed, settings.embedder.model, settings.clustering, context.run_id)
+                shaping = sharing_rule(con, task, settings.privacy.default_share)  # docs/privacy.md
+                report = update_users(con, task, embed, settings.embedder.model, settings.clustering, context.run_id,
+                                      shaping)  # fmt: skip
             except NotMaterializedError as exc:
                 context.log.warning(f"{exc}; the history stays pending")
                 stats[task] = {"skipped": str(exc)}

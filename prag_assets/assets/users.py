@@ -22,9 +22,10 @@ user_embeddings = task_table_asset(
     name="user_embeddings",
     group=GROUP,
     deps=[document_embeddings, query_embeddings],
-    description="z_u = mean of the user's unit document embeddings; a user with no history gets the mean of its "
-    "query embeddings (cold start, docs/methods.md §3.6).",
-    build=lambda step: stage.user_embedding_rows(step.con, step.task),
+    description="z_u = mean of the user's unit document embeddings that may be shared (private documents and "
+    "non-sharing users' documents never shape others' clusters, docs/privacy.md); a user with none gets the mean of "
+    "its query embeddings (cold start, docs/methods.md §3.6).",
+    build=lambda step: stage.user_embedding_rows(step.con, step.task, step.settings.privacy.default_share),
 )
 
 user_clusters = task_table_asset(

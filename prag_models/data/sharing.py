@@ -19,8 +19,11 @@ source)`` with one row per user of the task (source ``record``, ``sharing.json``
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -153,11 +156,76 @@ STATEMENTS_DDL = (
 
 def append_statements(con: Any, task: str, docs: Iterable[Any], stamp: Any, source: str) -> int:
     """Append the consents and visibilities stated by ingested records (``prag ingest``; HistoryDoc: user_id, doc_id,
-    share, visibility) to sharing_statements; a later statement overrides the LaMP files' (docs/privacy.md)."""
+    share, visibility) to sharing_statements; a later statement overrides the LaMP files' (docs/privacy.md). The
+    consent stamp beside the file is raised first, so that no reader's snapshot without them is trusted."""
     rows = [(task, d.user_id, d.doc_id if d.visibility is not None else None, d.share, d.visibility, stamp, source)
             for d in docs if getattr(d, "share", None) is not None or getattr(d, "visibility", None) is not None]
     if not rows:
         return 0
+    note_consent_change(con, stamp)
     con.execute(f"CREATE TABLE IF NOT EXISTS {STATEMENTS_TABLE} ({STATEMENTS_DDL})")
     con.executemany(f"INSERT INTO {STATEMENTS_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
     return len(rows)
+
+
+#: Beside ``prag.duckdb``: the time of the newest consent or visibility statement written to it (``.consent``). A
+#: reader of the published snapshot checks that the snapshot holds it (``privacy.rules.require_current_consent``).
+CONSENT_STAMP_SUFFIX = ".consent"
+
+
+def consent_stamp_path(db_path: str | Path) -> Path:
+    """The consent stamp file of a DuckDB file (``prag.duckdb.consent``)."""
+    p = Path(db_path)
+    return p.with_name(p.name + CONSENT_STAMP_SUFFIX)
+
+
+def database_path(con: Any) -> Path | None:
+    """The file of a connection's current database (None for an in-memory one)."""
+    row = next(iter(con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()")
+                    .fetchall()), None)
+    return Path(row[0]) if row and row[0] else None
+
+
+def read_consent_stamp(db_path: str | Path) -> datetime | None:
+    """The newest consent statement time recorded beside the file (None: no statement was ever ingested)."""
+    path = consent_stamp_path(db_path)
+    if not path.is_file():
+        return None
+    return datetime.fromisoformat(json.loads(path.read_text(encoding="utf-8"))["stated_at"])
+
+
+def _write_stamp(db_path: Path, moment: datetime | None) -> None:
+    """Replace the stamp atomically (None removes it)."""
+    path = consent_stamp_path(db_path)
+    if moment is None:
+        path.unlink(missing_ok=True)
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"stated_at": moment.isoformat()}), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def note_consent_change(con: Any, stamp: datetime) -> None:
+    """Raise the consent stamp of the connection's file to ``stamp`` (before the statements commit: fail closed)."""
+    path = database_path(con)
+    if path is None:
+        return
+    current = read_consent_stamp(path)
+    if current is None or stamp > current:
+        _write_stamp(path, stamp)
+
+
+def newest_statement(con: Any) -> datetime | None:
+    """The time of the newest statement a database holds (None: none)."""
+    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main'",
+                       [STATEMENTS_TABLE]).fetchall()[0][0]:  # fmt: skip
+        return None
+    return con.execute(f"SELECT max(stated_at) FROM {STATEMENTS_TABLE}").fetchall()[0][0]
+
+
+def sync_consent_stamp(con: Any) -> None:
+    """Set the stamp to the newest statement the file holds (a publisher holding the write lock; clears the claim
+    of statements whose transaction rolled back)."""
+    path = database_path(con)
+    if path is not None and consent_stamp_path(path).exists():
+        _write_stamp(path, newest_statement(con))

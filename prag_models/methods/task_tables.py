@@ -13,10 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from prag_models.methods.profiles import OwnerColumn, ProfileIndex, StrColumn
-from prag_models.privacy.rules import private_documents, user_consents
+from prag_models.privacy import rules
 from prag_models.storage.store import column_to_matrix, iter_batches
 
 #: Rows of texts read from DuckDB at once by DocumentTexts (whole users; a user larger than this is read alone).
@@ -99,17 +98,8 @@ def vectors_by_rowid(con, task: str, rid: np.ndarray) -> np.ndarray:
 
 
 def shareable_mask(con, task: str, keys: pa.Table, owners: OwnerColumn, default_share: bool) -> np.ndarray:
-    """privacy.shareable_flags without a Python object per row: the owner shares (consent per user) and the
-    document is not private (keys: user_id, doc_id per row)."""
-    consent = user_consents(con, task)
-    per_user = np.asarray([consent.get(u, default_share) for u in owners.names], dtype=bool)
-    flags = per_user[owners.codes] if len(per_user) else np.zeros(len(owners), dtype=bool)
-    private = private_documents(con, task)
-    if private:
-        wanted = pa.array([f"{u}\x1f{d}" for u, d in private], pa.string())
-        joined = pc.binary_join_element_wise(keys["user_id"], keys["doc_id"], "\x1f")
-        flags &= ~pc.is_in(joined, value_set=wanted).to_numpy(zero_copy_only=False)
-    return flags
+    """The sharing rule of ``privacy.rules.shareable_mask`` over the index's rows (keys: user_id, doc_id per row)."""
+    return rules.shareable_mask(con, task, keys["user_id"], keys["doc_id"], default_share)
 
 
 def read_profile_index(con, task: str, *, default_share: bool) -> ProfileIndex:

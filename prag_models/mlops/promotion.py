@@ -6,10 +6,13 @@ reranker without e_u). Evaluation results are attached to every version of the e
 metrics ``eval.<metric>`` on each version's run. :func:`promote` compares the task's primary metric
 (``metrics.primary_metric``; lower is better for MAE) of the ``challenger`` bundle with the value recorded for the
 ``champion`` bundle and, when the challenger is strictly better (or on override), moves alias ``champion`` of every
-kind to its challenger version. The previous champion versions are pushed on a registered-model tag
-(``promotion.champion_history``), so :func:`rollback` can restore them. Every decision, refusals included, is written
-as ``promotion.*`` tags on the versions it concerns and returned as a :class:`PromotionDecision`; the Dagster job and
-the CLI append its rows to the DuckDB table ``model_promotions`` (:func:`append_decision`).
+kind to its challenger version. Promotion and rollback share one gate besides the metric: a version flagged
+``privacy.needs_retraining`` after an erasure, or tagged ``training.improved = false``, becomes champion only by an
+explicit override, recorded with who and why (``promotion.*`` tags, ``model_promotions``). The previous champion
+versions are pushed on a registered-model tag (``promotion.champion_history``), so :func:`rollback` can restore them.
+Every decision, refusals included, is written as ``promotion.*`` tags on the versions it concerns and returned as a
+:class:`PromotionDecision`; the Dagster job and the CLI append its rows to the DuckDB table ``model_promotions``
+(:func:`append_decision`).
 
 mlflow is imported lazily (through ``registry.make_client``); importing this module is cheap.
 """
@@ -19,18 +22,29 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from prag_models.metrics.lamp import HIGHER_IS_BETTER, primary_metric
-from prag_models.mlops.registry import CHALLENGER, CHAMPION, MODEL_NAMES, MlflowTarget, make_client, registered_name
+from prag_models.mlops.decisions import PROMOTIONS_DDL as PROMOTIONS_DDL
+from prag_models.mlops.decisions import PROMOTIONS_TABLE as PROMOTIONS_TABLE
+from prag_models.mlops.decisions import PromotionDecision
+from prag_models.mlops.decisions import append_decision as append_decision
+from prag_models.mlops.decisions import decision_metadata as decision_metadata
+from prag_models.mlops.decisions import iso_utc as _iso
+from prag_models.mlops.registry import (
+    CHALLENGER,
+    CHAMPION,
+    CHAMPION_STATUS_TAG,
+    MODEL_NAMES,
+    MlflowTarget,
+    make_client,
+    registered_name,
+)
 from prag_models.privacy.forget import flagged_versions as _flagged
 
 if TYPE_CHECKING:
-    import duckdb
     from mlflow import MlflowClient
 
     from prag_models.config.settings import Settings
@@ -39,12 +53,6 @@ if TYPE_CHECKING:
 KINDS: tuple[str, ...] = tuple(MODEL_NAMES)
 HISTORY_TAG = "promotion.champion_history"
 PROMOTED, REFUSED, ROLLED_BACK = "promoted", "refused", "rolled_back"
-PROMOTIONS_TABLE = "model_promotions"
-PROMOTIONS_DDL = (
-    "task VARCHAR, action VARCHAR, registered_name VARCHAR, from_version BIGINT, to_version BIGINT, metric VARCHAR, "
-    "challenger_value DOUBLE, champion_value DOUBLE, override BOOLEAN, actor VARCHAR, reason VARCHAR, "
-    "decided_at TIMESTAMP, message VARCHAR"
-)
 _MAX_TAG = 5000  # MLflow's limit on a tag value
 _MAX_HISTORY = 50
 
@@ -57,63 +65,6 @@ class Verdict:
     message: str
 
 
-@dataclass(frozen=True)
-class PromotionDecision:
-    """One promotion, refusal or rollback of a task's bundle; ``*_value`` are the primary metric of each bundle.
-
-    For a rollback, ``to_versions`` are the restored champion versions, ``challenger_value`` their recorded metric and
-    ``champion_value`` the metric of the bundle that was champion until then.
-    """
-
-    task: str
-    action: str  # promoted | refused | rolled_back
-    promoted: bool
-    metric: str
-    higher_is_better: bool
-    challenger_value: float | None
-    champion_value: float | None
-    override: bool
-    actor: str
-    reason: str
-    decided_at: datetime  # UTC, naive
-    message: str
-    names: dict[str, str] = field(default_factory=dict)  # kind -> registered name
-    from_versions: dict[str, int | None] = field(default_factory=dict)
-    to_versions: dict[str, int | None] = field(default_factory=dict)
-
-    def rows(self) -> pd.DataFrame:
-        """One ``model_promotions`` row per registered model of the bundle."""
-        base = {
-            "task": self.task,
-            "action": self.action,
-            "metric": self.metric,
-            "challenger_value": self.challenger_value,
-            "champion_value": self.champion_value,
-            "override": self.override,
-            "actor": self.actor,
-            "reason": self.reason,
-            "decided_at": self.decided_at,
-            "message": self.message,
-        }
-        rows = [
-            {**base, "registered_name": self.names[k], "from_version": self.from_versions.get(k),
-             "to_version": self.to_versions.get(k)}
-            for k in self.names
-        ]  # fmt: skip
-        columns = [c.split()[0] for c in PROMOTIONS_DDL.split(", ")]
-        return pd.DataFrame(rows, columns=columns).astype({"from_version": "Int64", "to_version": "Int64"})
-
-    def summary(self) -> str:
-        """A few printable lines: the message, the versions per model, who/when/why."""
-        lines = [f"{self.action}: {self.message}"]
-        for kind, name in self.names.items():
-            lines.append(f"  {name}: v{self.from_versions.get(kind)} -> v{self.to_versions.get(kind)}")
-        lines.append(
-            f"  actor {self.actor}, at {_iso(self.decided_at)}, override {self.override}, reason: {self.reason}"
-        )
-        return "\n".join(lines)
-
-
 def mlflow_target(settings: Settings) -> MlflowTarget:
     """The MLflow target of the settings (as the Dagster MlflowResource builds it)."""
     artifacts = "" if settings.mlflow.tracking_uri else str(settings.mlflow_artifacts_path)
@@ -123,11 +74,6 @@ def mlflow_target(settings: Settings) -> MlflowTarget:
 def bundle_key(versions: Mapping[str, int | None]) -> str:
     """The canonical text of a bundle's versions, e.g. ``reranker:2,reranker_no_eu:2,retriever:2,user_encoder:1``."""
     return ",".join(f"{k}:{versions[k]}" for k in sorted(versions))
-
-
-def _iso(moment: datetime) -> str:
-    """ISO-8601 UTC text of a naive UTC datetime."""
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _now() -> datetime:
@@ -217,6 +163,8 @@ def _aliases(client: MlflowClient, name: str, task: str) -> dict[str, int]:
 
 #: Version tag written at training time: "false" when the kept model is not better than its initialisation.
 IMPROVED_TAG = "training.improved"
+ERASED = "trained on data of an erased user"
+NOT_LEARNED = "training did not beat its untrained initialisation on its validation samples"
 
 
 def _not_improved(client: MlflowClient, names: Mapping[str, str], versions: Mapping[str, int | None]) -> str:
@@ -300,14 +248,15 @@ def promote(target: MlflowTarget, task: str, actor: str, reason: str, override: 
     if challenger == champion:
         verdict = Verdict(False, f"{task}: nothing to promote, the challenger versions are already champion "
                                  f"({bundle_key(challenger)})" + (f"; {kept} must be retrained" if kept else ""))
+    elif erased and not override:
+        verdict = Verdict(False, f"{task}: refused: {erased} {ERASED}; retrain first (or override, audited)")
     elif erased:
-        verdict = Verdict(False, f"{task}: refused: {erased} trained on data of an erased user; retrain first")
+        verdict = Verdict(True, f"{task}: promoted by override although {erased} {ERASED}")
     elif kept:
         verdict = Verdict(True, f"{task}: the champion {kept} was trained on data of an erased user and cannot be "
                                 "kept; the retrained challenger replaces it")  # fmt: skip
     elif not_learned and not override:
-        why = "training did not beat its untrained initialisation on its validation samples"
-        verdict = Verdict(False, f"{task}: refused: {not_learned} ({why}); override to promote anyway")
+        verdict = Verdict(False, f"{task}: refused: {not_learned} ({NOT_LEARNED}); override to promote anyway")
     else:
         verdict = decide_promotion(task, chal_value, champ_value, higher, override, metric)
     message = verdict.message
@@ -322,12 +271,17 @@ def promote(target: MlflowTarget, task: str, actor: str, reason: str, override: 
             stack = [*_history(client, name), champion[kind]][-_MAX_HISTORY:]
             client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(stack))
             client.set_registered_model_alias(name, CHAMPION, str(challenger[kind]))
+            how = "by override" if "by override" in message else "passed the gate"
+            client.set_registered_model_tag(name, CHAMPION_STATUS_TAG, f"v{challenger[kind]}: promoted, {how}")
     _tag_versions(client, decision, ("to",))
     return decision
 
 
-def rollback(target: MlflowTarget, task: str, actor: str, reason: str) -> PromotionDecision:
-    """Give alias ``champion`` back to the versions that held it before the last promotion (LookupError if none)."""
+def rollback(target: MlflowTarget, task: str, actor: str, reason: str, override: bool = False) -> PromotionDecision:
+    """Give alias ``champion`` back to the versions that held it before the last promotion (LookupError if none).
+
+    The promotion gate applies: versions flagged for retraining after an erasure, or whose training did not beat its
+    initialisation, are restored only with ``override`` (recorded with the actor and reason); otherwise refused."""
     client = make_client(target)
     metric = primary_metric(task)
     names = {kind: registered_name(kind, task) for kind in KINDS}
@@ -346,46 +300,32 @@ def rollback(target: MlflowTarget, task: str, actor: str, reason: str) -> Promot
     to_value, _ = _bundle_value(client, names, restored, metric)
     from_value, _ = _bundle_value(client, names, current, metric)
     moves = ", ".join(f"{k} v{current[k]} -> v{restored[k]}" for k in names)
+    changed = {k: v for k, v in restored.items() if v != current[k]}
+    problems = [f"{bad} {ERASED}" for bad in [_flagged(client, names, changed)] if bad]
+    problems += [f"{bad} ({NOT_LEARNED})" for bad in [_not_improved(client, names, changed)] if bad]
+    if problems and not override:
+        message = f"{task}: rollback refused: {'; '.join(problems)}; override to restore anyway (audited)"
+        decision = PromotionDecision(
+            task, REFUSED, False, metric, HIGHER_IS_BETTER[metric], to_value, from_value, False, actor, reason, _now(),
+            message, names, current, restored,
+        )  # fmt: skip
+        _tag_versions(client, decision, ("to",))
+        return decision
+    message = f"{task}: champion rolled back to the versions before the last promotion ({moves})"
+    if problems:
+        message += f"; by override although {'; '.join(problems)}"
     decision = PromotionDecision(
-        task, ROLLED_BACK, False, metric, HIGHER_IS_BETTER[metric], to_value, from_value, False, actor, reason, _now(),
-        f"{task}: champion rolled back to the versions before the last promotion ({moves})", names, current, restored,
+        task, ROLLED_BACK, False, metric, HIGHER_IS_BETTER[metric], to_value, from_value, bool(problems) and override,
+        actor, reason, _now(), message, names, current, restored,
     )  # fmt: skip
     for kind, name in names.items():
         client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(stacks[kind][:-1]))
         if restored[kind] is None:
             client.delete_registered_model_alias(name, CHAMPION)
+            client.set_registered_model_tag(name, CHAMPION_STATUS_TAG, "none: rolled back to no champion")
         else:
             client.set_registered_model_alias(name, CHAMPION, str(restored[kind]))
+            how = "by override of the gate" if problems else "the gate passed"
+            client.set_registered_model_tag(name, CHAMPION_STATUS_TAG, f"v{restored[kind]}: rolled back, {how}")
     _tag_versions(client, decision, ("from", "to"))
     return decision
-
-
-def append_decision(con: duckdb.DuckDBPyConnection, decision: PromotionDecision) -> int:
-    """Append a decision's rows to the DuckDB table ``model_promotions`` (created if missing); returns rows written."""
-    frame = decision.rows()
-    con.execute(f"CREATE TABLE IF NOT EXISTS {PROMOTIONS_TABLE} ({PROMOTIONS_DDL})")
-    con.register("_prag_promotion", frame)
-    try:
-        cols = ", ".join(frame.columns)
-        con.execute(f"INSERT INTO {PROMOTIONS_TABLE} ({cols}) SELECT {cols} FROM _prag_promotion")
-    finally:
-        con.unregister("_prag_promotion")
-    return len(frame)
-
-
-def decision_metadata(decision: PromotionDecision) -> dict[str, Any]:
-    """A JSON-able summary of a decision (Dagster metadata, logs)."""
-    return {
-        "task": decision.task,
-        "action": decision.action,
-        "metric": decision.metric,
-        "challenger_value": decision.challenger_value,
-        "champion_value": decision.champion_value,
-        "override": decision.override,
-        "actor": decision.actor,
-        "reason": decision.reason,
-        "decided_at": _iso(decision.decided_at),
-        "message": decision.message,
-        "versions": {decision.names[k]: [decision.from_versions.get(k), decision.to_versions.get(k)]
-                     for k in decision.names},
-    }  # fmt: skip

@@ -81,7 +81,7 @@ def model_config(task: str, kind: str, registered_name: str, settings: Any, trac
         "variant": KIND_VARIANTS[kind].method,
         "duckdb_path": str(settings.duckdb_path),
         "tracking_uri": tracking_uri,
-        "settings": {name: _plain(getattr(settings, name)) for name in ("cfrag", "retrieval", "embedder")},
+        "settings": {name: _plain(getattr(settings, name)) for name in ("cfrag", "retrieval", "embedder", "privacy")},
     }
 
 
@@ -136,8 +136,14 @@ def _section(cls: type, values: Mapping[str, Any]) -> Any:
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in names})
 
 
+#: The privacy section of a version logged before it was stored: nobody's documents are shared without a stated
+#: consent (fail closed), whatever the default it was trained with.
+UNKNOWN_PRIVACY = {"default_share": False}
+
+
 def inference_settings(config: Mapping[str, Any]) -> Any:
-    """Settings holding the stored cfrag, retrieval and embedder sections (defaults elsewhere)."""
+    """Settings holding the stored cfrag, retrieval, embedder and privacy sections (defaults elsewhere)."""
+    from prag_models.config.privacy import PrivacySettings
     from prag_models.config.settings import CfragSettings, EmbedderSettings, RetrievalSettings, Settings
 
     stored = config["settings"]
@@ -145,15 +151,21 @@ def inference_settings(config: Mapping[str, Any]) -> Any:
         cfrag=_section(CfragSettings, stored["cfrag"]),
         retrieval=_section(RetrievalSettings, stored["retrieval"]),
         embedder=_section(EmbedderSettings, stored["embedder"]),
+        privacy=_section(PrivacySettings, stored.get("privacy", UNKNOWN_PRIVACY)),
     )
+
+
+def live_file(config: Mapping[str, Any]) -> Path:
+    """The live DuckDB file: ``$PRAG_HOME/prag.duckdb`` when set, else the one the version was trained on."""
+    home = os.environ.get("PRAG_HOME", "")
+    return Path(home).expanduser() / "prag.duckdb" if home else Path(config["duckdb_path"])
 
 
 def duckdb_file(config: Mapping[str, Any]) -> Path:
     """The DuckDB file to read: the snapshot when at least as new as the live file, else the live file."""
     from prag_models.storage.store import snapshot_path
 
-    home = os.environ.get("PRAG_HOME", "")
-    live = Path(home).expanduser() / "prag.duckdb" if home else Path(config["duckdb_path"])
+    live = live_file(config)
     snap = snapshot_path(live)
     if snap.exists() and (not live.exists() or snap.stat().st_mtime >= live.stat().st_mtime):
         return snap
@@ -170,22 +182,30 @@ class TaskData:
     source: str  # which file, and whether e_u were stored or re-encoded
 
 
-def read_task_data(path: Path, task: str, encoder: Any, encoder_ref: tuple[str, int], settings: Any) -> TaskData:
-    """Documents, e_u and similar users of a task (stored when made by ``encoder_ref``, else re-encoded)."""
+def read_task_data(
+    path: Path, task: str, encoder: Any, encoder_ref: tuple[str, int], settings: Any, live: Path | None = None
+) -> TaskData:
+    """Documents (shown to others as the version's privacy settings and the current consent say), e_u and similar
+    users of a task (stored when made by ``encoder_ref``, else re-encoded); ``live``: the live file (``path``)."""
+    live = live or path
     from prag_models.mlops import serving
+    from prag_models.privacy.rules import require_current_consent
     from prag_models.storage.store import read_connection, read_rows, table_exists
 
     with read_connection(path, wait_s=5.0) as (con, opened):  # a live file held by a run: its snapshot
-        docs = serving.read_task_documents(con, task)
+        # never a snapshot older than the newest consent statement (``path`` itself may be the snapshot)
+        require_current_consent(con, live, opened if Path(path) == Path(live) else f"snapshot {path}")
+        docs = serving.read_task_documents(con, task, settings.privacy.default_share)
         stored = table_exists(con, "cfrag_models") and table_exists(con, "cfrag_user_embeddings")
-        made_by = con.execute("SELECT registered_name, version FROM cfrag_models WHERE task = ? AND kind = "
-                              "'user_encoder'", [task]).fetchone() if stored else None  # fmt: skip
+        made_by = next(iter(con.execute("SELECT registered_name, version FROM cfrag_models WHERE task = ? AND kind = "
+                                        "'user_encoder'", [task]).fetchall()), None) if stored else None  # fmt: skip
         if made_by is not None and (made_by[0], int(made_by[1])) == encoder_ref:
             vectors = read_rows(con, "cfrag_user_embeddings", {"task": task}, order_by="user_id")
             similar = read_rows(con, "cfrag_similar_users", {"task": task})
             how = "stored e_u"
         else:
-            vectors, similar = serving.encode_task_users(con, task, encoder, settings)
+            described = f"{encoder_ref[0]} v{encoder_ref[1]}"
+            vectors, similar = serving.encode_task_users(con, task, encoder, settings, described)
             how = f"e_u re-encoded (tables made by {made_by[0]}/{made_by[1]})" if made_by else "e_u re-encoded"
     embedded_with = set(docs["model_id"]) - {settings.embedder.model}
     if embedded_with:
@@ -216,15 +236,19 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
                 self.models[kind], _ = registry.load_registered(target, entry.name, version=entry.version)
         self.refs = {kind: (entry.name, entry.version) for kind, entry in bundle.items()}
         self.described = ", ".join(f"{n}/{v}" for n, v in self.refs.values()) + f" ({self.how})"
-        self._data: tuple[tuple[str, float], TaskData] | None = None
+        self._data: tuple[tuple[str, float, float], TaskData] | None = None
 
     def task_data(self) -> TaskData:
-        """The task's tables, re-read when the DuckDB file changed."""
-        path = duckdb_file(self.config)
-        key = (str(path), path.stat().st_mtime if path.exists() else 0.0)
+        """The task's tables, re-read when the DuckDB file or the consent stamp beside it changed."""
+        from prag_models.data.sharing import consent_stamp_path
+
+        path, stamp = duckdb_file(self.config), consent_stamp_path(live_file(self.config))
+        mtime = [p.stat().st_mtime if p.exists() else 0.0 for p in (path, stamp)]
+        key = (str(path), mtime[0], mtime[1])
         if self._data is None or self._data[0] != key:
             encoder = self.models["user_encoder"]
-            self._data = (key, read_task_data(path, self.task, encoder, self.refs["user_encoder"], self.settings))
+            self._data = (key, read_task_data(path, self.task, encoder, self.refs["user_encoder"], self.settings,
+                                              live_file(self.config)))
         return self._data[1]
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:

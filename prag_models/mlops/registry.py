@@ -162,13 +162,24 @@ def model_aliases(target: MlflowTarget, name: str) -> dict[str, int]:
     return {alias: int(version) for alias, version in aliases.items()}
 
 
+#: Registered-model tag saying what the champion is: a version that passed the promotion gate, one promoted by
+#: override, or the untrained initialisation (a first version whose training did not beat it, issue 26/29).
+CHAMPION_STATUS_TAG = "champion.status"
+
+
 def assign_new_version_aliases(client: MlflowClient, name: str, version: int) -> tuple[str, ...]:
-    """``challenger`` → the new version; also ``champion`` when the model has none yet. Returns the aliases set."""
+    """``challenger`` → the new version; also ``champion`` when the model has none yet — a first version whose
+    training did not beat its initialisation (``training.improved = false``: the kept weights ARE the untrained
+    initialisation) is champion as such, and the registry says so (``champion.status``). Returns the aliases set."""
     client.set_registered_model_alias(name, CHALLENGER, str(version))
     aliases: tuple[str, ...] = (CHALLENGER,)
     if CHAMPION not in client.get_registered_model(name).aliases:
         client.set_registered_model_alias(name, CHAMPION, str(version))
         aliases = (CHAMPION, CHALLENGER)
+        untrained = client.get_model_version(name, str(version)).tags.get("training.improved") == "false"
+        status = (f"v{version}: the untrained initialisation (training did not beat it on validation; no trained "
+                  "version has passed the gate)" if untrained else f"v{version}: the first version")  # fmt: skip
+        client.set_registered_model_tag(name, CHAMPION_STATUS_TAG, status)
     return aliases
 
 

@@ -97,7 +97,7 @@ _DOCS_SQL = (
 )
 
 
-def read_task_documents(con: duckdb.DuckDBPyConnection, task: str, default_share: bool = True) -> pd.DataFrame:
+def read_task_documents(con: duckdb.DuckDBPyConnection, task: str, default_share: bool) -> pd.DataFrame:
     """A task's documents with their embeddings, embedder id and sharing flag (``privacy.default_share`` for users
     without a stated consent), in user/profile order (``task_documents``' input)."""
     from prag_models.privacy.rules import shareable_flags
@@ -108,26 +108,16 @@ def read_task_documents(con: duckdb.DuckDBPyConnection, task: str, default_share
 
 
 def encode_task_users(
-    con: duckdb.DuckDBPyConnection, task: str, encoder: Any, settings: Settings
+    con: duckdb.DuckDBPyConnection, task: str, encoder: Any, settings: Settings, described: str = "the user encoder"
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """e_u of every user of the task by ``encoder`` and their top-m similar users, computed as the graph's
-    ``cfrag_user_embeddings`` and ``cfrag_similar_users`` do (docs/methods.md §2.1, §2.3)."""
-    from prag_models.methods.cfrag.candidates import user_histories
+    ``cfrag_user_embeddings`` and ``cfrag_similar_users`` do (docs/methods.md §2.1, §2.3). The histories come from the
+    encoder's stored document-row map; any mismatch with the task's documents refuses (``EncoderMismatchError``)."""
     from prag_models.methods.cfrag.probes import single_thread
+    from prag_models.methods.cfrag.tables import encoder_histories
     from prag_models.methods.cfrag.user_encoder import encode_users, top_m_similar_users
 
-    owners = [
-        u
-        for (u,) in con.execute(
-            "SELECT user_id FROM document_embeddings WHERE task = ? ORDER BY user_id, position", [task]
-        ).fetchall()
-    ]
-    if len(owners) > encoder.num_docs:
-        raise LookupError(f"{task} has {len(owners)} documents, the user encoder was trained on {encoder.num_docs}: "
-                          "retrain the user encoder (materialize cfrag_user_encoder) before serving")  # fmt: skip
-    histories = user_histories(owners)
-    asking = {u for (u,) in con.execute("SELECT DISTINCT user_id FROM lamp_samples WHERE task = ?", [task]).fetchall()}
-    users = sorted(set(histories) | asking)
+    users, histories = encoder_histories(con, task, encoder, settings.privacy.default_share, described)
     with single_thread():
         vectors = encode_users(encoder, [histories.get(u, []) for u in users])
     c = settings.cfrag

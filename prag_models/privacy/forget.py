@@ -9,6 +9,16 @@ embeddings, generations, per-sample scores), rows keyed only by the user's docum
 remaining user: relevance labels; ``content_hash``: the embedding cache) and the LLM answer cache entries whose
 prompt shows one of the user's documents or questions. With ``task`` only that task's rows go (tables without a
 task column are matched by the user's ids of that task).
+
+A cached prompt is the user's when ids say so — its ``prompt_hash`` is on a row of the user's samples (generations),
+or on a generations row whose retrieval (same task, method, sample) showed one of the user's documents, whole or
+truncated by the token budget — or when it shows one of the user's whole texts: the user's whole input as the
+prompt's user input (``...\nUser input: <input>`` at its end), or one of the user's whole documents as a profile
+entry (``<i>. <document>`` followed by a line break; LaMP-3's ``'review': <text> 'score': ``), or anywhere in the
+prompt for a whole input, question or document of at least ``WHOLE_TEXT_MIN`` characters (PBR's expansion prompts
+show documents and the question in their own layout). Never by a prefix:
+every LaMP input starts with the task's fixed template. Texts another remaining user also has are not the user's
+alone and match by ids only.
 """
 
 from __future__ import annotations
@@ -34,8 +44,11 @@ AUDIT_DDL = (
 USER_COLUMNS = ("user_id", "source_user_id", "neighbour_id")
 #: Tables never searched for the user: the audit itself (it names who was erased, by design).
 KEPT_TABLES = (AUDIT_TABLE,)
-#: Characters of a document / question used to find the prompts that show it (prompts keep a document's start).
-SNIPPET = 48
+#: How a LaMP prompt shows its user input (``generation.prompts.build_prompt``; tests/privacy pin it).
+USER_INPUT_MARK = "\nUser input: "
+#: A whole text at least this long matches wherever a prompt holds it (other prompt formats: PBR's expansions);
+#: a shorter one only in the LaMP prompt's positions (profile entry, user input), so that "lol" erases nothing else.
+WHOLE_TEXT_MIN = 20
 RETRAIN_TAG = "privacy.needs_retraining"
 ERASURES_TAG = "privacy.erasures"
 
@@ -76,11 +89,13 @@ def _owned(con, tables: dict[str, set[str]], user_id: str, task: str | None) -> 
     where, params = ("user_id = ?", [user_id]) if task is None else ("user_id = ? AND task = ?", [user_id, task])
     if "lamp_samples" in tables:
         parts.append(f"SELECT task, 'sample' AS kind, sample_id AS value FROM lamp_samples WHERE {where}")
-        parts.append(f"SELECT task, 'text', input FROM lamp_samples WHERE {where}")
+        parts.append(f"SELECT task, 'input', input FROM lamp_samples WHERE {where}")
+        if "query" in tables["lamp_samples"]:  # the question alone, as PBR's expansion prompts show it
+            parts.append(f"SELECT task, 'query', query FROM lamp_samples WHERE {where}")
     for table in ("profile_documents", "profile_history", "lamp_sample_profiles"):
         if {"task", "user_id", "doc_id", "text"} <= tables.get(table, set()):
             parts.append(f"SELECT task, 'doc', doc_id FROM {table} WHERE {where}")
-            parts.append(f"SELECT task, 'text', text FROM {table} WHERE {where}")
+            parts.append(f"SELECT task, 'document', text FROM {table} WHERE {where}")
             if "content_hash" in tables[table]:
                 parts.append(f"SELECT task, 'hash', content_hash FROM {table} WHERE {where}")
     if not parts:
@@ -108,6 +123,8 @@ def _conditions(cols: set[str], table: str) -> list[str]:
     conds = [f"t.{c} = $user" for c in USER_COLUMNS if c in cols]
     if "sample_id" in cols:
         conds.append(f"EXISTS (SELECT 1 FROM _forget_ids f WHERE f.kind = 'sample' AND f.value = t.sample_id{match})")
+    if "prompt_hash" in cols:  # a generation or cache entry of a prompt that showed the user's question or document
+        conds.append("EXISTS (SELECT 1 FROM _forget_ids f WHERE f.kind = 'prompt' AND f.value = t.prompt_hash)")
     if set(USER_COLUMNS) & cols:  # a row of another user that merely shares an id or a text with the user stays
         return conds
     if "doc_id" in cols:
@@ -115,14 +132,63 @@ def _conditions(cols: set[str], table: str) -> list[str]:
     if "content_hash" in cols:
         conds.append("EXISTS (SELECT 1 FROM _forget_ids f WHERE f.kind = 'hash' AND f.value = t.content_hash)")
     if "prompt" in cols:
-        conds.append("EXISTS (SELECT 1 FROM _forget_ids f WHERE f.kind = 'snippet' AND contains(t.prompt, f.value))")
+        mark = USER_INPUT_MARK.replace("\n", "' || chr(10) || '")
+        conds.append(f"EXISTS (SELECT 1 FROM _forget_ids f WHERE f.kind = 'input' AND "
+                     f"suffix(t.prompt, '{mark}' || f.value))")  # fmt: skip
+        conds.append("EXISTS (SELECT 1 FROM _forget_ids f WHERE f.kind = 'document' AND (contains(t.prompt, "
+                     "'. ' || f.value || chr(10)) OR contains(t.prompt, ': ' || f.value || ' ''score'': ')))")
+        conds.append(f"EXISTS (SELECT 1 FROM _forget_ids f WHERE f.kind IN ('input', 'query', 'document') AND "
+                     f"length(f.value) >= {WHOLE_TEXT_MIN} AND contains(t.prompt, f.value))")  # fmt: skip
     return conds
 
 
+def _prompt_hashes(con, tables: dict[str, set[str]], user_id: str, task: str | None, samples: list[str]) -> set[str]:
+    """Prompt hashes tied to the user by ids: on rows of the user or its samples, and on generations rows whose
+    retrieval (same task, method and sample) showed one of the user's documents."""
+    out: set[str] = set()
+    scope = (" AND g.task = ?", [task]) if task is not None else ("", [])
+    con.register("_forget_samples", pd.DataFrame({"sample_id": pd.Series(samples, dtype="string")}))
+    try:
+        for table, cols in tables.items():
+            if table in KEPT_TABLES or "prompt_hash" not in cols:
+                continue
+            conds = ["g.user_id = ?"] if "user_id" in cols else []
+            conds += ["g.sample_id IN (SELECT sample_id FROM _forget_samples)"] if "sample_id" in cols else []
+            task_scope = scope if "task" in cols else ("", [])
+            if conds:
+                sql = f'SELECT g.prompt_hash FROM "{table}" g WHERE ({" OR ".join(conds)}){task_scope[0]}'
+                params = ([user_id] if "user_id" in cols else []) + task_scope[1]
+                out |= {h for (h,) in con.execute(sql, params).fetchall() if h is not None}
+            if not {"task", "method", "sample_id"} <= cols:
+                continue
+            for shown, scols in tables.items():
+                if shown in KEPT_TABLES or not {"task", "method", "sample_id", "source_user_id"} <= scols:
+                    continue
+                sql = (f'SELECT DISTINCT g.prompt_hash FROM "{table}" g JOIN "{shown}" r USING (task, method, '
+                       f"sample_id) WHERE r.source_user_id = ?{scope[0]}")  # fmt: skip
+                out |= {h for (h,) in con.execute(sql, [user_id, *scope[1]]).fetchall() if h is not None}
+    finally:
+        con.unregister("_forget_samples")
+    return out
+
+
+def _others_texts(con, tables: dict[str, set[str]], user_id: str) -> set[str]:
+    """Whole inputs and document texts other users still have (in any task): not the user's alone."""
+    parts = ["SELECT input FROM lamp_samples WHERE user_id <> ?"] if "lamp_samples" in tables else []
+    parts += ["SELECT query FROM lamp_samples WHERE user_id <> ?"] if "query" in tables.get("lamp_samples", ()) else []
+    parts += [f"SELECT text FROM {t} WHERE user_id <> ?" for t in ("profile_documents", "profile_history")
+              if {"user_id", "text"} <= tables.get(t, set())]  # fmt: skip
+    if not parts:
+        return set()
+    return {v for (v,) in con.execute(" UNION ".join(parts), [user_id] * len(parts)).fetchall()}
+
+
 def _ids(con, tables: dict[str, set[str]], user_id: str, task: str | None) -> pd.DataFrame:
-    """The user's ids to match: samples, orphan documents (no other user has them), hashes, prompt snippets."""
+    """The user's ids to match: samples, orphan documents (no other user has them), hashes, the prompt hashes tied to
+    the user by ids, and the user's whole inputs and document texts (those no other user also has)."""
     owned = _owned(con, tables, user_id, task)
-    frames = [owned[owned["kind"] == "sample"]]
+    samples = owned[owned["kind"] == "sample"]
+    frames = [samples]
     docs, hashes = owned[owned["kind"] == "doc"], owned[owned["kind"] == "hash"]
     if "profile_documents" in tables:  # ids and texts another user still has are not the user's alone
         kept = "user_id <> ?" + (" OR task <> ?" if task else "")
@@ -132,9 +198,12 @@ def _ids(con, tables: dict[str, set[str]], user_id: str, task: str | None) -> pd
         docs = docs[[(t, d) not in other_docs for t, d in zip(docs["task"], docs["value"], strict=True)]]
         hashes = hashes[~hashes["value"].isin(other_hashes)]
     frames += [docs.assign(kind="orphan"), hashes]
-    texts = owned[owned["kind"] == "text"]
-    snippets = {str(v).strip()[:SNIPPET] for v in texts["value"] if len(str(v).strip()) >= 8}
-    frames.append(pd.DataFrame([(None, "snippet", s) for s in sorted(snippets)], columns=["task", "kind", "value"]))
+    prompts = _prompt_hashes(con, tables, user_id, task, samples["value"].astype(str).tolist())
+    frames.append(pd.DataFrame([(None, "prompt", h) for h in sorted(prompts)], columns=["task", "kind", "value"]))
+    others = _others_texts(con, tables, user_id)
+    for kind in ("input", "query", "document"):
+        texts = {str(v) for v in owned.loc[owned["kind"] == kind, "value"] if str(v).strip()} - others
+        frames.append(pd.DataFrame([(None, kind, v) for v in sorted(texts)], columns=["task", "kind", "value"]))
     return pd.concat(frames, ignore_index=True).astype({"value": str})
 
 

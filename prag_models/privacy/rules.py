@@ -1,18 +1,30 @@
 """The sharing rule (docs/privacy.md): which documents may leave their owner.
 
-A document is *shareable* when its owner shares (``user_sharing.share``, ``privacy.default_share`` for a user the
-table does not list) and it is not private (``document_visibility``). This module computes the flag per profile
-document from DuckDB; ``ProfileIndex.visible_rows`` applies it to every read of other users' documents.
+A document is *shareable* when its owner shares (``user_sharing.share``, then the ingested ``sharing_statements``,
+``privacy.default_share`` for a user neither lists) and it is not private (``document_visibility``, then the
+statements). :func:`shareable_mask` is the one function that decides it, for the graph (``methods.task_tables``),
+``prag answer`` and the served pyfunc (``mlops.serving.read_task_documents``) alike; a viewer sees its own documents
+and the shareable documents of the others (``ProfileIndex.visible_rows`` applies it to every read). Only shareable
+documents shape what other users get: user embeddings, clusters, neighbours and the CFRAG user encoder's document
+table are built from them alone (:func:`shaping_mask`, docs/privacy.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from prag_models.data.sharing import SHARING_TABLE, STATEMENTS_TABLE, VISIBILITY_TABLE
+from prag_models.data.sharing import (
+    SHARING_TABLE,
+    STATEMENTS_TABLE,
+    VISIBILITY_TABLE,
+    newest_statement,
+    read_consent_stamp,
+    sync_consent_stamp,
+)
 from prag_models.storage.store import table_exists
 
 
@@ -43,16 +55,52 @@ def private_documents(con, task: str) -> set[tuple[str, str]]:
     return private
 
 
+def sharing_rule(con, task: str, default_share: bool) -> Callable[[Any, Any], np.ndarray]:
+    """The sharing decision of a task read once (consents and private documents), as a function of (owners, doc ids)
+    → shareable mask (:func:`shareable_mask`); for callers that stream documents in batches."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    consent = user_consents(con, task)
+    stated_set = pa.array(list(consent), pa.string())
+    shared_set = pa.array([u for u, s in consent.items() if s], pa.string())
+    private = private_documents(con, task)
+    private_set = pa.array([f"{u}\x1f{d}" for u, d in private], pa.string())
+
+    def mask(user_ids: Any, doc_ids: Any) -> np.ndarray:
+        users = user_ids if isinstance(user_ids, pa.Array | pa.ChunkedArray) else pa.array(user_ids, pa.string())
+        docs = doc_ids if isinstance(doc_ids, pa.Array | pa.ChunkedArray) else pa.array(doc_ids, pa.string())
+        if len(users) != len(docs):
+            raise ValueError(f"{len(users)} owners for {len(docs)} documents")
+        if len(users) == 0:
+            return np.zeros(0, dtype=bool)
+        stated = pc.is_in(users, value_set=stated_set).to_numpy(zero_copy_only=False)
+        flags = np.where(stated, pc.is_in(users, value_set=shared_set).to_numpy(zero_copy_only=False),
+                         bool(default_share))  # fmt: skip
+        if private:
+            joined = pc.binary_join_element_wise(pc.cast(users, pa.string()), pc.cast(docs, pa.string()), "\x1f")
+            flags &= ~pc.is_in(joined, value_set=private_set).to_numpy(zero_copy_only=False)
+        return np.asarray(flags, dtype=bool)
+
+    return mask
+
+
+def shareable_mask(con, task: str, user_ids: Any, doc_ids: Any, default_share: bool) -> np.ndarray:
+    """THE sharing decision: per document (owner, id), may it be shown to another user — its owner shares (stated,
+    else ``default_share``) and it is not private. Ids as sequences or Arrow arrays; no Python object per row."""
+    return sharing_rule(con, task, default_share)(user_ids, doc_ids)
+
+
 def shareable_flags(
     con, task: str, user_ids: Sequence[str], doc_ids: Sequence[str], default_share: bool
 ) -> np.ndarray:
-    """Per document (owner, id): may it be shown to another user (owner shares and the document is not private)."""
-    consent = user_consents(con, task)
-    private = private_documents(con, task)
-    return np.asarray(
-        [consent.get(u, default_share) and (u, d) not in private for u, d in zip(user_ids, doc_ids, strict=True)],
-        dtype=bool,
-    )
+    """Per document (owner, id): may it be shown to another user (:func:`shareable_mask`)."""
+    return shareable_mask(con, task, list(user_ids), [str(d) for d in doc_ids], default_share)
+
+
+#: What may shape other users' results (user embeddings, clusters, neighbours, the CFRAG encoder's document table):
+#: the same documents that may be shown to them (docs/privacy.md).
+shaping_mask = shareable_mask
 
 
 def opted_out_users(users: Sequence[str], share: float, seed: int) -> set[str]:
@@ -77,3 +125,47 @@ def unshareable_retrievals(con, task: str, frame: Any, default_share: bool) -> l
         return []
     shown = [f"{r.method}/{r.sample_id}: doc {r.doc_id} of {r.source_user_id}" for r in bad.head(3).itertuples()]
     return [f"{len(bad)} documents shown to another user without their owner's consent or private, e.g. {shown}"]
+
+
+class StaleConsentError(LookupError):
+    """The readers' snapshot predates a consent or visibility statement: serving it could show withdrawn documents."""
+
+
+def require_current_consent(con, live_path: str | Path, source: str) -> None:
+    """Refuse a snapshot that lacks the newest consent statement written to the live file (the stamp beside it);
+    the live file itself always holds every committed statement. ``source``: ``read_connection``'s "live" | ..."""
+    if source == "live":
+        return
+    stamp = read_consent_stamp(live_path)
+    held = newest_statement(con)
+    if stamp is not None and (held is None or held < stamp):
+        raise StaleConsentError(
+            f"the readers' snapshot ({source}) predates the consent statement of {stamp.isoformat()} in {live_path} "
+            f"(newest it holds: {held.isoformat() if held else 'none'}) and a writer holds the live file: refusing "
+            "to serve documents whose consent may be withdrawn; retry when the run ends (or `prag ingest` again)"
+        )
+
+
+def publish_readers_snapshot(path: str | Path, con=None) -> Path:  # noqa: ANN001
+    """Publish the readers' snapshot with the consent stamp set to the newest statement it holds (``con``: the
+    caller's read-write connection; the write lock makes the stamp and the copy agree)."""
+    from prag_models.storage.store import connect, publish_snapshot
+
+    if con is None:
+        with connect(path) as own:
+            sync_consent_stamp(own)
+            return publish_snapshot(path, own)
+    sync_consent_stamp(con)
+    return publish_snapshot(path, con)
+
+
+def publish_if_consent_changed(con, before: Any) -> Path | None:  # noqa: ANN001
+    """After writes that may have appended consent statements (``before``: ``newest_statement`` until then): republish
+    the readers' snapshot in this connection when a statement was added and a snapshot exists (else None)."""
+    from prag_models.data.sharing import database_path
+    from prag_models.storage.store import snapshot_path
+
+    path = database_path(con)
+    if path is None or newest_statement(con) == before or not snapshot_path(path).exists():
+        return None
+    return publish_readers_snapshot(path, con)

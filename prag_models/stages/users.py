@@ -51,8 +51,12 @@ def cold_start_queries(con, task: str, users: pa.Array | None = None) -> dict[st
     return {u: matrix[ids == u].mean(axis=0) for u in np.unique(ids)}
 
 
-def user_embedding_rows(con, task: str) -> tuple[pa.Table, dict[str, Any]]:
-    """z_u = mean of the user's document embeddings; no history: the mean of its query embeddings (§3.6)."""
+def user_embedding_rows(con, task: str, default_share: bool = True) -> tuple[pa.Table, dict[str, Any]]:
+    """z_u = mean of the user's document embeddings that may shape other users' results (docs/privacy.md: private
+    documents and non-sharing users' documents left out); none: the mean of its query embeddings (§3.6); neither
+    (a user known only from ingested private documents): the mean of all its documents, its own placement only."""
+    from prag_models.privacy.rules import sharing_rule
+
     require_table(con, "document_embeddings")
     require_table(con, "query_embeddings")
     sql = (
@@ -61,12 +65,22 @@ def user_embedding_rows(con, task: str) -> tuple[pa.Table, dict[str, Any]]:
     )
     users = sorted(u for (u,) in con.execute(sql, [task, task]).fetchall())
     value_set = pa.array(users, pa.string())
-    means = UserMeans(users)
-    docs = "SELECT user_id, embedding FROM document_embeddings WHERE task = ?"
+    means, everything = UserMeans(users), UserMeans(users)
+    shaping = sharing_rule(con, task, default_share)
+    docs = "SELECT user_id, doc_id, embedding FROM document_embeddings WHERE task = ?"
     for batch in iter_batches(con, docs, [task]):
         rows = pc.index_in(batch["user_id"], value_set=value_set).to_numpy(zero_copy_only=False)
-        means.add(rows, column_to_matrix(batch["embedding"]))
-    vectors, counts, cold = means.result(cold_start_queries(con, task))
+        vectors = column_to_matrix(batch["embedding"])
+        keep = shaping(batch["user_id"], batch["doc_id"])
+        means.add(rows[keep], vectors[keep])
+        everything.add(rows, vectors)
+    unshaped = [u for u, n in zip(users, means.counts, strict=True) if n == 0]
+    fallback = cold_start_queries(con, task, pa.array(unshaped, pa.string())) if unshaped else {}
+    if everything.sums is not None:
+        at = {u: i for i, u in enumerate(users)}
+        own, own_counts, _ = everything.result({u: np.zeros(everything.sums.shape[1], np.float32) for u in users})
+        fallback |= {u: own[at[u]] for u in unshaped if u not in fallback and own_counts[at[u]]}
+    vectors, counts, cold = means.result(fallback)
     frame = pa.table(
         {
             "task": pa.array([task] * len(users), pa.string()),
@@ -76,7 +90,8 @@ def user_embedding_rows(con, task: str) -> tuple[pa.Table, dict[str, Any]]:
             "embedding": matrix_to_column(vectors),
         }
     )
-    return frame, {"users": len(users), "cold_start": int(sum(cold))}
+    return frame, {"users": len(users), "cold_start": int(sum(cold)),
+                   "documents_left_out": int(sum(everything.counts) - sum(means.counts))}  # fmt: skip
 
 
 def planted_communities(settings: Settings, task: str) -> dict[str, int] | None:

@@ -268,13 +268,16 @@ def snapshot_path(path: str | Path) -> Path:
     return p.with_name(p.stem + ".snapshot" + p.suffix)
 
 
-def publish_snapshot(path: str | Path) -> Path:
+def publish_snapshot(path: str | Path, con: duckdb.DuckDBPyConnection | None = None) -> Path:
     """Copy the DuckDB file to its snapshot consistently (COPY FROM DATABASE into a temp file, then an atomic rename),
-    so that readers have a complete version to read while a later run holds the live file."""
+    so that readers have a complete version to read while a later run holds the live file. ``con``: a read-write
+    connection the caller holds on the file (nobody else can write in between); else one is opened."""
     p, target = Path(path), snapshot_path(path)
     tmp = target.with_name(target.name + ".tmp")
     tmp.unlink(missing_ok=True)
-    with connect(p) as con:
+    with ExitStack() as stack:
+        if con is None:
+            con = stack.enter_context(connect(p))
         con.execute(f"ATTACH '{tmp}' AS prag_snapshot")
         try:
             (name,) = con.execute("SELECT current_database()").fetchone()

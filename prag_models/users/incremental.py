@@ -230,8 +230,12 @@ def update_users(
     model_id: str,
     clustering: ClusteringSettings,
     run_id: str = "",
+    shaping: Callable[[Sequence[str], Sequence[str]], np.ndarray] | None = None,
 ) -> UpdateReport:
-    """Apply the pending history of a task to its changed users; every write happens in one transaction."""
+    """Apply the pending history of a task to its changed users; every write happens in one transaction.
+
+    ``shaping(owners, doc ids)``: which documents may shape other users' results (``privacy.rules.sharing_rule``);
+    z_u is their mean, as the full stage computes it (docs/privacy.md)."""
     report = UpdateReport(task)
     pending = pending_history(con, task)
     if pending.empty:
@@ -245,8 +249,15 @@ def update_users(
     sql = "SELECT user_id, cluster FROM user_clusters WHERE task = ? AND user_id IN (SELECT user_id FROM _inc_users)"
     old = dict(con.execute(sql, [task]).fetchall())
     doc_matrix = column_to_matrix(docs["embedding"].tolist(), dim=vectors.shape[1])
+    doc_users = docs["user_id"].astype(str).tolist()
+    doc_ids = docs["doc_id"].astype(str).tolist()
+    keep = np.ones(len(docs), dtype=bool) if shaping is None else shaping(doc_users, doc_ids)
+    fallback = _cold_start_queries(con, task)
+    own, own_counts, _ = mean_user_embeddings(users, doc_users, doc_matrix, {u: np.zeros(doc_matrix.shape[1],
+                                                                                   np.float32) for u in users})
+    fallback |= {u: own[i] for i, u in enumerate(users) if u not in fallback and own_counts[i]}  # neither: own docs
     user_vecs, counts, cold_flags = mean_user_embeddings(
-        users, docs["user_id"].tolist(), doc_matrix, _cold_start_queries(con, task)
+        users, [u for u, k in zip(doc_users, keep, strict=True) if k], doc_matrix[keep], fallback
     )
     stored = current_model(con, task)
     state: pd.DataFrame | None = None

@@ -9,6 +9,7 @@ import duckdb
 import pandas as pd
 import pytest
 
+from prag_models.generation.prompts import build_prompt
 from prag_models.mlops import promotion, registry
 from prag_models.privacy.forget import AUDIT_TABLE, RETRAIN_TAG, forget
 
@@ -36,7 +37,9 @@ def _store(path) -> duckdb.DuckDBPyConnection:
         "relevance_labels": pd.DataFrame({"task": TASK, "sample_id": ["s-b", "s-b"], "doc_id": ["da1", "shared"]}),
         "embedding_cache": pd.DataFrame({"model_id": "m", "content_hash": ["h-a1", "h-x", "h-c1"]}),
         "generation_cache": pd.DataFrame({"generator_id": "g", "prompt_hash": ["p1", "p2", "p3"],
-                                          "prompt": ["doc: alpha secret diary entry\nq", "tag of: alpha heist", "y"],
+                                          "prompt": [build_prompt(TASK, "b q", ["alpha secret diary entry"]),
+                                                     build_prompt(TASK, "tag of: alpha heist", []),
+                                                     build_prompt(TASK, "c q", ["y"])],
                                           "output": ["o", "o", "o"]}),
         "lamp_evaluation": pd.DataFrame({"task": [TASK], "method": ["m"], "value": [0.5]}),
     }  # fmt: skip

@@ -4,7 +4,8 @@ A model folder holds ``config.json`` (``{"kind", "format_version", "config"}``) 
 state dict). A reranker folder also holds ``encoder/`` with the cross-encoder's HF config and tokenizer files, so it
 loads without the original model folder. Loaded models are in eval mode and score identically to the saved ones.
 A registered version holds this folder as artifact ``weights`` of its MLflow pyfunc model
-(``prag_models/mlops/pyfunc.py``).
+(``prag_models/mlops/pyfunc.py``). A user encoder's folder also holds ``doc_rows.parquet``: the (user_id, doc_id) of
+every row of its document table, the map serving checks before it encodes a history (``tables.encoder_histories``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from prag_models.methods.cfrag.user_encoder import UserEncoder
 FORMAT_VERSION = 1
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+#: A user encoder's document-row map: (user_id, doc_id) of each row of its document table, in row order.
+DOC_ROWS_FILE = "doc_rows.parquet"
 ENCODER_DIR = "encoder"
 _KINDS: dict[str, type[nn.Module]] = {
     "user_encoder": UserEncoder,
@@ -52,6 +55,13 @@ def save_model(model: nn.Module, folder: str | Path) -> Path:
         model.tokenizer.save_pretrained(str(out / ENCODER_DIR))
     meta = {"kind": kind, "format_version": FORMAT_VERSION, "config": model.config()}
     (out / CONFIG_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
+    rows = getattr(model, "doc_rows", None)
+    if rows is not None:  # which document each row of the encoder's table is (serving checks it, issue 26)
+        import pyarrow.parquet as pq
+
+        pq.write_table(rows, str(out / DOC_ROWS_FILE))
+    else:
+        (out / DOC_ROWS_FILE).unlink(missing_ok=True)
     return out
 
 
@@ -78,6 +88,10 @@ def load_model(folder: str | Path) -> nn.Module:
     state = load_file(str(src / WEIGHTS_FILE))
     model.load_state_dict(state, strict=True)
     model.eval()
+    if (src / DOC_ROWS_FILE).is_file():
+        import pyarrow.parquet as pq
+
+        model.doc_rows = pq.read_table(str(src / DOC_ROWS_FILE))
     return model
 
 

@@ -29,24 +29,78 @@ def model_dir(settings: Settings, task: str, kind: str) -> Path:
 _HISTORY_COLUMNS = ["user_id", "doc_id", "position", "model_id", "content_hash"]
 
 
-def task_histories(con, task: str) -> tuple[list[str], dict[str, range], np.ndarray, pa.Table]:
-    """Users of the task (with documents or samples), their histories (rows in profile order, a range each), the doc
-    matrix and the rows' keys (user_id, doc_id, position, model_id, content_hash) — the keys sorted in DuckDB, the
-    vectors streamed into one float32 matrix (no Python object per document)."""
+def _history_keys(con, task: str, default_share: bool) -> pa.Table:
+    """(rid, user_id, doc_id, position, model_id, content_hash) of the task's documents that may shape other users'
+    results (``privacy.rules.shaping_mask``: private documents and non-sharing users' documents left out), sorted."""
+    from prag_models.privacy.rules import shaping_mask
+
     keys = con.sql(
         f"SELECT rowid AS rid, {', '.join(_HISTORY_COLUMNS)} FROM document_embeddings WHERE task = ? "
         "ORDER BY user_id, position, doc_id",
         params=[task],
     ).to_arrow_table()
+    return keys.filter(pa.array(shaping_mask(con, task, keys["user_id"], keys["doc_id"], default_share)))
+
+
+def task_histories(con, task: str, default_share: bool) -> tuple[list[str], dict[str, range], np.ndarray, pa.Table]:
+    """Users of the task (with documents or samples), their histories (rows in profile order, a range each), the doc
+    matrix and the rows' keys (user_id, doc_id, position, model_id, content_hash) — the keys sorted in DuckDB, the
+    vectors streamed into one float32 matrix (no Python object per document). Only the documents that may shape
+    other users' results (docs/privacy.md): a user who shares nothing has an empty history."""
+    keys = _history_keys(con, task, default_share)
     matrix = vectors_by_rowid(con, task, keys["rid"].to_numpy())
     owners = OwnerColumn.of(keys["user_id"])
     starts = np.searchsorted(owners.codes, np.arange(len(owners.names) + 1))
     histories = {u: range(int(starts[i]), int(starts[i + 1])) for i, u in enumerate(owners.names)}
-    sample_users = {
-        u for (u,) in con.execute("SELECT DISTINCT user_id FROM lamp_samples WHERE task = ?", [task]).fetchall()
-    }
-    users = sorted(set(histories) | sample_users)
+    users = sorted(set(histories) | _sample_users(con, task))
     return users, histories, matrix, keys.select(_HISTORY_COLUMNS)
+
+
+def _sample_users(con, task: str) -> set[str]:
+    """Users with samples in the task."""
+    return {u for (u,) in con.execute("SELECT DISTINCT user_id FROM lamp_samples WHERE task = ?", [task]).fetchall()}
+
+
+class EncoderMismatchError(LookupError):
+    """The user encoder's document table is not the task's documents now: its histories would point at others."""
+
+
+def encoder_histories(con, task: str, encoder: Any, default_share: bool, described: str = "the user encoder"
+                      ) -> tuple[list[str], dict[str, list[int]]]:  # fmt: skip
+    """Users of the task and each user's history as rows of ``encoder``'s document table, by the (user_id, doc_id)
+    map stored with it; EncoderMismatchError (which model, what to retrain) unless the task's documents that may
+    shape others' results are exactly the ones it was trained on."""
+    stored = getattr(encoder, "doc_rows", None)
+    retrain = ("retrain the user encoder (materialize cfrag_user_encoder, then cfrag_user_embeddings and "
+               "cfrag_similar_users) and promote it, or serve the version that made the stored tables")  # fmt: skip
+    if stored is None:
+        raise EncoderMismatchError(f"{task}: {described} stores no document-row map (logged before issue 26): its "
+                                   f"histories cannot be checked; {retrain}")  # fmt: skip
+    keys = _history_keys(con, task, default_share).select(["user_id", "doc_id"]).to_pandas()
+    trained = stored.select(["user_id", "doc_id"]).to_pandas().assign(row=np.arange(stored.num_rows))
+    if len(trained) != encoder.num_docs:
+        raise EncoderMismatchError(f"{task}: {described} has {encoder.num_docs} document rows but a map of "
+                                   f"{len(trained)}; {retrain}")  # fmt: skip
+    rows = keys.merge(trained, on=["user_id", "doc_id"], how="left", sort=False)  # keeps the keys' order
+    new = rows["row"].isna().to_numpy()
+    gone = len(trained) - int(rows.loc[~new, "row"].nunique())
+    if new.any() or gone:
+        eg = [f"{u}/{d}" for u, d in rows.loc[new, ["user_id", "doc_id"]].head(3).itertuples(index=False)]
+        if gone and len(eg) < 3:
+            left = trained.merge(keys, on=["user_id", "doc_id"], how="left", indicator=True)
+            eg += [f"{u}/{d}" for u, d in left.loc[left["_merge"] == "left_only", ["user_id", "doc_id"]]
+                   .head(3 - len(eg)).itertuples(index=False)]  # fmt: skip
+        raise EncoderMismatchError(
+            f"{task}: {described} was trained on {len(trained)} documents; of the task's {len(keys)} documents that "
+            f"may shape other users' results now, {int(new.sum())} are not in its table and {gone} of its rows are "
+            f"gone (erased, made private or withdrawn), e.g. {eg}; {retrain}"
+        )
+    owners, row_of = rows["user_id"].to_numpy(dtype=object), rows["row"].to_numpy(dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]]) if len(owners) else np.zeros(0, dtype=np.int64)
+    ends = np.r_[starts[1:], len(owners)]
+    histories = {str(owners[i]): row_of[i:j].tolist() for i, j in zip(starts, ends, strict=True)}
+    users = sorted(set(histories) | _sample_users(con, task))
+    return users, histories
 
 
 def history_version(keys: pa.Table) -> str:
@@ -58,9 +112,9 @@ def history_version(keys: pa.Table) -> str:
     return digest.hexdigest()[:16]
 
 
-def load_probe(con, task: str) -> Probe:
+def load_probe(con, task: str, default_share: bool = True) -> Probe:
     """The load-back probe of a task: first users' histories, first dev queries, first documents, CFRAG e_u."""
-    users, histories, matrix, _ = task_histories(con, task)
+    users, histories, matrix, _ = task_histories(con, task, default_share)
     dev = con.execute(
         "SELECT s.sample_id, s.user_id, s.query, q.embedding FROM lamp_samples s JOIN query_embeddings q "
         "USING (task, sample_id) WHERE task = ? AND s.split = 'dev' ORDER BY s.sample_id LIMIT ?",
@@ -158,12 +212,15 @@ def mean_embedding_neighbours(con, task: str, settings: Settings) -> dict[str, l
     return {ids[i]: [ids[int(j)] for j in found[i]] for i in range(len(ids))}
 
 
-def cfrag_user_embedding_rows(con, task: str, model: Any) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """e_u of every user of the task from a (registered) user encoder."""
+def cfrag_user_embedding_rows(
+    con, task: str, model: Any, default_share: bool, described: str = "the user encoder"
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """e_u of every user of the task from a (registered) user encoder, its histories by the encoder's own
+    document-row map (``encoder_histories``: any mismatch is an error, never a shifted history)."""
     from prag_models.methods.cfrag.probes import single_thread
     from prag_models.methods.cfrag.user_encoder import encode_users
 
-    users, histories, _, _ = task_histories(con, task)
+    users, histories = encoder_histories(con, task, model, default_share, described)
     with single_thread():
         vectors = encode_users(model, [histories.get(u, []) for u in users])
     frame = pd.DataFrame({"task": task, "user_id": users, "embedding": list(vectors)})

@@ -75,13 +75,14 @@ def train_task_user_encoder(
 
     from prag_models.methods.cfrag.user_encoder import train_user_encoder
 
-    _, histories, matrix, keys = task_histories(con, task)
+    _, histories, matrix, keys = task_histories(con, task, settings.privacy.default_share)
     c = encoder_settings(settings.cfrag, keys.num_rows)
     started = time.perf_counter()
     with torch_threads(c.train_threads):
         threads = torch.get_num_threads()
         model, curve = train_user_encoder([histories[u] for u in sorted(histories)], matrix, c, progress)
     del matrix  # a frozen table shares it; otherwise the model holds its own copy
+    model.doc_rows = keys.select(["user_id", "doc_id"])  # the document-row map saved with it (serving checks it)
     params = {k: getattr(c, k) for k in _ENCODER_PARAMS}
     params |= {"task": task, "users": len(histories), "documents": keys.num_rows,
                "finetune_max_docs": c.finetune_max_docs, "torch_threads": threads}  # fmt: skip

@@ -41,6 +41,7 @@ class UserEncoder(nn.Module):
         self.heads, self.dropout = int(heads), float(dropout)
         self.finetune_doc_embeddings = bool(finetune_doc_embeddings)
         self.pad_id, self.mask_id = self.num_docs, self.num_docs + 1
+        self.doc_rows: Any = None  # pyarrow Table (user_id, doc_id) of each table row, set by training (issue 26)
         if doc_weights is None:
             self.doc_table = nn.Embedding(self.num_docs, self.dim)
         else:  # wraps the tensor without copying it (at 3.7 M documents the table is 5.7 GB)

@@ -1,0 +1,113 @@
+"""A champion/challenger decision of a task's CFRAG bundle (``mlops.promotion``) as a record: its ``model_promotions``
+rows in DuckDB, its summary lines and its JSON metadata for Dagster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+if TYPE_CHECKING:
+    import duckdb
+
+PROMOTIONS_TABLE = "model_promotions"
+PROMOTIONS_DDL = (
+    "task VARCHAR, action VARCHAR, registered_name VARCHAR, from_version BIGINT, to_version BIGINT, metric VARCHAR, "
+    "challenger_value DOUBLE, champion_value DOUBLE, override BOOLEAN, actor VARCHAR, reason VARCHAR, "
+    "decided_at TIMESTAMP, message VARCHAR"
+)
+
+
+def iso_utc(moment: datetime) -> str:
+    """ISO-8601 UTC text of a naive UTC datetime."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class PromotionDecision:
+    """One promotion, refusal or rollback of a task's bundle; ``*_value`` are the primary metric of each bundle.
+
+    For a rollback, ``to_versions`` are the restored champion versions, ``challenger_value`` their recorded metric and
+    ``champion_value`` the metric of the bundle that was champion until then.
+    """
+
+    task: str
+    action: str  # promoted | refused | rolled_back
+    promoted: bool
+    metric: str
+    higher_is_better: bool
+    challenger_value: float | None
+    champion_value: float | None
+    override: bool
+    actor: str
+    reason: str
+    decided_at: datetime  # UTC, naive
+    message: str
+    names: dict[str, str] = field(default_factory=dict)  # kind -> registered name
+    from_versions: dict[str, int | None] = field(default_factory=dict)
+    to_versions: dict[str, int | None] = field(default_factory=dict)
+
+    def rows(self) -> pd.DataFrame:
+        """One ``model_promotions`` row per registered model of the bundle."""
+        base = {
+            "task": self.task,
+            "action": self.action,
+            "metric": self.metric,
+            "challenger_value": self.challenger_value,
+            "champion_value": self.champion_value,
+            "override": self.override,
+            "actor": self.actor,
+            "reason": self.reason,
+            "decided_at": self.decided_at,
+            "message": self.message,
+        }
+        rows = [
+            {**base, "registered_name": self.names[k], "from_version": self.from_versions.get(k),
+             "to_version": self.to_versions.get(k)}
+            for k in self.names
+        ]  # fmt: skip
+        columns = [c.split()[0] for c in PROMOTIONS_DDL.split(", ")]
+        return pd.DataFrame(rows, columns=columns).astype({"from_version": "Int64", "to_version": "Int64"})
+
+    def summary(self) -> str:
+        """A few printable lines: the message, the versions per model, who/when/why."""
+        lines = [f"{self.action}: {self.message}"]
+        for kind, name in self.names.items():
+            lines.append(f"  {name}: v{self.from_versions.get(kind)} -> v{self.to_versions.get(kind)}")
+        lines.append(
+            f"  actor {self.actor}, at {iso_utc(self.decided_at)}, override {self.override}, reason: {self.reason}"
+        )
+        return "\n".join(lines)
+
+
+def append_decision(con: duckdb.DuckDBPyConnection, decision: PromotionDecision) -> int:
+    """Append a decision's rows to the DuckDB table ``model_promotions`` (created if missing); returns rows written."""
+    frame = decision.rows()
+    con.execute(f"CREATE TABLE IF NOT EXISTS {PROMOTIONS_TABLE} ({PROMOTIONS_DDL})")
+    con.register("_prag_promotion", frame)
+    try:
+        cols = ", ".join(frame.columns)
+        con.execute(f"INSERT INTO {PROMOTIONS_TABLE} ({cols}) SELECT {cols} FROM _prag_promotion")
+    finally:
+        con.unregister("_prag_promotion")
+    return len(frame)
+
+
+def decision_metadata(decision: PromotionDecision) -> dict[str, Any]:
+    """A JSON-able summary of a decision (Dagster metadata, logs)."""
+    return {
+        "task": decision.task,
+        "action": decision.action,
+        "metric": decision.metric,
+        "challenger_value": decision.challenger_value,
+        "champion_value": decision.champion_value,
+        "override": decision.override,
+        "actor": decision.actor,
+        "reason": decision.reason,
+        "decided_at": iso_utc(decision.decided_at),
+        "message": decision.message,
+        "versions": {decision.names[k]: [decision.from_versions.get(k), decision.to_versions.get(k)]
+                     for k in decision.names},
+    }  # fmt: skip

@@ -1,5 +1,7 @@
-"""CFRAG models in MLflow for the assets: save a trained model, log and register it (MlflowResource), record its
-``cfrag_models`` row; load the version a training asset registered or the challenger; loss curves as metadata."""
+"""CFRAG models in MLflow for the assets: save a trained model, log and register it (MlflowResource) in the run
+opened around its fit, record its ``cfrag_models`` row; load the version a training asset registered or the
+challenger; loss curves and links to the MLflow UI's run and version pages as metadata (lineage both ways: the runs
+and versions carry the Dagster run id, asset key and partition as tags)."""
 
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -14,14 +16,18 @@ from prag_assets.task_table import TaskStep, task_asset
 from prag_models.config.settings import Settings
 from prag_models.methods.cfrag.probes import loss_trend, probe_scores
 from prag_models.methods.cfrag.tables import MODELS_TABLE, load_probe, model_dir, model_row, models_row
-from prag_models.methods.cfrag.training import Trained
-from prag_models.mlops.registry import CHALLENGER, model_aliases, registered_name
+from prag_models.methods.cfrag.training import Tracker, Trained
+from prag_models.mlops.registry import CHALLENGER, RegisteredVersion, model_aliases, registered_name
+from prag_models.mlops.runs import Lineage
 from prag_models.storage.store import replace_rows
 
 
-def record_model(con, mlflow: MlflowResource, settings: Settings, task: str, trained: Trained) -> dict[str, Any]:
-    """Save a trained model, log + register it in MLflow (with the per-epoch validation record of a FitResult when
-    there is one), write its ``cfrag_models`` row; returns a metadata entry."""
+def record_model(
+    con, mlflow: MlflowResource, settings: Settings, task: str, trained: Trained, lineage: Lineage | None = None
+) -> tuple[dict[str, Any], RegisteredVersion]:  # fmt: skip
+    """Save a trained model, log + register it in MLflow (in the run opened around its fit, with the per-epoch
+    validation record of a FitResult when there is one, the training rows and the lineage), write its
+    ``cfrag_models`` row; returns a metadata entry and the registered version."""
     from prag_models.methods.cfrag.serialization import save_model
 
     kind, curve = trained.kind, trained.curve
@@ -29,12 +35,15 @@ def record_model(con, mlflow: MlflowResource, settings: Settings, task: str, tra
     probe = probe_scores(kind, trained.model, load_probe(con, task, settings.privacy.default_share))
     start, end = loss_trend(curve)
     name = registered_name(kind, task)
+    rows = None if trained.rows is None else (trained.rows, str(settings.duckdb_path))
     entry = mlflow.log_and_register(folder, name, trained.params, curve, trained.data_version,
-                                    tags=trained.registry_tags(task), epoch_metrics=trained.epoch_metrics())
+                                    tags=trained.registry_tags(task), epoch_metrics=trained.epoch_metrics(),
+                                    run_id=trained.run_id, lineage=lineage, dataset=rows)  # fmt: skip
     row = models_row(task, kind, entry, trained.data_version, curve, probe, trained.seconds, folder)
     replace_rows(con, MODELS_TABLE, row, {"task": task, "kind": kind})
     return {
         "registered": f"{name}/{entry.version}",
+        "mlflow_run_id": entry.run_id,
         "aliases": list(entry.aliases),
         "data_version": trained.data_version,
         "steps": len(curve),
@@ -44,7 +53,7 @@ def record_model(con, mlflow: MlflowResource, settings: Settings, task: str, tra
         "loss_end_mean": round(end, 5),
         "train_seconds": round(trained.seconds, 2),
         **trained.summary(),
-    }
+    }, entry
 
 
 def load_registered_model(con, mlflow: MlflowResource, task: str, kind: str) -> tuple[Any, dict[str, Any]]:
@@ -83,10 +92,23 @@ def training_metadata(stats: dict[str, dict], curves: dict[str, list[float]]) ->
     }
 
 
+def lineage_metadata(key: str, links: dict[str, str]) -> dict[str, dg.MetadataValue]:
+    """Links that open the MLflow UI on the run and on the model version of one trained model (``key``: the task,
+    or task/kind when a task trains several): ``mlflow_run <key>`` and ``mlflow_version <key>``."""
+    return {f"mlflow_run {key}": dg.MetadataValue.url(links["run"]),
+            f"mlflow_version {key}": dg.MetadataValue.url(links["version"])}  # fmt: skip
+
+
+def step_lineage(context: dg.AssetExecutionContext, task: str) -> Lineage:
+    """The Dagster run id, asset key and partition (the task) of one task's step, as plain strings."""
+    return Lineage(context.run.run_id, context.asset_key.to_user_string(), task)
+
+
 def training_asset(
-    *, name: str, deps: Sequence[Any], description: str, train: Callable[[TaskStep], list[Trained]]
+    *, name: str, deps: Sequence[Any], description: str, train: Callable[[TaskStep, Tracker], list[Trained]]
 ) -> dg.AssetsDefinition:
-    """A CFRAG training asset: per task, train (one prag_models.methods.cfrag.training call), register, record."""
+    """A CFRAG training asset: per task, train (one prag_models.methods.cfrag.training call, each fit inside its
+    MLflow run), register, record; the metadata links each model's run and version in the MLflow UI."""
 
     @task_asset("cfrag", name=name, deps=list(deps), kinds={"duckdb", "pytorch", "mlflow"}, description=description)
     def _asset(
@@ -96,16 +118,24 @@ def training_asset(
         models: ModelsResource,
         mlflow: MlflowResource,
     ) -> dg.MaterializeResult:
-        stats, curves = {}, {}
+        stats, curves, links = {}, {}, {}
         with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
             for task in tasks:
-                trained_models = train(TaskStep(context, con, task, settings, models, mlflow))
-                for trained in trained_models:
-                    key = task if len(trained_models) == 1 else f"{task}/{trained.kind}"
-                    stats[key] = record_model(con, mlflow, settings, task, trained)
-                    curves[key] = trained.curve
-                    context.log.info(f"{key} {trained.kind}: {stats[key]}")
+                lineage = step_lineage(context, task)
+                tracker = mlflow.tracker(task, lineage)
+                try:
+                    trained_models = train(TaskStep(context, con, task, settings, models, mlflow), tracker)
+                    for trained in trained_models:
+                        key = task if len(trained_models) == 1 else f"{task}/{trained.kind}"
+                        stats[key], entry = record_model(con, mlflow, settings, task, trained, lineage)
+                        links |= lineage_metadata(key, mlflow.ui_links(entry))
+                        curves[key] = trained.curve
+                        context.log.info(f"{key} {trained.kind}: {stats[key]}")
+                except BaseException:
+                    tracker.fail_unfinished()  # a run opened around a fit that never got registered
+                    raise
             written = table_metadata(con, MODELS_TABLE, tasks)
-        return dg.MaterializeResult(metadata={**training_metadata(stats, curves), **written})
+        return dg.MaterializeResult(metadata={**training_metadata(stats, curves), **links, **written})
 
     return _asset
+

@@ -14,6 +14,7 @@ import dagster as dg
 
 from prag_assets.resources import PragSettingsResource
 from prag_models.mlops.registry import MlflowTarget, RegisteredVersion
+from prag_models.mlops.runs import Lineage, RunTracker
 
 if TYPE_CHECKING:
     from torch import nn
@@ -40,9 +41,12 @@ class MlflowResource(dg.ConfigurableResource):
         data_version: str,
         tags: Mapping[str, str] | None = None,
         epoch_metrics: Mapping[str, Sequence[float]] | None = None,
+        run_id: str = "",
+        lineage: Lineage | None = None,
+        dataset: tuple[Any, str] | None = None,
     ) -> RegisteredVersion:
-        """Log a saved model folder with its training record and register it as a new version of ``name``: a pyfunc
-        model when ``tags`` name the task and a CFRAG model kind."""
+        """Log a saved model folder with its training record (in run ``run_id`` when the fit opened one) and register
+        it as a new version of ``name``: a pyfunc model when ``tags`` name the task and a CFRAG model kind."""
         from functools import partial
 
         from prag_models.mlops import pyfunc as serving_pyfunc
@@ -65,7 +69,22 @@ class MlflowResource(dg.ConfigurableResource):
             tags,
             epoch_metrics=epoch_metrics,
             package=package,
+            run_id=run_id,
+            lineage=lineage,
+            dataset=dataset,
         )
+
+    def tracker(self, task: str, lineage: Lineage) -> RunTracker:
+        """kind -> an MLflow run around that kind's fit for ``task``, tagged with the Dagster lineage."""
+        from prag_models.mlops.registry import tracker
+
+        return tracker(self.target(), task, lineage)
+
+    def ui_links(self, entry: RegisteredVersion) -> dict[str, str]:
+        """The MLflow UI pages (``mlflow.ui_url``) of a version's run and of the version."""
+        from prag_models.mlops.registry import ui_links
+
+        return ui_links(self.target(), self.settings.get().mlflow.ui_url, entry)
 
     def load(self, name: str, version: int | None = None, alias: str = "") -> tuple[nn.Module, RegisteredVersion]:
         """A registered version (by number or alias), downloaded and loaded from safetensors."""

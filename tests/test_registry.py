@@ -52,8 +52,15 @@ def test_log_register_load_round_trip_scores_identical(target, tmp_path) -> None
     assert run.data.params["alpha"] == "0.3" and run.data.tags["data_version"] == "abc123"
     assert run.data.metrics["final_loss"] == 0.5
     assert registry.run_metric_history(target, entry.run_id) == curve
-    files = {f.path for f in client.list_artifacts(entry.run_id, registry.ARTIFACT_PATH)}
-    assert files == {"model/config.json", "model/model.safetensors"}
+    # the model is the run's LoggedModel (the experiment's Models tab) and the version's source
+    outputs = run.outputs.model_outputs
+    assert len(outputs) == 1
+    logged = client.get_logged_model(outputs[0].model_id)
+    assert logged.source_run_id == entry.run_id and str(logged.status) in ("READY", "LoggedModelStatus.READY")
+    assert entry.source == logged.artifact_location
+    files = {f.path for f in client.list_logged_model_artifacts(logged.model_id)}
+    assert files == {"config.json", "model.safetensors"}
+    assert logged.tags["mlflow.modelVersions"] == '[{"name": "prag-retriever-LaMP-2", "version": 1}]'
     assert client.get_model_version("prag-retriever-LaMP-2", "1").tags["data_version"] == "abc123"
 
 
@@ -159,8 +166,11 @@ def test_pyfunc_version_has_mlmodel_signature_example_descriptions(target, tmp_p
     model_text = client.get_registered_model(entry.name).description
     assert "user encoder" in model_text and "LaMP-2" in model_text and "mlflow models serve" in model_text
     version_text = client.get_model_version(entry.name, str(entry.version)).description
-    assert "data version dv9" in version_text and "1.0000 -> 0.2500" in version_text and "val_kl" in version_text
-    assert "improved = true" in version_text
+    # short, human, rounded: the key figures; the rest stays in the tags
+    assert "data version dv9" in version_text and "loss 1 -> 0.25 over 2 steps" in version_text
+    assert "Validation NDCG 0.4" in version_text and len(version_text.splitlines()) <= 6
+    assert client.get_model_version(entry.name, str(entry.version)).tags["training.improved"] == "true"
+    assert client.get_registered_model(entry.name).tags == {"task": "LaMP-2", "kind": "user_encoder"}
     assert client.get_experiment_by_name("test").tags["mlflow.experimentKind"] == "custom_model_development"
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", target.tracking_uri)

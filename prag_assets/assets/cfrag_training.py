@@ -52,7 +52,9 @@ cfrag_retriever = training_asset(
     deps=[feedback_labels, cfrag_user_embeddings, user_embeddings],
     description="Personalized retriever S = (1-α)cos(q,d) + α cos(W e_u, d) (§2.4) distilled from the feedback "
     "labels with KL at T = 1 (§2.6); registered in MLflow.",
-    train=lambda step: [train_task_retriever(step.con, step.task, step.settings, step.models.generator().model_id)],
+    train=lambda step, track: [
+        train_task_retriever(step.con, step.task, step.settings, step.models.generator().model_id, track)
+    ],
 )
 
 cfrag_reranker = training_asset(
@@ -60,5 +62,7 @@ cfrag_reranker = training_asset(
     deps=[feedback_labels, cfrag_user_embeddings],
     description="Personalized reranker MLP([CLS(q,d) ⊕ W2 e_u]) over a cross-encoder (§2.7) distilled from the "
     "feedback labels with KL at T = 0.1; plus the ablation reranker trained without e_u (§2.8). Both registered.",
-    train=lambda step: train_task_rerankers(step.con, step.task, step.settings, step.models.generator().model_id),
+    train=lambda step, track: train_task_rerankers(
+        step.con, step.task, step.settings, step.models.generator().model_id, track
+    ),
 )

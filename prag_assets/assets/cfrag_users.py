@@ -18,9 +18,9 @@ cfrag_user_encoder = training_asset(
     deps=[document_embeddings, query_embeddings],  # query vectors: the load-back probe
     description="CFRAG user encoder (§2.1–2.2): doc embeddings + positions + one Transformer layer, trained with "
     "InfoNCE on two augmented views of every user's history; saved as safetensors and registered in MLflow.",
-    train=lambda step: [
+    train=lambda step, track: [
         train_task_user_encoder(
-            step.con, step.task, step.settings, progress_logger(step.context, f"{step.task} user encoder")
+            step.con, step.task, step.settings, progress_logger(step.context, f"{step.task} user encoder"), track
         )
     ],
 )

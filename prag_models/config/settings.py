@@ -245,6 +245,8 @@ class MlflowSettings(Section):
 
     tracking_uri: str = ""
     experiment: str = "prag"
+    # Where the MLflow UI runs (`mlflow ui` / `mlflow server`): the assets link runs and versions to its pages.
+    ui_url: str = "http://127.0.0.1:5000"
 
 
 class Settings(BaseSettings):

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -180,6 +180,25 @@ class TaskData:
     vectors: pd.DataFrame  # user_id, embedding (e_u)
     similar: pd.DataFrame  # user_id, neighbour_id, rank
     source: str  # which file, and whether e_u were stored or re-encoded
+    known: dict[str, Any] = field(default_factory=dict)  # user_id -> ServedUser, built once (a request is O(pool))
+
+    def __post_init__(self) -> None:
+        from prag_models.mlops.serving import ServedUser
+
+        ranked = self.similar.sort_values(["user_id", "rank"]).groupby("user_id", sort=False)["neighbour_id"]
+        neighbours = {u: list(n) for u, n in ranked}
+        for user_id, e_u in zip(self.vectors["user_id"], self.vectors["embedding"], strict=True):
+            found = neighbours.get(user_id) or [user_id]
+            self.known[user_id] = ServedUser(user_id, False, found, "cfrag_similar_users",
+                                             np.asarray(e_u, dtype=np.float32))  # fmt: skip
+
+    def user(self, user_id: str, settings: Any, encoder: Any) -> Any:
+        """A known user's e_u and neighbours by dictionary look-up; an unknown user's cold start."""
+        from prag_models.mlops import serving
+
+        known = self.known.get(user_id)
+        return known if known is not None else serving.cfrag_user(user_id, self.vectors, self.similar, settings,
+                                                                  encoder)  # fmt: skip
 
 
 def read_task_data(
@@ -237,6 +256,16 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
         self.refs = {kind: (entry.name, entry.version) for kind, entry in bundle.items()}
         self.described = ", ".join(f"{n}/{v}" for n, v in self.refs.values()) + f" ({self.how})"
         self._data: tuple[tuple[str, float, float], TaskData] | None = None
+        self.warm_up()
+
+    def warm_up(self) -> None:
+        """Read the task's tables and run the query embedder once while loading, so the first request pays neither
+        (a missing DuckDB file is left to the first request, which then names it)."""
+        from prag_models.text.embedder import load_embedder
+
+        if duckdb_file(self.config).exists():
+            self.task_data()
+        load_embedder(self.settings.embedder).embed(["warm-up"])
 
     def task_data(self) -> TaskData:
         """The task's tables, re-read when the DuckDB file or the consent stamp beside it changed."""
@@ -256,7 +285,6 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
         from prag_models.data.tasks import extract_query
         from prag_models.methods.cfrag import inference
         from prag_models.methods.cfrag.probes import single_thread
-        from prag_models.mlops import serving
         from prag_models.text.embedder import load_embedder
 
         frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
@@ -272,8 +300,7 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
         queries, users, neighbours = [], [], {}
         with single_thread():
             for i, (user_id, text) in enumerate(zip(frame["user_id"].astype(str), texts, strict=True)):
-                user = serving.cfrag_user(user_id, data.vectors, data.similar, self.settings,
-                                          self.models["user_encoder"])  # fmt: skip
+                user = data.user(user_id, self.settings, self.models["user_encoder"])
                 users.append(user)
                 neighbours[user_id] = user.neighbours
                 queries.append(inference.CfragQuery(f"row-{i}", user_id, text, vectors[i], user.embedding))

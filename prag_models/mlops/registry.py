@@ -1,15 +1,17 @@
 """MLflow tracking and model registry for the CFRAG models: log, register and load safetensors model folders.
 
 A trained model is saved with ``prag_models.methods.cfrag.serialization.save_model`` (``config.json`` +
-``model.safetensors``, never a pickle). :func:`log_and_register` logs that folder with ``log_artifacts`` in a new run
-(params, the loss curve as metric ``loss`` by step, ``final_loss``, the data version as a tag) and registers it as a
-new version of a registered model. Given a ``package`` (``serving_pyfunc.save_pyfunc``), the logged
-folder is an MLflow pyfunc model (``MLmodel``, signature, input example) holding the weights under ``artifacts/``.
-Registered models and versions get descriptions (what the model is, task, data version, training metrics); the
-experiment gets tag ``mlflow.experimentKind = custom_model_development`` so the MLflow 3 UI opens it as classic ML.
-New versions get alias ``challenger``; the first version of a model that has no ``champion`` yet also becomes
-``champion`` (promotion rules live elsewhere). :func:`load_registered` downloads a version's folder and loads its
-weights with ``load_model`` (safetensors only).
+``model.safetensors``, never a pickle). :func:`log_and_register` ends the run opened around the fit (:func:`tracker`,
+``mlops.runs``; else a new run): params, the loss curve as metric ``loss`` by step, ``final_loss``, the data version
+and the Dagster lineage as tags, the training rows as dataset input; the model folder is logged as the run's MLflow
+LoggedModel (the experiment's Models tab) and registered as a new version of a registered model. Given a
+``package`` (``mlops.pyfunc.save_pyfunc``), that folder is an MLflow pyfunc model (``MLmodel``, signature, input
+example) holding the weights under ``artifacts/``. Registered models get a description and ``task`` / ``kind`` tags;
+versions a short description with the key figures (4 significant digits), the rest as tags. The experiment gets tag
+``mlflow.experimentKind = custom_model_development`` (MLflow < 3.17; 3.17's UI chooses by its workflow switch, which
+``runs.experiment_url`` sets to machine learning). New versions get alias ``challenger``; the first version of a
+model that has no ``champion`` yet also becomes ``champion`` (promotion rules live elsewhere). :func:`load_registered`
+downloads a version's folder and loads its weights with ``load_model`` (safetensors only).
 
 Every call goes through an explicit ``MlflowClient`` (no global tracking URI is set). mlflow and torch are imported
 inside the functions, so importing this module is cheap.
@@ -17,6 +19,7 @@ inside the functions, so importing this module is cheap.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -25,9 +28,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prag_models.mlops.runs import (
+    Lineage,
+    RunTracker,
+    log_training_dataset,
+    run_url,
+    sig,
+    source_tags,
+    start_run,
+    version_url,
+)
 from prag_models.storage.hashing import data_version as data_version  # re-exported: the version a run is tagged with
 
 if TYPE_CHECKING:
+    import pandas as pd
     from mlflow import MlflowClient
     from torch import nn
 
@@ -139,21 +153,35 @@ def version_description(
     name: str, tags: Mapping[str, str], data_version: str, curve: Sequence[float],
     epoch_metrics: Mapping[str, Sequence[float]] | None, pyfunc: bool,
 ) -> str:  # fmt: skip
-    """A version's description: model, task, data version, training metrics (loss, validation KL/NDCG, best epoch)."""
+    """A version's short description: what, which data, the key training figures (4 significant digits); the rest
+    of the record is in the version's tags (``training.*``, ``dagster.*``) and on its run."""
     kind, task = tags.get("kind", name), tags.get("task", "")
-    lines = [f"{kind} for {task}" if task else kind, f"data version {data_version}"]
+    lines = [f"{kind} for {task}, data version {data_version}." if task else f"{kind}, data version {data_version}."]
     if curve:
-        lines.append(f"training loss {float(curve[0]):.4f} -> {float(curve[-1]):.4f} over {len(curve)} steps")
-    for key, values in (epoch_metrics or {}).items():
-        finite = [float(v) for v in values if v == v]
-        if finite:
-            lines.append(f"{key}: epoch 0 {finite[0]:.4f}, last {finite[-1]:.4f}")
-    training = {k.removeprefix("training."): v for k, v in tags.items() if k.startswith("training.")}
-    if training:
-        lines.append("training: " + ", ".join(f"{k} = {v}" for k, v in sorted(training.items())))
+        lines.append(f"Training loss {sig(curve[0])} -> {sig(curve[-1])} over {len(curve)} steps.")
+    best = tags.get("training.best_epoch")
+    if "training.val_ndcg_init" in tags:
+        by, improved = tags.get("training.selected_by", "kl"), tags.get("training.improved", "?")
+        lines.append(f"Validation NDCG {sig_text(tags['training.val_ndcg_init'])} -> "
+                     f"{sig_text(tags.get('training.val_ndcg_best', ''))} (best epoch {best}, selected by {by}, "
+                     f"improved: {improved}).")  # fmt: skip
+    elif epoch_metrics and any(v == v for v in epoch_metrics.get("val_ndcg", [])):
+        finite = [float(v) for v in epoch_metrics["val_ndcg"] if v == v]
+        lines.append(f"Validation NDCG {sig(finite[0])} -> {sig(finite[-1])}.")
+    if tags.get("training.gate"):
+        lines.append(f"Gate: {tags['training.gate']}.")
     if pyfunc:
-        lines.append("pyfunc model: predict(task, user_id, query) -> ranked documents with scores")
-    return "; ".join(lines)
+        lines.append("pyfunc model: predict(task, user_id, query) -> ranked documents with scores.")
+    lines.append("Everything else: the version's tags and its run.")
+    return "\n".join(lines)
+
+
+def sig_text(value: str) -> str:
+    """A number stored as text, to 4 significant digits (other text unchanged)."""
+    try:
+        return sig(float(value))
+    except ValueError:
+        return value
 
 
 def model_aliases(target: MlflowTarget, name: str) -> dict[str, int]:
@@ -194,20 +222,30 @@ def log_and_register(
     run_name: str = "",
     epoch_metrics: Mapping[str, Sequence[float]] | None = None,
     package: Packager | None = None,
+    run_id: str = "",
+    lineage: Lineage | None = None,
+    dataset: tuple[pd.DataFrame, str] | None = None,
 ) -> RegisteredVersion:
-    """Log a saved model folder with its training record in a new run and register it as a new version of ``name``.
+    """Log a saved model folder with its training record in a run and register it as a new version of ``name``.
 
-    ``epoch_metrics`` (e.g. train_loss, val_kl, val_ndcg) are logged with step = epoch (0 = before training).
-    ``package(run_id, scratch)`` turns the folder into the model folder to log (the CFRAG pyfunc model)."""
-    from mlflow.entities import Metric, Param, RunTag
+    ``run_id``: the run opened around the fit (:func:`tracker`), else a new run. ``epoch_metrics`` (e.g. train_loss,
+    val_kl, val_ndcg) are logged with step = epoch (0 = before training). ``package(run_id, scratch)`` turns the
+    folder into the model folder to log (the CFRAG pyfunc model), logged as the run's MLflow LoggedModel. ``lineage``
+    (Dagster run, asset, partition) goes to the run's and the version's tags; ``dataset`` = (training rows, their
+    source) to the run's dataset inputs. The run ends here (FAILED if anything raises)."""
+    from mlflow.entities import LoggedModelOutput, Metric, Param, RunTag
 
     folder = Path(model_dir)
     if not (folder / "model.safetensors").is_file():
         raise FileNotFoundError(f"{folder} holds no model.safetensors: save the model with save_model first")
     client = make_client(target)
-    run_tags = {"data_version": data_version, **dict(tags or {})}
-    run = client.create_run(experiment_id(client, target), run_name=run_name or name, tags=run_tags)
-    run_id = run.info.run_id
+    lineage = lineage or Lineage()
+    run_tags = {"data_version": data_version, **dict(tags or {}), **lineage.tags()}
+    experiment = experiment_id(client, target)
+    if run_id:
+        client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in run_tags.items()])
+    else:
+        run_id = start_run(client, experiment, run_name or name, source_tags(lineage, name) | run_tags)
     try:
         now = int(time.time() * 1000)
         curve = [float(v) for v in loss_curve]
@@ -222,22 +260,56 @@ def log_and_register(
             client.log_batch(run_id, params=param_list[start : start + 100])
         for start in range(0, len(metrics), 1000):
             client.log_batch(run_id, metrics=metrics[start : start + 1000])
+        if dataset is not None:
+            log_training_dataset(client, run_id, dataset[0], f"{name} training rows", dataset[1])
+        kind = run_tags.get("kind", "")
         with tempfile.TemporaryDirectory(prefix="prag-package-") as scratch:
             logged = package(run_id, Path(scratch)) if package is not None else folder
-            client.log_artifacts(run_id, str(logged), ARTIFACT_PATH)
-        source = f"{client.get_run(run_id).info.artifact_uri.rstrip('/')}/{ARTIFACT_PATH}"
-        version_tags = {"data_version": data_version, **dict(tags or {})}
-        _ensure_registered_model(client, name, model_description(name, version_tags, package is not None))
-        text = version_description(name, version_tags, data_version, curve, epoch_metrics, package is not None)
-        mv = client.create_model_version(name, source=source, run_id=run_id, tags=version_tags, description=text)
+            model = client.create_logged_model(
+                experiment,
+                name=kind or name,
+                source_run_id=run_id,
+                tags=run_tags,
+                params={p.key: p.value for p in param_list},
+                model_type=kind or None,
+            )
+            client.log_model_artifacts(model.model_id, str(logged))
+        client.finalize_logged_model(model.model_id, "READY")
+        client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step=0)])
+        source = model.artifact_location
+        _ensure_registered_model(client, name, model_description(name, run_tags, package is not None))
+        for key in ("task", "kind"):  # model-level tags to filter the registry by
+            if run_tags.get(key):
+                client.set_registered_model_tag(name, key, run_tags[key])
+        text = version_description(name, run_tags, data_version, curve, epoch_metrics, package is not None)
+        mv = client.create_model_version(name, source=source, run_id=run_id, tags=run_tags, description=text,
+                                         model_id=model.model_id)  # fmt: skip
         version = int(mv.version)
+        # the sqlite registry keeps no model_id on the version: the LoggedModel lists its versions (as MLflow does)
+        client.set_logged_model_tags(model.model_id, {"mlflow.modelVersions": json.dumps([{"name": name,
+                                                                                           "version": version}])})
         aliases = assign_new_version_aliases(client, name, version)
         client.log_batch(run_id, tags=[RunTag("registered_model", f"{name}/{version}")])
-    except Exception:
+    except BaseException:
         client.set_terminated(run_id, status="FAILED")
         raise
     client.set_terminated(run_id)
     return RegisteredVersion(name, version, run_id, source, aliases)
+
+
+def tracker(target: MlflowTarget, task: str, lineage: Lineage) -> RunTracker:
+    """kind -> a run around that kind's fit for ``task``, to be ended by :func:`log_and_register` with its id."""
+    client = make_client(target)
+    return RunTracker(client, experiment_id(client, target), task, lineage, lambda kind: registered_name(kind, task))
+
+
+def ui_links(target: MlflowTarget, ui: str, entry: RegisteredVersion) -> dict[str, str]:
+    """The MLflow UI pages of a registered version's run and of the version itself."""
+    run = make_client(target).get_run(entry.run_id)
+    return {
+        "run": run_url(ui, run.info.experiment_id, entry.run_id),
+        "version": version_url(ui, entry.name, entry.version),
+    }
 
 
 def get_version(target: MlflowTarget, name: str, version: int | None = None, alias: str = "") -> RegisteredVersion:

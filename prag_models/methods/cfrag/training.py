@@ -1,14 +1,17 @@
 """One function per CFRAG training stage (docs/methods.md §2.2, §2.6, §2.7): read the task's inputs, train, and
-return what the registry records (model, loss curve, parameters, data version, time)."""
+return what the registry records (model, loss curve, parameters, data version, time, the training rows). A
+``track(kind)`` context (:data:`Tracker`) is entered around each fit, so the MLflow run spans the training."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from prag_models.config.settings import CfragSettings, Settings
 from prag_models.data.truth import load_truth
@@ -29,6 +32,14 @@ _TRAIN_PARAMS = ("alpha", "retriever_projection", "train_lr", "train_epochs", "t
                  "early_stopping_patience", "feedback_signal", "selection_metric", "truth_validation", "seed",
                  "top_m_users", "docs_per_user", "max_feedback_samples")  # fmt: skip
 
+#: kind -> a context around that kind's fit yielding its MLflow run id (``mlops.runs.RunTracker`` in the graph).
+Tracker = Callable[[str], AbstractContextManager[str]]
+
+
+def no_tracking(kind: str) -> AbstractContextManager[str]:
+    """The tracker of a fit outside any MLflow run (run id "")."""
+    return nullcontext("")
+
 
 @dataclass
 class Trained:
@@ -41,6 +52,8 @@ class Trained:
     data_version: str
     seconds: float
     fitted: Any = None  # a FitResult (per-epoch validation record) for the retriever and rerankers
+    run_id: str = ""  # the MLflow run opened around the fit ("" = none: the registration opens one)
+    rows: Any = None  # the training rows (a DataFrame) for the run's dataset input
 
     def summary(self) -> dict[str, Any]:
         """The fit's summary (selection, gate, headroom); {} for a model trained without a validation record."""
@@ -68,8 +81,9 @@ def encoder_settings(c: CfragSettings, documents: int) -> CfragSettings:
 
 
 def train_task_user_encoder(
-    con, task: str, settings: Settings, progress: Callable[[int, int], None] | None = None
-) -> Trained:
+    con, task: str, settings: Settings, progress: Callable[[int, int], None] | None = None,
+    track: Tracker = no_tracking,
+) -> Trained:  # fmt: skip
     """The contrastive user encoder of one task, trained on the histories of all its users (§2.1–2.2)."""
     import torch
 
@@ -78,7 +92,7 @@ def train_task_user_encoder(
     _, histories, matrix, keys = task_histories(con, task, settings.privacy.default_share)
     c = encoder_settings(settings.cfrag, keys.num_rows)
     started = time.perf_counter()
-    with torch_threads(c.train_threads):
+    with track("user_encoder") as run_id, torch_threads(c.train_threads):
         threads = torch.get_num_threads()
         model, curve = train_user_encoder([histories[u] for u in sorted(histories)], matrix, c, progress)
     del matrix  # a frozen table shares it; otherwise the model holds its own copy
@@ -87,7 +101,8 @@ def train_task_user_encoder(
     params |= {"task": task, "users": len(histories), "documents": keys.num_rows,
                "finetune_max_docs": c.finetune_max_docs, "torch_threads": threads}  # fmt: skip
     version = history_version(keys)
-    return Trained("user_encoder", model, curve, params, version, time.perf_counter() - started)
+    rows = pd.DataFrame({"user_id": sorted(histories), "documents": [len(histories[u]) for u in sorted(histories)]})
+    return Trained("user_encoder", model, curve, params, version, time.perf_counter() - started, None, run_id, rows)
 
 
 def candidate_truth(con, task: str, ts: TrainingSet, doc_ids: list[str]) -> np.ndarray | None:
@@ -118,7 +133,16 @@ def with_truth_validation(
     return full, relevance, len(extra.sample_ids), queries
 
 
-def train_task_retriever(con, task: str, settings: Settings, generator_id: str) -> Trained:
+def sample_rows(ts: TrainingSet, truth_only: int) -> pd.DataFrame:
+    """The training set as rows for MLflow: sample, user, candidates, whether it is a truth-only validation sample."""
+    n = len(ts.sample_ids)
+    return pd.DataFrame({"sample_id": ts.sample_ids, "user_id": ts.user_ids, "candidates": [len(r) for r in ts.rows],
+                         "truth_only": [i >= n - truth_only for i in range(n)]})  # fmt: skip
+
+
+def train_task_retriever(
+    con, task: str, settings: Settings, generator_id: str, track: Tracker = no_tracking
+) -> Trained:  # fmt: skip
     """The personalized retriever of one task distilled from its feedback labels (§2.4, §2.6)."""
     from prag_models.methods.cfrag.retriever import train_retriever
 
@@ -126,7 +150,7 @@ def train_task_retriever(con, task: str, settings: Settings, generator_id: str) 
     inputs, labelled, used, encoder = load_training_set(con, task, settings, generator_id)
     ts, relevance, truth_only, _ = with_truth_validation(con, task, settings, inputs, labelled)
     started = time.perf_counter()
-    with torch_threads(c.train_threads):
+    with track("retriever") as run_id, torch_threads(c.train_threads):
         fitted = train_retriever(
             ts.queries, ts.docs, ts.mask, ts.user_emb, ts.teacher, c,
             init_targets=projection_targets(con, task), relevance=relevance, truth_only=truth_only,
@@ -140,10 +164,14 @@ def train_task_retriever(con, task: str, settings: Settings, generator_id: str) 
         "user_encoder": encoder,
     }
     version = data_version(used, encoder, generator_id)
-    return Trained("retriever", fitted.model, fitted.curve, params, version, time.perf_counter() - started, fitted)
+    seconds = time.perf_counter() - started
+    return Trained("retriever", fitted.model, fitted.curve, params, version, seconds, fitted, run_id,
+                   sample_rows(ts, truth_only))  # fmt: skip
 
 
-def train_task_rerankers(con, task: str, settings: Settings, generator_id: str) -> list[Trained]:
+def train_task_rerankers(
+    con, task: str, settings: Settings, generator_id: str, track: Tracker = no_tracking
+) -> list[Trained]:  # fmt: skip
     """The personalized reranker of one task and its ablation without e_u (§2.7, §2.8)."""
     from prag_models.methods.cfrag.reranker import train_reranker
 
@@ -156,8 +184,9 @@ def train_task_rerankers(con, task: str, settings: Settings, generator_id: str) 
     for kind, use_eu in (("reranker", True), ("reranker_no_eu", False)):
         c = settings.cfrag.model_copy(update={"reranker_use_user_embedding": use_eu})
         started = time.perf_counter()
-        fitted = train_reranker(samples, c, model=new_reranker(c, int(ts.user_emb.shape[1])), relevance=truth_rows,
-                                truth_only=truth_only)  # fmt: skip
+        with track(kind) as run_id:
+            fitted = train_reranker(samples, c, model=new_reranker(c, int(ts.user_emb.shape[1])),
+                                    relevance=truth_rows, truth_only=truth_only)  # fmt: skip
         params = {k: getattr(c, k) for k in _TRAIN_PARAMS if k not in ("alpha", "retriever_projection")}
         params |= {
             "temperature": c.reranker_temperature,
@@ -172,5 +201,7 @@ def train_task_rerankers(con, task: str, settings: Settings, generator_id: str) 
             "user_encoder": encoder,
         }
         version = data_version(used, encoder, generator_id, c.reranker_model)
-        out.append(Trained(kind, fitted.model, fitted.curve, params, version, time.perf_counter() - started, fitted))
+        seconds = time.perf_counter() - started
+        out.append(Trained(kind, fitted.model, fitted.curve, params, version, seconds, fitted, run_id,
+                           sample_rows(ts, truth_only)))  # fmt: skip
     return out

@@ -1,0 +1,185 @@
+"""How often does the verdict ship? Its false-ship rate where collaboration cannot help and its ship rate where it can,
+measured on many small demo worlds, each rate with a Wilson 95 % interval and the number of worlds.
+
+    python benchmarks/verdict_calibration.py [--family communities split_taste no_community] [--worlds 20]
+        [--task LaMP-2] [--users 48] [--communities 4] [--dev-samples 48] [--seed-start 1000] [--with-cfrag]
+
+Each world is a demo (prag_models/data/demo.py) of the family named by the setting ``data.demo_family`` (env
+``PRAG__DATA__DEMO_FAMILY``; "communities" is today's world, where the community decides the label; "split_taste":
+users who write about the same topics judge them differently; "no_community": no community structure, so
+collaboration has nothing to add) and the seed ``data.demo_seed``. For each world the retrieval stages and the
+LLM-free retrieval evaluation run in-process (Dagster ``materialize`` of the assets up to
+``lamp_retrieval_evaluation``, no asset checks, the fake generator, never an LLM), and the verdict of
+prag_models/evaluation/verdict.py is read from the world's DuckDB file: ship / keep the baseline / personalization
+hurts. The candidates are the ClusterRAG modes (collaborative, hybrid, two-stage, community-wide); ``--with-cfrag``
+adds CFRAG with short training (a few epochs: slower, and not the default run's CFRAG).
+
+A family where collaboration cannot help (no_community) counts every "ship" as a false ship; the goal is a false-ship
+rate whose Wilson upper bound is at most 5 % — with no false ship at all that takes at least 73 worlds. Families
+not known to this build (``data.demo_family`` absent, or the generator rejects the name) are reported as unavailable.
+Each world is a separate seed, so worlds are independent; one task per world keeps the decisions independent too.
+Prints one line per world as it finishes (seconds per world included) and a summary table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+#: Whether personalization through collaboration can beat searching everybody's documents in each family's worlds
+#: (the demo's design: docs/demo_data.md). A "ship" where it cannot is a false ship.
+CAN_HELP = {"communities": True, "split_taste": True, "no_community": False}
+WILSON_GOAL = 0.05
+
+
+def _toml(value: object) -> str:
+    """A TOML literal for a str, bool, number or list."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def write_world_config(path: Path, home: Path, family: str, seed: int, args: argparse.Namespace) -> Path:
+    """A prag.toml for one small world: the family (when this build knows the setting), the seed, the fake generator."""
+    from prag_models.config.settings import DataSettings
+
+    data = {"tasks": [args.task], "demo_users": args.users, "demo_communities": args.communities,
+            "demo_dev_samples": args.dev_samples, "demo_seed": seed, "llm_eval_samples": 4}  # fmt: skip
+    if "demo_family" in DataSettings.model_fields:
+        data["demo_family"] = family
+    sections = {
+        "data": data, "generator": {"backend": "fake", "threads": 1}, "retrieval": {"k": 3},
+        "cfrag": {"epochs": 2, "train_epochs": 2},
+    }  # fmt: skip
+    lines = [f"home = {_toml(str(home))}"]
+    for name, values in sections.items():
+        lines += [f"[{name}]"] + [f"{k} = {_toml(v)}" for k, v in values.items()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def family_available(family: str) -> bool:
+    """True when this build can write worlds of the family: today's always, others once data.demo_family exists."""
+    from prag_models.config.settings import DataSettings
+
+    return family == "communities" or "demo_family" in DataSettings.model_fields
+
+
+def selection(with_cfrag: bool):  # noqa: ANN201
+    """The assets up to lamp_retrieval_evaluation, without PBR (needs an LLM) and, unless asked, without CFRAG."""
+    import dagster as dg
+
+    from prag_assets.definitions import defs
+
+    wanted = dg.AssetSelection.assets("lamp_retrieval_evaluation").upstream()
+    keys = wanted.resolve(defs.resolve_asset_graph())
+    drop = [k for k in keys if k.path[-1].startswith("pbr") or (not with_cfrag and (
+        k.path[-1].startswith("cfrag") or k.path[-1] == "feedback_labels"))]  # fmt: skip
+    return wanted - dg.AssetSelection.assets(*drop) if drop else wanted
+
+
+def run_world(family: str, seed: int, args: argparse.Namespace, root: Path) -> dict:
+    """Materialize one world's retrieval evaluation in-process and return its verdict row (plus seconds)."""
+    import dagster as dg
+    import duckdb
+
+    from prag_assets.definitions import defs
+    from prag_assets.resource_set import default_resources
+    from prag_models.evaluation.verdict import verdicts_from_store
+
+    folder = root / f"{family}-{seed}"
+    folder.mkdir(parents=True, exist_ok=True)
+    config = write_world_config(folder / "prag.toml", folder / "home", family, seed, args)
+    start = time.perf_counter()
+    result = dg.materialize(
+        list(defs.assets), resources=default_resources(config_file=str(config)),
+        selection=selection(args.with_cfrag), partition_key=args.task, raise_on_error=False,
+    )  # fmt: skip
+    seconds = time.perf_counter() - start
+    if not result.success:
+        return {"family": family, "seed": seed, "verdict": "failed", "seconds": seconds}
+    con = duckdb.connect(str(folder / "home" / "prag.duckdb"), read_only=True)
+    try:
+        table = verdicts_from_store(con, [args.task])
+    finally:
+        con.close()
+    if table.empty:
+        return {"family": family, "seed": seed, "verdict": "no verdict", "seconds": seconds}
+    row = table.iloc[0].to_dict()
+    return {"family": family, "seed": seed, "seconds": seconds, **{k: row[k] for k in (
+        "verdict", "cross_fitted_methods", "gain", "gain_low", "gain_high", "n_samples")}}  # fmt: skip
+
+
+def summarize(rows: list[dict]) -> str:
+    """Per family: worlds, ships, the ship (or false-ship) rate with its Wilson 95 % interval, seconds per world."""
+    import pandas as pd
+
+    from prag_models.evaluation.verdict import SHIP
+    from prag_models.metrics.intervals import wilson
+
+    frame = pd.DataFrame(rows)
+    lines = ["| family | collaboration can help | worlds | ship | keep | hurts | failed | rate | Wilson 95 % "
+             "| s / world |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for family, part in frame.groupby("family", sort=False):
+        decided = part[~part["verdict"].isin(["failed", "no verdict"])]
+        n, ships = len(decided), int((decided["verdict"] == SHIP).sum())
+        low, high = wilson(ships, n)
+        what = "ship rate" if CAN_HELP.get(family, True) else "false-ship rate"
+        counts = decided["verdict"].value_counts()
+        lines.append(
+            f"| {family} | {'yes' if CAN_HELP.get(family, True) else 'no'} | {n} | {ships} "
+            f"| {int(counts.get('keep the baseline', 0))} | {int(counts.get('personalization hurts', 0))} "
+            f"| {len(part) - n} | {what} {ships / n if n else 0:.3f} | [{low:.3f}, {high:.3f}] "
+            f"| {part['seconds'].mean():.1f} |"
+        )
+        if not CAN_HELP.get(family, True):
+            goal = "met" if high <= WILSON_GOAL else "not met"
+            lines.append(f"\nfalse-ship goal (Wilson upper bound ≤ {WILSON_GOAL:.0%}) for {family}: {goal}"
+                         f" (upper bound {high:.3f} from {n} worlds)\n")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """Run the worlds of each family and print each verdict and the summary."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", nargs="+", default=list(CAN_HELP), choices=list(CAN_HELP))
+    parser.add_argument("--worlds", type=int, default=20, help="worlds (seeds) per family")
+    parser.add_argument("--seed-start", type=int, default=1000, help="first demo seed (the default run uses 7)")
+    parser.add_argument("--task", default="LaMP-2")
+    parser.add_argument("--users", type=int, default=64)
+    parser.add_argument("--communities", type=int, default=4)
+    parser.add_argument("--dev-samples", type=int, default=32)
+    parser.add_argument("--with-cfrag", action="store_true", help="add CFRAG (2 training epochs; slower)")
+    parser.add_argument("--workdir", default="", help="where the worlds' homes go (default: a temporary folder)")
+    args = parser.parse_args()
+    os.environ.setdefault("PRAG_CHUNK_ROWS", "4096")
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="prag-calibration-") as tmp:
+        root = Path(args.workdir or tmp)
+        for family in args.family:
+            if not family_available(family):
+                print(f"{family}: unavailable in this build (no data.demo_family setting yet)", flush=True)
+                continue
+            for seed in range(args.seed_start, args.seed_start + args.worlds):
+                row = run_world(family, seed, args, root)
+                rows.append(row)
+                gain = f" {row['gain']:+.3f} [{row['gain_low']:+.3f}, {row['gain_high']:+.3f}]" if "gain" in row else ""
+                print(f"{family} seed {seed}: {row['verdict']}{gain} {row.get('cross_fitted_methods', '')} "
+                      f"({row['seconds']:.1f} s)", file=sys.stderr, flush=True)  # fmt: skip
+    if rows:
+        print(f"\nVerdict calibration: {args.task}, {args.users} users, {args.communities} communities, "
+              f"{args.dev_samples} dev samples per world, seeds {args.seed_start}–{args.seed_start + args.worlds - 1}"
+              f"{', with CFRAG' if args.with_cfrag else ''}\n")  # fmt: skip
+        print(summarize(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -229,3 +229,25 @@ def test_the_oracle_is_a_labelled_reference_row_never_the_best() -> None:
     for text in (evaluation_markdown(table), summary_markdown(table, pd.DataFrame(columns=COMPARISON_COLUMNS))):
         assert "oracle_community (reference: ceiling, not a candidate)" in text
         assert "**0.900" not in text and "**0.600 ± 0.100**" in text
+
+
+def test_verdict_calibration_summary_gives_wilson_intervals_and_the_false_ship_goal() -> None:
+    """benchmarks/verdict_calibration.py: per family the worlds, ships, the (false-)ship rate, its Wilson interval."""
+    import importlib.util
+    from pathlib import Path
+
+    from statsmodels.stats.proportion import proportion_confint
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "verdict_calibration.py"
+    spec = importlib.util.spec_from_file_location("verdict_calibration", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = [{"family": "communities", "seed": s, "verdict": SHIP if s % 4 else KEEP, "seconds": 2.0} for s in range(20)]
+    rows += [{"family": "no_community", "seed": s, "verdict": KEEP, "seconds": 1.0} for s in range(80)]
+    rows += [{"family": "no_community", "seed": 80, "verdict": "failed", "seconds": 1.0}]
+    text = module.summarize(rows)
+    low, high = proportion_confint(15, 20, method="wilson")
+    assert f"| communities | yes | 20 | 15 | 5 | 0 | 0 | ship rate 0.750 | [{low:.3f}, {high:.3f}] | 2.0 |" in text
+    low, high = proportion_confint(0, 80, method="wilson")
+    assert f"| no_community | no | 80 | 0 | 80 | 0 | 1 | false-ship rate 0.000 | [0.000, {high:.3f}]" in text
+    assert "≤ 5%) for no_community: met" in text and high <= 0.05

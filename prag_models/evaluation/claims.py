@@ -276,23 +276,25 @@ def _row_order(label: str) -> int:
     return order.get(first, len(order))
 
 
+def _counts(verdicts: pd.Series) -> str:
+    """``3 holds, 1 not reversed, 7 not shown, 0 reversed``."""
+    c = verdicts.value_counts()
+    return ", ".join(f"{int(c.get(v, 0))} {v}" for v in (HOLDS, NOT_REVERSED, NOT_SHOWN, REVERSED))
+
+
 def tally(table: pd.DataFrame) -> str:
     """Per evaluation: the family size and the counts of distinct comparisons, Holm-adjusted (the headline) and raw."""
     lines = []
     for evaluation, part in table.groupby("evaluation", sort=False):
-        holm_counts = part["holm_verdict"].value_counts()
-        raw = part["verdict"].value_counts()
-
-        def counts(c: pd.Series) -> str:
-            return ", ".join(f"{int(c.get(v, 0))} {v}" for v in (HOLDS, NOT_REVERSED, NOT_SHOWN, REVERSED))
+        tested = part[~part["identical"].astype(bool)]
 
         disjoint = int(part.loc[part["holm_verdict"] == HOLDS, "intervals_disjoint"].sum())
         lines.append(
             f"- {EVALUATIONS.get(evaluation, evaluation)}: {len(part)} distinct comparisons answer "
             f"{int(part['n_claims'].sum())} claim cells; Holm family = these {int(part['family_size'].max())} "
-            f"(family-wise 5 %). **Headline (Holm column): {counts(holm_counts)}** ({disjoint} of the holds with "
-            f"disjoint own intervals); raw, each at 95 %: {counts(raw)}; {int(part['identical'].sum())} of the "
-            f"comparisons are identical on every sample."
+            f"(family-wise 5 %). **Headline (Holm column): {_counts(tested['holm_verdict'])}, "
+            f"{len(part) - len(tested)} identical on every sample** ({disjoint} of the holds with disjoint own "
+            f"intervals); raw, each at 95 %: {_counts(tested['verdict'])}."
         )
     return "\n".join(lines)
 

@@ -14,11 +14,17 @@ prag_models/evaluation/verdict.py is read from the world's DuckDB file: ship / k
 hurts. The candidates are the ClusterRAG modes (collaborative, hybrid, two-stage, community-wide); ``--with-cfrag``
 adds CFRAG with short training (a few epochs: slower, and not the default run's CFRAG).
 
-A family where collaboration cannot help (no_community) counts every "ship" as a false ship; the goal is a false-ship
-rate whose Wilson upper bound is at most 5 % — with no false ship at all that takes at least 73 worlds. Families
-not known to this build (``data.demo_family`` absent, or the generator rejects the name) are reported as unavailable.
-Each world is a separate seed, so worlds are independent; one task per world keeps the decisions independent too.
-Prints one line per world as it finishes (seconds per world included) and a summary table.
+Each world also gives ``--placebo`` sign-flip worlds where collaboration cannot help by construction: per sample,
+with probability 1/2, every candidate's difference to ``dense_global`` is mirrored (value ↦ 2·baseline − value), so
+that every candidate's expected gain is 0 while the spread and the candidates' correlation stay those of the real
+world; the verdict is recomputed on each (family "<family> placebo"). Placebos of one world share its samples, so
+their Wilson interval is approximate (worlds are the independent unit).
+
+A family where collaboration cannot help (no_community, the placebos) counts every "ship" as a false ship; the goal
+is a false-ship rate whose Wilson upper bound is at most 5 % — with no false ship at all that takes at least 73
+worlds. Families not known to this build (``data.demo_family`` absent, or the generator rejects the name) are
+reported as unavailable or failed. Each world is a separate seed, so worlds are independent; one task per world
+keeps the decisions independent too. Prints one line per world as it finishes (with its seconds) and a summary.
 """
 
 from __future__ import annotations
@@ -30,9 +36,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import pandas as pd
+
 #: Whether personalization through collaboration can beat searching everybody's documents in each family's worlds
 #: (the demo's design: docs/demo_data.md). A "ship" where it cannot is a false ship.
 CAN_HELP = {"communities": True, "split_taste": True, "no_community": False}
+PLACEBO = " placebo"  # suffix of the sign-flip worlds of a family: collaboration cannot help by construction
 WILSON_GOAL = 0.05
 
 
@@ -93,6 +102,7 @@ def run_world(family: str, seed: int, args: argparse.Namespace, root: Path) -> d
 
     from prag_assets.definitions import defs
     from prag_assets.resource_set import default_resources
+    from prag_models.evaluation.claims import retrieval_scores
     from prag_models.evaluation.verdict import verdicts_from_store
 
     folder = root / f"{family}-{seed}"
@@ -109,38 +119,63 @@ def run_world(family: str, seed: int, args: argparse.Namespace, root: Path) -> d
     con = duckdb.connect(str(folder / "home" / "prag.duckdb"), read_only=True)
     try:
         table = verdicts_from_store(con, [args.task])
+        scores = [s for t, _, s in retrieval_scores(con) if t == args.task]
     finally:
         con.close()
     if table.empty:
         return {"family": family, "seed": seed, "verdict": "no verdict", "seconds": seconds}
     row = table.iloc[0].to_dict()
-    return {"family": family, "seed": seed, "seconds": seconds, **{k: row[k] for k in (
+    placebos = placebo_verdicts(scores[0], args.placebo, seed) if scores and args.placebo else []
+    return {"family": family, "seed": seed, "seconds": seconds, "placebos": placebos, **{k: row[k] for k in (
         "verdict", "cross_fitted_methods", "gain", "gain_low", "gain_high", "n_samples")}}  # fmt: skip
+
+
+def placebo_verdicts(scores, draws: int, seed: int) -> list[str]:  # noqa: ANN001
+    """Verdicts on ``draws`` sign-flipped copies of a world's per-sample scores, where no candidate can gain."""
+    import numpy as np
+
+    from prag_models.evaluation.claims import PERSONALIZED
+    from prag_models.evaluation.verdict import BASELINE, task_verdict
+
+    base = scores[scores["method"] == BASELINE].drop_duplicates("sample_id").set_index("sample_id")["value"]
+    mine = scores[scores["method"].isin(PERSONALIZED) & scores["sample_id"].isin(base.index)]
+    rng = np.random.default_rng([seed, 7919])
+    verdicts = []
+    for _ in range(draws):
+        flip = dict(zip(base.index, rng.random(len(base)) < 0.5, strict=True))
+        b = mine["sample_id"].map(base)
+        mirrored = np.where(mine["sample_id"].map(flip).to_numpy(dtype=bool), 2 * b - mine["value"], mine["value"])
+        placebo = pd.concat([mine.assign(value=mirrored), scores[scores["method"] == BASELINE]], ignore_index=True)
+        verdict = task_verdict(placebo, "placebo")
+        verdicts.append(verdict["verdict"] if verdict else "no verdict")
+    return verdicts
 
 
 def summarize(rows: list[dict]) -> str:
     """Per family: worlds, ships, the ship (or false-ship) rate with its Wilson 95 % interval, seconds per world."""
-    import pandas as pd
-
     from prag_models.evaluation.verdict import SHIP
     from prag_models.metrics.intervals import wilson
 
-    frame = pd.DataFrame(rows)
-    lines = ["| family | collaboration can help | worlds | ship | keep | hurts | failed | rate | Wilson 95 % "
-             "| s / world |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    placebo = [{"family": r["family"] + PLACEBO, "verdict": v, "seconds": 0.0} for r in rows for v in
+               r.get("placebos", [])]  # fmt: skip
+    frame = pd.DataFrame(rows + placebo)
+    lines = ["| family | collaboration can help | worlds (placebo: draws) | ship | keep | hurts | failed | rate "
+             "| Wilson 95 % | s / world |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for family, part in frame.groupby("family", sort=False):
         decided = part[~part["verdict"].isin(["failed", "no verdict"])]
         n, ships = len(decided), int((decided["verdict"] == SHIP).sum())
         low, high = wilson(ships, n)
-        what = "ship rate" if CAN_HELP.get(family, True) else "false-ship rate"
+        helps = CAN_HELP.get(family, True) and not family.endswith(PLACEBO)
+        what = "ship rate" if helps else "false-ship rate"
         counts = decided["verdict"].value_counts()
+        seconds = "—" if family.endswith(PLACEBO) else f"{part['seconds'].mean():.1f}"
         lines.append(
-            f"| {family} | {'yes' if CAN_HELP.get(family, True) else 'no'} | {n} | {ships} "
+            f"| {family} | {'yes' if helps else 'no'} | {n} | {ships} "
             f"| {int(counts.get('keep the baseline', 0))} | {int(counts.get('personalization hurts', 0))} "
             f"| {len(part) - n} | {what} {ships / n if n else 0:.3f} | [{low:.3f}, {high:.3f}] "
-            f"| {part['seconds'].mean():.1f} |"
+            f"| {seconds} |"
         )
-        if not CAN_HELP.get(family, True):
+        if not helps:
             goal = "met" if high <= WILSON_GOAL else "not met"
             lines.append(f"\nfalse-ship goal (Wilson upper bound ≤ {WILSON_GOAL:.0%}) for {family}: {goal}"
                          f" (upper bound {high:.3f} from {n} worlds)\n")  # fmt: skip
@@ -157,6 +192,7 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=64)
     parser.add_argument("--communities", type=int, default=4)
     parser.add_argument("--dev-samples", type=int, default=32)
+    parser.add_argument("--placebo", type=int, default=20, help="sign-flip placebo worlds per world (0: none)")
     parser.add_argument("--with-cfrag", action="store_true", help="add CFRAG (2 training epochs; slower)")
     parser.add_argument("--workdir", default="", help="where the worlds' homes go (default: a temporary folder)")
     args = parser.parse_args()

@@ -244,10 +244,13 @@ def test_verdict_calibration_summary_gives_wilson_intervals_and_the_false_ship_g
     spec.loader.exec_module(module)
     rows = [{"family": "communities", "seed": s, "verdict": SHIP if s % 4 else KEEP, "seconds": 2.0} for s in range(20)]
     rows += [{"family": "no_community", "seed": s, "verdict": KEEP, "seconds": 1.0} for s in range(80)]
-    rows += [{"family": "no_community", "seed": 80, "verdict": "failed", "seconds": 1.0}]
+    rows += [{"family": "no_community", "seed": 80, "verdict": "failed", "seconds": 1.0, "placebos": [SHIP, KEEP]}]
     text = module.summarize(rows)
     low, high = proportion_confint(15, 20, method="wilson")
     assert f"| communities | yes | 20 | 15 | 5 | 0 | 0 | ship rate 0.750 | [{low:.3f}, {high:.3f}] | 2.0 |" in text
     low, high = proportion_confint(0, 80, method="wilson")
     assert f"| no_community | no | 80 | 0 | 80 | 0 | 1 | false-ship rate 0.000 | [0.000, {high:.3f}]" in text
     assert "≤ 5%) for no_community: met" in text and high <= 0.05
+    low, high = proportion_confint(1, 2, method="wilson")
+    placebo = f"| no_community placebo | no | 2 | 1 | 1 | 0 | 0 | false-ship rate 0.500 | [{low:.3f}, {high:.3f}] | — |"
+    assert placebo in text

@@ -178,7 +178,7 @@ def summarize(rows: list[dict]) -> str:
         if not helps:
             goal = "met" if high <= WILSON_GOAL else "not met"
             lines.append(f"\nfalse-ship goal (Wilson upper bound ≤ {WILSON_GOAL:.0%}) for {family}: {goal}"
-                         f" (upper bound {high:.3f} from {n} worlds)\n")  # fmt: skip
+                         f" (upper bound {high:.3f} from {n} {'draws' if family.endswith(PLACEBO) else 'worlds'})\n")
     return "\n".join(lines)
 
 

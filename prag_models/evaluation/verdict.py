@@ -18,8 +18,6 @@ samples to tell", and "no LLM evaluation" where there is none.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 
@@ -69,19 +67,21 @@ def power_note(diffs: np.ndarray, min_gain: float = MIN_GAIN) -> tuple[int, str]
 def task_verdict(
     scores: pd.DataFrame, metric: str, higher_is_better: bool = True, min_gain: float = MIN_GAIN
 ) -> dict | None:
-    """The verdict of one task from per-sample values (method, sample_id, value); None without a personalized method
-    or without the baseline."""
+    """The verdict of one task from per-sample values (method, sample_id, value); None without a personalized method,
+    without the baseline or without a sample both cover."""
     crossed = cross_fit(scores, higher_is_better)
     if crossed is None or not (scores["method"] == BASELINE).any():
         return None
     x, y = _paired(scores, crossed.values, higher_is_better)
+    if len(x) == 0:  # the chosen methods and the baseline share no sample: nothing to decide
+        return None
     gain = paired_difference(x, y)
     verdict = SHIP if gain.low > 0 else WORSE if gain.high < 0 else KEEP
     needed, note = power_note(x - y, min_gain) if verdict == KEEP else (0, "")
     sign = 1.0 if higher_is_better else -1.0
     return {
-        "metric": metric, "method": _named(crossed), "value": sign * float(np.mean(x)) if len(x) else math.nan,
-        "baseline_value": sign * float(np.mean(y)) if len(y) else math.nan, "gain": gain.value,
+        "metric": metric, "method": _named(crossed), "value": sign * float(np.mean(x)),
+        "baseline_value": sign * float(np.mean(y)), "gain": gain.value,
         "gain_low": gain.low, "gain_high": gain.high, "n_samples": gain.n, "p_value": paired_p_value(x - y),
         "verdict": verdict, "cross_fitted_methods": crossed.describe(),
         "fold_methods": " / ".join(m or "—" for m in crossed.chosen), "samples_needed": needed, "power_note": note,

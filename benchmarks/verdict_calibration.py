@@ -2,7 +2,8 @@
 measured on many small demo worlds, each rate with a Wilson 95 % interval and the number of worlds.
 
     python benchmarks/verdict_calibration.py [--family communities split_taste no_community] [--worlds 20]
-        [--task LaMP-2] [--users 48] [--communities 4] [--dev-samples 48] [--seed-start 1000] [--with-cfrag]
+        [--task LaMP-2] [--users 64] [--communities 4] [--dev-samples 32] [--seed-start 1000] [--placebo 20]
+        [--jobs 2] [--with-cfrag]
 
 Each world is a demo (prag_models/data/demo.py) of the family named by the setting ``data.demo_family`` (env
 ``PRAG__DATA__DEMO_FAMILY``; "communities" is today's world, where the community decides the label; "split_taste":
@@ -182,6 +183,14 @@ def summarize(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _report(row: dict) -> dict:
+    """Print one world's verdict as it finishes (stderr) and return the row."""
+    gain = f" {row['gain']:+.3f} [{row['gain_low']:+.3f}, {row['gain_high']:+.3f}]" if "gain" in row else ""
+    print(f"{row['family']} seed {row['seed']}: {row['verdict']}{gain} {row.get('cross_fitted_methods', '')} "
+          f"({row['seconds']:.1f} s)", file=sys.stderr, flush=True)  # fmt: skip
+    return row
+
+
 def main() -> None:
     """Run the worlds of each family and print each verdict and the summary."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -195,21 +204,30 @@ def main() -> None:
     parser.add_argument("--placebo", type=int, default=20, help="sign-flip placebo worlds per world (0: none)")
     parser.add_argument("--with-cfrag", action="store_true", help="add CFRAG (2 training epochs; slower)")
     parser.add_argument("--workdir", default="", help="where the worlds' homes go (default: a temporary folder)")
+    parser.add_argument("--jobs", type=int, default=1, help="worlds at once, one process each (one per free core)")
     args = parser.parse_args()
     os.environ.setdefault("PRAG_CHUNK_ROWS", "4096")
+    if args.jobs > 1:  # one BLAS / torch thread per process: the processes share the cores
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            os.environ[name] = "1"
+    worlds = []
+    for family in args.family:
+        if family_available(family):
+            worlds += [(family, seed) for seed in range(args.seed_start, args.seed_start + args.worlds)]
+        else:
+            print(f"{family}: unavailable in this build (no data.demo_family setting yet)", flush=True)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="prag-calibration-") as tmp:
         root = Path(args.workdir or tmp)
-        for family in args.family:
-            if not family_available(family):
-                print(f"{family}: unavailable in this build (no data.demo_family setting yet)", flush=True)
-                continue
-            for seed in range(args.seed_start, args.seed_start + args.worlds):
-                row = run_world(family, seed, args, root)
-                rows.append(row)
-                gain = f" {row['gain']:+.3f} [{row['gain_low']:+.3f}, {row['gain_high']:+.3f}]" if "gain" in row else ""
-                print(f"{family} seed {seed}: {row['verdict']}{gain} {row.get('cross_fitted_methods', '')} "
-                      f"({row['seconds']:.1f} s)", file=sys.stderr, flush=True)  # fmt: skip
+        if args.jobs > 1:
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            with ProcessPoolExecutor(args.jobs) as pool:
+                futures = [pool.submit(run_world, family, seed, args, root) for family, seed in worlds]
+                for future in as_completed(futures):
+                    rows.append(_report(future.result()))
+        else:
+            rows = [_report(run_world(family, seed, args, root)) for family, seed in worlds]
     if rows:
         print(f"\nVerdict calibration: {args.task}, {args.users} users, {args.communities} communities, "
               f"{args.dev_samples} dev samples per world, seeds {args.seed_start}–{args.seed_start + args.worlds - 1}"

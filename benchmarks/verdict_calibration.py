@@ -162,6 +162,7 @@ def summarize(rows: list[dict]) -> str:
     frame = pd.DataFrame(rows + placebo)
     lines = ["| family | collaboration can help | worlds (placebo: draws) | ship | keep | hurts | failed | rate "
              "| Wilson 95 % | s / world |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    notes: list[str] = []
     for family, part in frame.groupby("family", sort=False):
         decided = part[~part["verdict"].isin(["failed", "no verdict"])]
         n, ships = len(decided), int((decided["verdict"] == SHIP).sum())
@@ -178,9 +179,9 @@ def summarize(rows: list[dict]) -> str:
         )
         if not helps:
             goal = "met" if high <= WILSON_GOAL else "not met"
-            lines.append(f"\nfalse-ship goal (Wilson upper bound ≤ {WILSON_GOAL:.0%}) for {family}: {goal}"
-                         f" (upper bound {high:.3f} from {n} {'draws' if family.endswith(PLACEBO) else 'worlds'})\n")
-    return "\n".join(lines)
+            notes.append(f"\nfalse-ship goal (Wilson upper bound ≤ {WILSON_GOAL:.0%}) for {family}: {goal}"
+                         f" (upper bound {high:.3f} from {n} {'draws' if family.endswith(PLACEBO) else 'worlds'})")
+    return "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else "")
 
 
 def _report(row: dict) -> dict:

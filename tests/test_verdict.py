@@ -254,3 +254,19 @@ def test_verdict_calibration_summary_gives_wilson_intervals_and_the_false_ship_g
     low, high = proportion_confint(1, 2, method="wilson")
     placebo = f"| no_community placebo | no | 2 | 1 | 1 | 0 | 0 | false-ship rate 0.500 | [{low:.3f}, {high:.3f}] | — |"
     assert placebo in text
+
+
+def test_collaboration_that_only_pools_the_own_profile_is_not_shipped() -> None:
+    """A world where the relevant documents are the user's own (the no_community demo family): a community pool that
+    contains them beats dense_global, but not the own profile (dense), so collaboration adds nothing: keep."""
+    rng = np.random.default_rng(6)
+    base = rng.uniform(0.1, 0.3, 48)
+    own = base + 0.4 + rng.normal(0, 0.05, 48)
+    verdict = task_verdict(_scores({"dense_global": base, "dense": own, "clusterrag_community": own - 0.01
+                                    + rng.normal(0, 0.05, 48)}), "ndcg@3")  # fmt: skip
+    assert verdict["gain_low"] > 0 and verdict["own_gain_low"] <= 0
+    assert verdict["verdict"] == KEEP and "not the own profile (dense)" in verdict["power_note"]
+    text = verdicts_markdown(pd.DataFrame([{"task": "LaMP-2", "evidence": "retrieval", **verdict}]))
+    assert "**keep the baseline**" in text and "over the own profile (dense)" in text
+    helps = task_verdict(_scores({"dense_global": base, "dense": base + 0.05, "clusterrag_community": own}), "ndcg@3")
+    assert helps["verdict"] == SHIP and helps["own_gain_low"] > 0

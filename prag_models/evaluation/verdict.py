@@ -2,14 +2,17 @@
 §6.5). The evidence is the LLM-free retrieval evaluation; a task it cannot score (no relevance labels and no document
 labels: LaMP-4/5/7 on real LaMP files) is decided on the LLM evaluation's primary metric instead, with its n.
 
-A personalized method is worth shipping only where it beats searching everybody's documents (``dense_global``). The
-method is chosen by cross-fitting (``claims.cross_fit``: on each half of the samples, the personalized method with the
-best mean on the other half), and the gain is the gain of choosing that way, measured on held-out samples only. When
-both folds choose the same method it is named, and the interval is that method's own held-out gain; when they
-disagree no single method is named (each fold's choice is printed) and the interval is the gain of the choosing
-procedure. The verdict is "ship" only when the paired 95 % interval of that gain lies above 0; the Holm column
-controls the family of verdicts (one per task). For "keep the baseline" the table prints how many samples a paired
-t-test would need for 80 % power at the observed effect and spread, and says when the effect is too small to matter.
+A collaborative personalized method is worth shipping only where it beats both non-collaborative alternatives:
+searching everybody's documents (``dense_global``) and searching the user's own profile (``dense``: where a world's
+relevant documents are the user's own, pooling a community that contains them beats ``dense_global`` without
+collaboration adding anything). "ship" needs both paired 95 % intervals above 0 (an intersection-union test: no
+adjustment); the gain printed first is over ``dense_global``. The method is chosen by cross-fitting
+(``claims.cross_fit``: on each half of the samples, the personalized method with the best mean on the other half),
+and the gain is the gain of choosing that way, measured on held-out samples only. When both folds choose the same
+method it is named, and the interval is that method's own held-out gain; when they disagree no single method is named
+(each fold's choice is printed) and the interval is the gain of the choosing procedure. The Holm column controls the
+family of verdicts (one per task). For "keep the baseline" the table prints how many samples a paired t-test would
+need for 80 % power at the observed effect and spread, and says when the effect is too small to matter.
 
 The LLM evaluation of the same choice against ``dense_global`` is shown next to it, with its n, as a confirmation end
 to end (confirms / not shown / contradicts) — only from ``min_llm_samples`` samples on; below that it says "too few
@@ -25,6 +28,7 @@ from prag_models.evaluation.claims import FAMILY_ALPHA, CrossFit, cross_fit, fol
 from prag_models.metrics.intervals import holm, paired_difference, paired_p_value, samples_for_power
 
 BASELINE = "dense_global"
+OWN_PROFILE = "dense"  # personal but not collaborative: what collaboration must also beat
 SHIP, KEEP, WORSE = "ship", "keep the baseline", "personalization hurts"
 CONFIRMS, CONTRADICTS, NOT_SHOWN = "confirms", "contradicts", "not shown"
 TOO_FEW, NO_LLM, IS_EVIDENCE = "too few samples to tell", "no LLM evaluation", "is the evidence"
@@ -37,14 +41,17 @@ NO_LLM_FIELDS = {"llm_metric": "", "llm_gain": 0.0, "llm_gain_low": 0.0, "llm_ga
 VERDICT_COLUMNS = [
     "task", "evidence", "metric", "method", "value", "baseline_value", "gain", "gain_low", "gain_high", "n_samples",
     "p_value", "verdict", "p_holm", "holm_verdict", "family_size", "cross_fitted_methods", "fold_methods",
-    "samples_needed", "power_note", "llm_metric", "llm_gain", "llm_gain_low", "llm_gain_high", "llm_n_samples",
+    "samples_needed", "power_note", "own_gain", "own_gain_low", "own_gain_high", "own_n_samples", "llm_metric",
+    "llm_gain", "llm_gain_low", "llm_gain_high", "llm_n_samples",
     "llm_decision",
 ]  # fmt: skip
 
 
-def _paired(scores: pd.DataFrame, a: pd.Series, higher_is_better: bool) -> tuple[np.ndarray, np.ndarray]:
+def _paired(
+    scores: pd.DataFrame, a: pd.Series, higher_is_better: bool, baseline: str = BASELINE
+) -> tuple[np.ndarray, np.ndarray]:
     """(a, baseline) values on the samples both cover, oriented so that a − baseline > 0 means better."""
-    base = scores[scores["method"] == BASELINE].drop_duplicates("sample_id").set_index("sample_id")["value"]
+    base = scores[scores["method"] == baseline].drop_duplicates("sample_id").set_index("sample_id")["value"]
     both = pd.concat([a.rename("a"), base.rename("b")], axis=1).dropna()
     both = both.loc[[s for s in base.index if s in both.index]]  # the baseline's order: resamples independent of folds
     x, y = both["a"].to_numpy(), both["b"].to_numpy()
@@ -76,15 +83,30 @@ def task_verdict(
     if len(x) == 0:  # the chosen methods and the baseline share no sample: nothing to decide
         return None
     gain = paired_difference(x, y)
-    verdict = SHIP if gain.low > 0 else WORSE if gain.high < 0 else KEEP
-    needed, note = power_note(x - y, min_gain) if verdict == KEEP else (0, "")
+    p_value = paired_p_value(x - y)
+    own_x, own_y = _paired(scores, crossed.values, higher_is_better, OWN_PROFILE)
+    own = paired_difference(own_x, own_y) if len(own_x) else None
+    # Intersection-union: ship only when the choice beats both non-collaborative alternatives (no adjustment needed)
+    beats_own = own is None or own.low > 0
+    verdict = SHIP if gain.low > 0 and beats_own else WORSE if gain.high < 0 else KEEP
+    needed, note = (0, "")
+    if verdict == KEEP and gain.low > 0:  # beats everybody's documents, not the user's own profile
+        p_value = max(p_value, paired_p_value(own_x - own_y))
+        needed, note = power_note(own_x - own_y, min_gain)
+        note = f"beats {BASELINE} but not the own profile ({OWN_PROFILE}): {note}"
+    elif verdict == KEEP:
+        needed, note = power_note(x - y, min_gain)
+    elif verdict == SHIP and own is not None:
+        p_value = max(p_value, paired_p_value(own_x - own_y))
     sign = 1.0 if higher_is_better else -1.0
     return {
         "metric": metric, "method": _named(crossed), "value": sign * float(np.mean(x)),
         "baseline_value": sign * float(np.mean(y)), "gain": gain.value,
-        "gain_low": gain.low, "gain_high": gain.high, "n_samples": gain.n, "p_value": paired_p_value(x - y),
+        "gain_low": gain.low, "gain_high": gain.high, "n_samples": gain.n, "p_value": p_value,
         "verdict": verdict, "cross_fitted_methods": crossed.describe(),
         "fold_methods": " / ".join(m or "—" for m in crossed.chosen), "samples_needed": needed, "power_note": note,
+        "own_gain": own.value if own else 0.0, "own_gain_low": own.low if own else 0.0,
+        "own_gain_high": own.high if own else 0.0, "own_n_samples": own.n if own else 0,
     }  # fmt: skip
 
 
@@ -173,7 +195,9 @@ def verdicts_from_store(
 def _complete(table: pd.DataFrame) -> pd.DataFrame:
     """A verdict table with every column, missing LLM fields as "no LLM evaluation" (never NaN), Holm if absent."""
     out = table.copy()
-    for column, empty in {**NO_LLM_FIELDS, "samples_needed": 0, "power_note": "", "p_value": 1.0}.items():
+    defaults = {**NO_LLM_FIELDS, "samples_needed": 0, "power_note": "", "p_value": 1.0, "own_gain": 0.0,
+                "own_gain_low": 0.0, "own_gain_high": 0.0, "own_n_samples": 0}  # fmt: skip
+    for column, empty in defaults.items():
         out[column] = out[column].fillna(empty) if column in out else empty
     out.loc[out["llm_n_samples"] == 0, "llm_decision"] = out["llm_decision"].where(
         out["llm_decision"] == IS_EVIDENCE, NO_LLM)
@@ -197,15 +221,18 @@ def verdicts_markdown(table: pd.DataFrame) -> str:
     table = _complete(table)
     lines = [
         "| task | evidence | verdict | Holm | method chosen (cross-fitted) | held-out value | dense_global "
-        "| gain [95 % CI] | n | samples for 80 % power | LLM evaluation: same choice − dense_global [95 % CI] (n) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| gain [95 % CI] | n | over the own profile (dense) [95 % CI] | samples for 80 % power "
+        "| LLM evaluation: same choice − dense_global [95 % CI] (n) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in table.itertuples(index=False):
         gain = f"{r.gain:+.3f} [{r.gain_low:+.3f}, {r.gain_high:+.3f}]"
+        own = (f"{r.own_gain:+.3f} [{r.own_gain_low:+.3f}, {r.own_gain_high:+.3f}]" if r.own_n_samples
+               else f"— (no {OWN_PROFILE} rows)")
         power = r.power_note if r.verdict == KEEP and isinstance(r.power_note, str) and r.power_note else "—"
         lines.append(
             f"| {r.task} | {r.evidence} | **{r.verdict}** | {r.holm_verdict} | {r.cross_fitted_methods} "
-            f"| {r.metric} {r.value:.3f} | {r.baseline_value:.3f} | {gain} | {int(r.n_samples)} | {power} "
+            f"| {r.metric} {r.value:.3f} | {r.baseline_value:.3f} | {gain} | {int(r.n_samples)} | {own} | {power} "
             f"| {_llm_cell(r)} |"
         )
     family = int(table["family_size"].iloc[0])

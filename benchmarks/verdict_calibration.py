@@ -160,8 +160,8 @@ def summarize(rows: list[dict]) -> str:
     placebo = [{"family": r["family"] + PLACEBO, "verdict": v, "seconds": 0.0} for r in rows for v in
                r.get("placebos", [])]  # fmt: skip
     frame = pd.DataFrame(rows + placebo)
-    lines = ["| family | collaboration can help | worlds (placebo: draws) | ship | keep | hurts | failed | rate "
-             "| Wilson 95 % | s / world |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| family | collaboration can help | worlds (placebo: draws) | ship | own profile | keep | hurts | failed "
+             "| rate | Wilson 95 % | s / world |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     notes: list[str] = []
     for family, part in frame.groupby("family", sort=False):
         decided = part[~part["verdict"].isin(["failed", "no verdict"])]
@@ -172,14 +172,14 @@ def summarize(rows: list[dict]) -> str:
         counts = decided["verdict"].value_counts()
         seconds = "—" if family.endswith(PLACEBO) else f"{part['seconds'].mean():.1f}"
         lines.append(
-            f"| {family} | {'yes' if helps else 'no'} | {n} | {ships} "
+            f"| {family} | {'yes' if helps else 'no'} | {n} | {ships} | {int(counts.get('own profile suffices', 0))} "
             f"| {int(counts.get('keep the baseline', 0))} | {int(counts.get('personalization hurts', 0))} "
             f"| {len(part) - n} | {what} {ships / n if n else 0:.3f} | [{low:.3f}, {high:.3f}] "
             f"| {seconds} |"
         )
         if not helps:
             goal = "met" if high <= WILSON_GOAL else "not met"
-            notes.append(f"\nfalse-ship goal (Wilson upper bound ≤ {WILSON_GOAL:.0%}) for {family}: {goal}"
+            notes.append(f"false-ship goal (Wilson upper bound ≤ {WILSON_GOAL:.0%}) for {family}: {goal}"
                          f" (upper bound {high:.3f} from {n} {'draws' if family.endswith(PLACEBO) else 'worlds'})")
     return "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else "")
 

@@ -247,26 +247,26 @@ def test_verdict_calibration_summary_gives_wilson_intervals_and_the_false_ship_g
     rows += [{"family": "no_community", "seed": 80, "verdict": "failed", "seconds": 1.0, "placebos": [SHIP, KEEP]}]
     text = module.summarize(rows)
     low, high = proportion_confint(15, 20, method="wilson")
-    assert f"| communities | yes | 20 | 15 | 5 | 0 | 0 | ship rate 0.750 | [{low:.3f}, {high:.3f}] | 2.0 |" in text
+    assert f"| communities | yes | 20 | 15 | 0 | 5 | 0 | 0 | ship rate 0.750 | [{low:.3f}, {high:.3f}] | 2.0 |" in text
     low, high = proportion_confint(0, 80, method="wilson")
-    assert f"| no_community | no | 80 | 0 | 80 | 0 | 1 | false-ship rate 0.000 | [0.000, {high:.3f}]" in text
+    assert f"| no_community | no | 80 | 0 | 0 | 80 | 0 | 1 | false-ship rate 0.000 | [0.000, {high:.3f}]" in text
     assert "≤ 5%) for no_community: met" in text and high <= 0.05
     low, high = proportion_confint(1, 2, method="wilson")
-    placebo = f"| no_community placebo | no | 2 | 1 | 1 | 0 | 0 | false-ship rate 0.500 | [{low:.3f}, {high:.3f}] | — |"
+    placebo = f"| no_community placebo | no | 2 | 1 | 0 | 1 | 0 | 0 | false-ship rate 0.500 | [{low:.3f}, {high:.3f}] |"
     assert placebo in text
 
 
 def test_collaboration_that_only_pools_the_own_profile_is_not_shipped() -> None:
     """A world where the relevant documents are the user's own (the no_community demo family): a community pool that
-    contains them beats dense_global, but not the own profile (dense), so collaboration adds nothing: keep."""
+    contains them beats dense_global, but not the own profile (dense): collaboration adds nothing shown."""
     rng = np.random.default_rng(6)
     base = rng.uniform(0.1, 0.3, 48)
     own = base + 0.4 + rng.normal(0, 0.05, 48)
     verdict = task_verdict(_scores({"dense_global": base, "dense": own, "clusterrag_community": own - 0.01
                                     + rng.normal(0, 0.05, 48)}), "ndcg@3")  # fmt: skip
     assert verdict["gain_low"] > 0 and verdict["own_gain_low"] <= 0
-    assert verdict["verdict"] == KEEP and "not the own profile (dense)" in verdict["power_note"]
+    assert verdict["verdict"] == "own profile suffices" and "over the own profile (dense)" in verdict["power_note"]
     text = verdicts_markdown(pd.DataFrame([{"task": "LaMP-2", "evidence": "retrieval", **verdict}]))
-    assert "**keep the baseline**" in text and "over the own profile (dense)" in text
+    assert "**own profile suffices**" in text and "| over the own profile (dense) [95 % CI] |" in text
     helps = task_verdict(_scores({"dense_global": base, "dense": base + 0.05, "clusterrag_community": own}), "ndcg@3")
     assert helps["verdict"] == SHIP and helps["own_gain_low"] > 0

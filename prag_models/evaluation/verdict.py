@@ -6,13 +6,15 @@ A collaborative personalized method is worth shipping only where it beats both n
 searching everybody's documents (``dense_global``) and searching the user's own profile (``dense``: where a world's
 relevant documents are the user's own, pooling a community that contains them beats ``dense_global`` without
 collaboration adding anything). "ship" needs both paired 95 % intervals above 0 (an intersection-union test: no
-adjustment); the gain printed first is over ``dense_global``. The method is chosen by cross-fitting
-(``claims.cross_fit``: on each half of the samples, the personalized method with the best mean on the other half),
-and the gain is the gain of choosing that way, measured on held-out samples only. When both folds choose the same
-method it is named, and the interval is that method's own held-out gain; when they disagree no single method is named
-(each fold's choice is printed) and the interval is the gain of the choosing procedure. The Holm column controls the
-family of verdicts (one per task). For "keep the baseline" the table prints how many samples a paired t-test would
-need for 80 % power at the observed effect and spread, and says when the effect is too small to matter.
+adjustment); the gain printed first is over ``dense_global``. A choice that beats ``dense_global`` but not the own
+profile gets "own profile suffices": personalize by the user's own documents, collaboration is not shown to add.
+The method is chosen by cross-fitting (``claims.cross_fit``: on each half of the samples, the personalized method
+with the best mean on the other half), and the gain is the gain of choosing that way, measured on held-out samples
+only. When both folds choose the same method it is named, and the interval is that method's own held-out gain; when
+they disagree no single method is named (each fold's choice is printed) and the interval is the gain of the choosing
+procedure. The Holm column controls the family of verdicts (one per task). For "keep the baseline" and "own profile
+suffices" the table prints how many samples a paired t-test would need for 80 % power at the observed effect and
+spread, and says when the effect is too small to matter.
 
 The LLM evaluation of the same choice against ``dense_global`` is shown next to it, with its n, as a confirmation end
 to end (confirms / not shown / contradicts) — only from ``min_llm_samples`` samples on; below that it says "too few
@@ -30,6 +32,7 @@ from prag_models.metrics.intervals import holm, paired_difference, paired_p_valu
 BASELINE = "dense_global"
 OWN_PROFILE = "dense"  # personal but not collaborative: what collaboration must also beat
 SHIP, KEEP, WORSE = "ship", "keep the baseline", "personalization hurts"
+OWN = "own profile suffices"  # beats dense_global, but collaboration is not shown to beat the user's own profile
 CONFIRMS, CONTRADICTS, NOT_SHOWN = "confirms", "contradicts", "not shown"
 TOO_FEW, NO_LLM, IS_EVIDENCE = "too few samples to tell", "no LLM evaluation", "is the evidence"
 MIN_LLM_SAMPLES = 30  # default of data.verdict_min_llm_samples
@@ -88,12 +91,11 @@ def task_verdict(
     own = paired_difference(own_x, own_y) if len(own_x) else None
     # Intersection-union: ship only when the choice beats both non-collaborative alternatives (no adjustment needed)
     beats_own = own is None or own.low > 0
-    verdict = SHIP if gain.low > 0 and beats_own else WORSE if gain.high < 0 else KEEP
+    verdict = (SHIP if beats_own else OWN) if gain.low > 0 else WORSE if gain.high < 0 else KEEP
     needed, note = (0, "")
-    if verdict == KEEP and gain.low > 0:  # beats everybody's documents, not the user's own profile
-        p_value = max(p_value, paired_p_value(own_x - own_y))
+    if verdict == OWN:  # beats everybody's documents, not the user's own profile: what would show collaboration
         needed, note = power_note(own_x - own_y, min_gain)
-        note = f"beats {BASELINE} but not the own profile ({OWN_PROFILE}): {note}"
+        note = f"collaboration over the own profile ({OWN_PROFILE}): {note}"
     elif verdict == KEEP:
         needed, note = power_note(x - y, min_gain)
     elif verdict == SHIP and own is not None:
@@ -148,7 +150,7 @@ def llm_confirmation(
 
 def with_holm(table: pd.DataFrame, alpha: float = FAMILY_ALPHA) -> pd.DataFrame:
     """p_holm, holm_verdict and family_size over the family of verdicts in the table (one per task): the raw verdict
-    where Holm rejects, else keep the baseline."""
+    where Holm rejects, else keep the baseline (p-values: ship = the larger of its two comparisons' p)."""
     out = table.copy()
     rejected, adjusted = holm(out["p_value"].to_numpy(dtype=float), alpha)
     out["p_holm"], out["family_size"] = adjusted, len(out)
@@ -229,7 +231,7 @@ def verdicts_markdown(table: pd.DataFrame) -> str:
         gain = f"{r.gain:+.3f} [{r.gain_low:+.3f}, {r.gain_high:+.3f}]"
         own = (f"{r.own_gain:+.3f} [{r.own_gain_low:+.3f}, {r.own_gain_high:+.3f}]" if r.own_n_samples
                else f"— (no {OWN_PROFILE} rows)")
-        power = r.power_note if r.verdict == KEEP and isinstance(r.power_note, str) and r.power_note else "—"
+        power = r.power_note if r.verdict in (KEEP, OWN) and isinstance(r.power_note, str) and r.power_note else "—"
         lines.append(
             f"| {r.task} | {r.evidence} | **{r.verdict}** | {r.holm_verdict} | {r.cross_fitted_methods} "
             f"| {r.metric} {r.value:.3f} | {r.baseline_value:.3f} | {gain} | {int(r.n_samples)} | {own} | {power} "

@@ -3,7 +3,7 @@ measured on many small demo worlds, each rate with a Wilson 95 % interval and th
 
     python benchmarks/verdict_calibration.py [--family communities split_taste no_community] [--worlds 20]
         [--task LaMP-2] [--users 64] [--communities 4] [--dev-samples 32] [--seed-start 1000] [--placebo 20]
-        [--jobs 2] [--with-cfrag]
+        [--jobs 2] [--user-similarity taste] [--with-cfrag]
 
 Each world is a demo (prag_models/data/demo.py) of the family named by the setting ``data.demo_family`` (env
 ``PRAG__DATA__DEMO_FAMILY``; "communities" is today's world, where the community decides the label; "split_taste":
@@ -69,6 +69,8 @@ def write_world_config(path: Path, home: Path, family: str, seed: int, args: arg
         "data": data, "generator": {"backend": "fake", "threads": 1}, "retrieval": {"k": 3},
         "cfrag": {"epochs": 2, "train_epochs": 2},
     }  # fmt: skip
+    if args.user_similarity:
+        sections["clustering"] = {"user_similarity": args.user_similarity}
     lines = [f"home = {_toml(str(home))}"]
     for name, values in sections.items():
         lines += [f"[{name}]"] + [f"{k} = {_toml(v)}" for k, v in values.items()]
@@ -194,6 +196,8 @@ def _report(row: dict) -> dict:
 
 def main() -> None:
     """Run the worlds of each family and print each verdict and the summary."""
+    from prag_models.config.settings import USER_SIMILARITIES
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", nargs="+", default=list(CAN_HELP), choices=list(CAN_HELP))
     parser.add_argument("--worlds", type=int, default=20, help="worlds (seeds) per family")
@@ -203,6 +207,8 @@ def main() -> None:
     parser.add_argument("--communities", type=int, default=4)
     parser.add_argument("--dev-samples", type=int, default=32)
     parser.add_argument("--placebo", type=int, default=20, help="sign-flip placebo worlds per world (0: none)")
+    parser.add_argument("--user-similarity", default="", choices=("", *USER_SIMILARITIES),
+                        help="clustering.user_similarity (default: the setting's)")
     parser.add_argument("--with-cfrag", action="store_true", help="add CFRAG (2 training epochs; slower)")
     parser.add_argument("--workdir", default="", help="where the worlds' homes go (default: a temporary folder)")
     parser.add_argument("--jobs", type=int, default=1, help="worlds at once, one process each (one per free core)")
@@ -231,6 +237,7 @@ def main() -> None:
             rows = [_report(run_world(family, seed, args, root)) for family, seed in worlds]
     if rows:
         print(f"\nVerdict calibration: {args.task}, {args.users} users, {args.communities} communities, "
+              f"user similarity {args.user_similarity or 'default'}, "
               f"{args.dev_samples} dev samples per world, seeds {args.seed_start}–{args.seed_start + args.worlds - 1}"
               f"{', with CFRAG' if args.with_cfrag else ''}\n")  # fmt: skip
         print(summarize(rows))

@@ -116,15 +116,15 @@ def _report(args: argparse.Namespace) -> int:
                 return 1
             read = {t: con.execute(f"SELECT * FROM {t}").df() for t, ok in have.items() if ok}
             read.pop("retrieval_evaluation", None)
-            claims = claims_from_store(con)
-            verdicts = verdicts_from_store(con)
+            claims = claims_from_store(con, tasks)
+            verdicts = verdicts_from_store(con, tasks, settings.data.verdict_min_llm_samples,
+                                           settings.data.verdict_min_gain)  # fmt: skip
     except (FileNotFoundError, DuckDBBusyError) as exc:
         print(f"prag report: {exc}", file=sys.stderr)
         return 3
     if source != "live":
         print(f"(a run holds the DuckDB file: reading the last published {source})\n")
     frames = {t: f[f["task"].isin(tasks)] for t, f in read.items()}
-    verdicts = verdicts[verdicts["task"].isin(tasks)]
     if len(verdicts):
         print("## Verdict: the best personalized method against non-personalized retrieval (dense_global)\n")
         print(verdicts_markdown(verdicts) + "\n")
@@ -141,7 +141,7 @@ def _report(args: argparse.Namespace) -> int:
             print(comparisons_markdown(frames["lamp_evaluation_comparisons"]))
     if len(claims):
         print("\n## The seeds' claims (benchmarks/seed_orderings.py)\n")
-        print(claims_markdown(claims[claims["task"].isin(tasks)]))
+        print(claims_markdown(claims))
     retrieval_md = settings.home_path / "reports" / "retrieval_evaluation.md"
     if have["retrieval_evaluation"] and retrieval_md.exists():
         print("\n## Retrieval evaluation on real data (PBR, docs/methods.md §4.5; table retrieval_evaluation)\n")

@@ -55,7 +55,8 @@ def test_llm_confirmation_and_markdown() -> None:
     verdict = task_verdict(_scores({"dense_global": base, "cfrag": base + 0.2}), "ndcg@3")
     row = {"task": "LaMP-2", "evidence": "retrieval", **verdict, **llm}
     text = verdicts_markdown(pd.DataFrame([row]))
-    assert "**ship**" in text and "| cfrag |" in text and "(n=4): not shown" in text and "| 30 |" in text
+    assert "**ship**" in text and "| cfrag (both folds) |" in text and "| 30 |" in text
+    assert "(n=4): too few samples to tell" in text  # n below data.verdict_min_llm_samples: no confirms/not shown
     assert "nothing to decide" in verdicts_markdown(pd.DataFrame())
 
 
@@ -79,4 +80,193 @@ def test_a_task_the_retrieval_evaluation_cannot_score_is_decided_on_the_llm_eval
     row = table.iloc[0]
     assert (row["task"], row["evidence"], row["method"], row["verdict"]) == ("LaMP-4", "LLM evaluation", "cfrag", SHIP)
     assert row["metric"] == "rouge1" and row["n_samples"] == 24 and row["gain_low"] > 0
-    assert "| LaMP-4 | LLM evaluation | **ship** | cfrag |" in verdicts_markdown(table)
+    assert "| LaMP-4 | LLM evaluation | **ship** | ship | cfrag (both folds) |" in verdicts_markdown(table)
+
+
+def test_folds_that_disagree_name_no_single_method_and_each_folds_choice_is_printed() -> None:
+    """cfrag wins fold 0's samples, pbr fold 1's: chosen on the other fold each loses. No one method is named (the
+    best mean on every sample would be shipped with a gain measured on another choice), and both choices print."""
+    from prag_models.evaluation.claims import fold_of
+
+    rows = []
+    for i in range(60):
+        s, f = f"s{i}", fold_of(f"s{i}")
+        rows += [("cfrag", s, 0.9 if f == 0 else 0.4), ("pbr", s, 0.9 if f == 1 else 0.5), ("dense_global", s, 0.6)]
+    verdict = task_verdict(pd.DataFrame(rows, columns=["method", "sample_id", "value"]), "ndcg@3")
+    assert verdict["method"].startswith("no single method") and verdict["fold_methods"] == "pbr / cfrag"
+    assert verdict["cross_fitted_methods"] == "fold 0: pbr, fold 1: cfrag"
+    text = verdicts_markdown(pd.DataFrame([{"task": "LaMP-1", "evidence": "retrieval", **verdict}]))
+    assert "fold 0: pbr, fold 1: cfrag" in text
+
+
+def test_a_named_method_s_interval_is_its_own_held_out_gain() -> None:
+    from prag_models.metrics.intervals import paired_difference
+
+    rng = np.random.default_rng(3)
+    base = rng.uniform(0.2, 0.6, 80)
+    cfrag = base + rng.normal(0.1, 0.15, 80)
+    verdict = task_verdict(_scores({"dense_global": base, "cfrag": cfrag, "clusterrag_community": base + 0.02}),
+                           "ndcg@3")  # fmt: skip
+    own = paired_difference(cfrag, base)
+    assert verdict["method"] == "cfrag" and verdict["cross_fitted_methods"] == "cfrag (both folds)"
+    assert (verdict["gain"], verdict["gain_low"], verdict["gain_high"]) == (own.value, own.low, own.high)
+    assert abs(verdict["value"] - verdict["baseline_value"] - verdict["gain"]) < 1e-12
+
+
+def test_keep_the_baseline_prints_the_samples_a_paired_t_test_would_need() -> None:
+    from statsmodels.stats.power import TTestPower
+
+    rng = np.random.default_rng(4)
+    base = rng.uniform(0.2, 0.6, 40)
+    diffs = rng.normal(0.03, 0.2, 40)
+    verdict = task_verdict(_scores({"dense_global": base, "cfrag": base + diffs}), "ndcg@3")
+    assert verdict["verdict"] == KEEP
+    d = verdict["gain"] / np.std(diffs, ddof=1)
+    expected = int(np.ceil(TTestPower().solve_power(effect_size=abs(d), power=0.8, alpha=0.05)))
+    assert verdict["samples_needed"] == expected and f"about {expected} samples" in verdict["power_note"]
+    assert "too small to matter" not in verdict["power_note"]
+    tiny = task_verdict(_scores({"dense_global": base, "cfrag": base + diffs - diffs.mean() + 0.004}), "ndcg@3")
+    assert tiny["verdict"] == KEEP and "too small to matter" in tiny["power_note"]
+    text = verdicts_markdown(pd.DataFrame([{"task": "LaMP-3", "evidence": "retrieval", **verdict}]))
+    assert "samples for 80 % power" in text and f"about {expected} samples" in text
+    shipped = task_verdict(_scores({"dense_global": base, "cfrag": base + 0.2}), "ndcg@3")
+    assert shipped["samples_needed"] == 0 and shipped["power_note"] == ""
+
+
+def _store(path, with_llm: bool, llm_n: int = 8):  # noqa: ANN001, ANN202
+    """A DuckDB file with the retrieval evaluation of LaMP-1 and LaMP-2 (ndcg@3), an oracle row, and, when asked, an
+    LLM evaluation (generations) of LaMP-2 only."""
+    import duckdb
+
+    from prag_models.evaluation.retrieval import summarize
+
+    rng = np.random.default_rng(5)
+    frames = []
+    for task in ("LaMP-1", "LaMP-2"):
+        base = rng.uniform(0.2, 0.6, 48)
+        values = {"dense_global": base, "cfrag": base + rng.normal(0.03, 0.2, 48),
+                  "clusterrag_community": base + rng.normal(0.0, 0.2, 48), "oracle_community": np.ones(48)}
+        frames.append(_scores(values).assign(task=task, metric="ndcg@3"))
+    scores = pd.concat(frames, ignore_index=True)
+    con = duckdb.connect(str(path))
+    con.register("scores", scores)
+    con.register("summary", pd.concat([summarize(t, scores[scores["task"] == t], "ndcg@3") for t in ("LaMP-1",
+                                                                                                      "LaMP-2")]))
+    con.execute("CREATE TABLE lamp_retrieval_sample_scores AS SELECT * FROM scores")
+    con.execute("CREATE TABLE lamp_retrieval_evaluation AS SELECT * FROM summary")
+    if with_llm:
+        rows = [("LaMP-2", m, f"s{i}", "g" if (m != "dense_global" and i % 2) else "x", "g")
+                for m in ("cfrag", "clusterrag_community", "dense_global") for i in range(llm_n)]  # fmt: skip
+        con.register("gens", pd.DataFrame(rows, columns=["task", "method", "sample_id", "prediction", "gold"]))
+        con.execute("CREATE TABLE generations AS SELECT * FROM gens")
+    con.close()
+    return path
+
+
+def test_a_task_without_llm_evaluation_prints_no_nan(tmp_path) -> None:
+    """No generations table at all, or generations for another task only: the LLM column says so, never NaN."""
+    import duckdb
+
+    from prag_models.evaluation.verdict import verdicts_from_store
+
+    no_llm, too_few = "no LLM evaluation", "too few samples to tell"
+    for with_llm in (False, True):
+        path = _store(tmp_path / f"llm{with_llm}.duckdb", with_llm)
+        con = duckdb.connect(str(path), read_only=True)
+        table = verdicts_from_store(con)
+        con.close()
+        text = verdicts_markdown(table)
+        assert "nan" not in text.lower() and table.notna().all().all()
+        assert f"| {no_llm} |" in text
+        decisions = dict(zip(table["task"], table["llm_decision"], strict=True))
+        assert decisions["LaMP-1"] == no_llm and decisions["LaMP-2"] == (too_few if with_llm else no_llm)
+        assert (table["family_size"] == 2).all() and table["holm_verdict"].notna().all()
+
+
+def test_the_llm_column_decides_only_from_the_minimum_n(tmp_path) -> None:
+    import duckdb
+
+    from prag_models.evaluation.verdict import CONFIRMS, verdicts_from_store
+
+    path = _store(tmp_path / "big.duckdb", True, llm_n=40)
+    con = duckdb.connect(str(path), read_only=True)
+    decided = verdicts_from_store(con, ["LaMP-2"])
+    too_few = verdicts_from_store(con, ["LaMP-2"], min_llm_samples=41)
+    con.close()
+    assert decided["llm_decision"].tolist() == [CONFIRMS] and too_few["llm_decision"].tolist() == ["too few samples "
+                                                                                                    "to tell"]
+
+
+def test_prag_report_names_fold_methods_marks_the_oracle_and_prints_no_nan(tmp_path, monkeypatch, capsys) -> None:
+    """`prag report` on a hand-built DuckDB file: no NaN, each fold's method, the oracle a labelled reference row and
+    never bold, the samples-needed column, the Holm family sizes."""
+    from prag_assets.cli import main
+
+    home = tmp_path / "home"
+    home.mkdir()
+    _store(home / "prag.duckdb", True)
+    (home / "prag.toml").write_text(f'home = "{home}"\n[data]\ntasks = ["LaMP-1", "LaMP-2"]\n', encoding="utf-8")
+    monkeypatch.setenv("PRAG_HOME", str(home))
+    monkeypatch.delenv("PRAG_CONFIG", raising=False)
+    assert main(["report"]) == 0
+    out = capsys.readouterr().out
+    assert "nan" not in out.lower()
+    assert "(both folds)" in out or "fold 0:" in out
+    assert "oracle_community (reference: ceiling, not a candidate)" in out and "**1.000" not in out
+    assert "samples for 80 % power" in out and "no LLM evaluation" in out and "too few samples to tell" in out
+    assert "Holm family" in out and "verdicts as one family" in out
+
+
+def test_the_oracle_is_a_labelled_reference_row_never_the_best() -> None:
+    """In the LLM evaluation table and the retrieval evaluation summary the oracle is labelled and never bold."""
+    from prag_models.evaluation.report import evaluation_markdown
+    from prag_models.evaluation.retrieval import COMPARISON_COLUMNS, summary_markdown
+
+    rows = [("LaMP-2", m, "accuracy", v, v - 0.1, v + 0.1, 20, True)
+            for m, v in (("oracle_community", 0.9), ("cfrag", 0.6), ("dense_global", 0.5))]  # fmt: skip
+    table = pd.DataFrame(rows, columns=["task", "method", "metric", "value", "ci_low", "ci_high", "n_samples",
+                                        "is_primary"])  # fmt: skip
+    for text in (evaluation_markdown(table), summary_markdown(table, pd.DataFrame(columns=COMPARISON_COLUMNS))):
+        assert "oracle_community (reference: ceiling, not a candidate)" in text
+        assert "**0.900" not in text and "**0.600 ± 0.100**" in text
+
+
+def test_verdict_calibration_summary_gives_wilson_intervals_and_the_false_ship_goal() -> None:
+    """benchmarks/verdict_calibration.py: per family the worlds, ships, the (false-)ship rate, its Wilson interval."""
+    import importlib.util
+    from pathlib import Path
+
+    from statsmodels.stats.proportion import proportion_confint
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "verdict_calibration.py"
+    spec = importlib.util.spec_from_file_location("verdict_calibration", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = [{"family": "communities", "seed": s, "verdict": SHIP if s % 4 else KEEP, "seconds": 2.0} for s in range(20)]
+    rows += [{"family": "no_community", "seed": s, "verdict": KEEP, "seconds": 1.0} for s in range(80)]
+    rows += [{"family": "no_community", "seed": 80, "verdict": "failed", "seconds": 1.0, "placebos": [SHIP, KEEP]}]
+    text = module.summarize(rows)
+    low, high = proportion_confint(15, 20, method="wilson")
+    assert f"| communities | yes | 20 | 15 | 0 | 5 | 0 | 0 | ship rate 0.750 | [{low:.3f}, {high:.3f}] | 2.0 |" in text
+    low, high = proportion_confint(0, 80, method="wilson")
+    assert f"| no_community | no | 80 | 0 | 0 | 80 | 0 | 1 | false-ship rate 0.000 | [0.000, {high:.3f}]" in text
+    assert "≤ 5%) for no_community: met" in text and high <= 0.05
+    low, high = proportion_confint(1, 2, method="wilson")
+    placebo = f"| no_community placebo | no | 2 | 1 | 0 | 1 | 0 | 0 | false-ship rate 0.500 | [{low:.3f}, {high:.3f}] |"
+    assert placebo in text
+
+
+def test_collaboration_that_only_pools_the_own_profile_is_not_shipped() -> None:
+    """A world where the relevant documents are the user's own (the no_community demo family): a community pool that
+    contains them beats dense_global, but not the own profile (dense): collaboration adds nothing shown."""
+    rng = np.random.default_rng(6)
+    base = rng.uniform(0.1, 0.3, 48)
+    own = base + 0.4 + rng.normal(0, 0.05, 48)
+    verdict = task_verdict(_scores({"dense_global": base, "dense": own, "clusterrag_community": own - 0.01
+                                    + rng.normal(0, 0.05, 48)}), "ndcg@3")  # fmt: skip
+    assert verdict["gain_low"] > 0 and verdict["own_gain_low"] <= 0
+    assert verdict["verdict"] == "own profile suffices" and "over the own profile (dense)" in verdict["power_note"]
+    text = verdicts_markdown(pd.DataFrame([{"task": "LaMP-2", "evidence": "retrieval", **verdict}]))
+    assert "**own profile suffices**" in text and "| over the own profile (dense) [95 % CI] |" in text
+    helps = task_verdict(_scores({"dense_global": base, "dense": base + 0.05, "clusterrag_community": own}), "ndcg@3")
+    assert helps["verdict"] == SHIP and helps["own_gain_low"] > 0

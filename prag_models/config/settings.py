@@ -81,6 +81,11 @@ class DataSettings(Section):
     # Dev samples per task the LLM evaluation (generations, PBR's P-PRF) uses: the first N by sample id (0 = all).
     # Every dev sample is still retrieved and scored by the LLM-free retrieval evaluation.
     llm_eval_samples: int = 8
+    # The verdict's LLM column says confirms / not shown / contradicts only from this many paired samples on (below:
+    # "too few samples to tell"); a "keep the baseline" gain below verdict_min_gain (in the metric's units) is noted
+    # as too small to matter (prag_models/evaluation/verdict.py).
+    verdict_min_llm_samples: int = Field(30, ge=1)
+    verdict_min_gain: float = Field(0.01, ge=0.0)
     real_data_dir: str = ""  # folder with personabench/ and longmemeval/ (e.g. ../shared/data)
     # A profile date in no accepted format (prag_models/data/dates.py): "error" fails the load naming the file,
     # record and field; "keep" keeps the document undated (sorted last). Undated documents are counted in metadata.

@@ -1,10 +1,19 @@
 """The orderings the method papers (the seeds) claim, checked against what prag measures, with paired intervals.
 
 A claim "A > B" holds on a task when the paired 95 % bootstrap interval of (A − B) lies above 0 (for a metric where
-lower is better, B − A), is reversed when it lies below 0, and is not shown otherwise. A claim "A ≥ B" holds unless
-it is reversed. Each row also says whether the two methods' own 95 % intervals are disjoint — a stricter test than the
-paired one, which the issue's acceptance asks for. Nothing here is tuned: a claim that does not hold is reported as
-not holding.
+lower is better, B − A), is reversed when it lies below 0, and is not shown otherwise. A claim "A ≥ B" holds when A is
+shown better, is reversed when A is shown worse, and is otherwise only **not reversed** — counted apart from "holds",
+since an interval that includes 0 is no evidence that A is as good as B. Each row also says whether the two methods'
+own 95 % intervals are disjoint (a stricter test than the paired one).
+
+Claims that are the same comparison — identical per-sample differences, e.g. cfrag > dense and cfrag > user-only
+where dense and user-only retrieve the same — are one row listing every claim it answers, so a tally counts each
+comparison once. A comparison whose two methods score the same on every sample is marked identical (the trained CFRAG
+that kept its untrained initialisation *is* the untrained one: there is nothing to test).
+
+Multiplicity: the distinct comparisons of one evaluation (retrieval or LLM) over all tasks form one family; each gets
+the two-sided p-value of the paired t-test and a Holm-adjusted verdict (``metrics.intervals.holm``): the raw verdict
+where Holm rejects at family-wise 5 %, else "not shown" ("not reversed" for "≥" claims).
 
 "The best personalized method" is chosen by cross-fitting (docs/methods.md §6): the samples are split into two folds
 by a hash of their id; on each fold the method is the one with the best mean on the *other* fold. Choosing and testing
@@ -20,12 +29,18 @@ import numpy as np
 import pandas as pd
 
 from prag_models.methods.cfrag.variants import CFRAG_METHODS
-from prag_models.metrics.intervals import Estimate, estimate, paired_difference
+from prag_models.metrics.intervals import Estimate, estimate, holm, paired_difference, paired_p_value
 
-HOLDS, NOT_SHOWN, REVERSED = "holds", "not shown", "reversed"
+HOLDS, NOT_SHOWN, NOT_REVERSED, REVERSED = "holds", "not shown", "not reversed", "reversed"
+NO_DATA = "no data"
 PERSONALIZED = (
     "clusterrag_collaborative", "clusterrag_hybrid", "clusterrag_two_stage", "clusterrag_community", "cfrag", "pbr",
 )  # fmt: skip
+FAMILY_ALPHA = 0.05  # the family-wise error rate Holm controls
+CLAIM_COLUMNS = [
+    "source", "claim", "claims", "n_claims", "metric", "difference", "ci_low", "ci_high", "n_samples", "p_value",
+    "verdict", "identical", "intervals_disjoint", "strict",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -36,6 +51,11 @@ class Claim:
     better: str
     relation: str
     worse: str
+
+    @property
+    def label(self) -> str:
+        """``source: better relation worse``."""
+        return f"{self.source}: {self.better} {self.relation} {self.worse}"
 
 
 #: The ablations of docs/methods.md §2.8, as the CFRAG variants define them (every variant but full CFRAG).
@@ -59,15 +79,17 @@ CLAIMS: tuple[Claim, ...] = (
 )
 
 
-def verdict(claim: Claim, diff: Estimate) -> str:
-    """holds / not shown / reversed for a paired difference oriented so that positive favours ``claim.better``."""
+def verdict(relations: tuple[str, ...] | str, diff: Estimate) -> str:
+    """holds / not shown / not reversed / reversed of a paired difference oriented so that positive favours the
+    better side; "not reversed" only when every claim the comparison answers is a "≥" claim."""
     if diff.n == 0:
-        return "no data"
+        return NO_DATA
     if diff.high < 0:
         return REVERSED
-    if claim.relation == ">=" or diff.low > 0:
+    if diff.low > 0:
         return HOLDS
-    return NOT_SHOWN
+    return NOT_REVERSED if all(r == ">=" for r in ((relations,) if isinstance(relations, str) else relations)) \
+        else NOT_SHOWN
 
 
 def fold_of(sample_id: object) -> int:
@@ -86,13 +108,30 @@ def best_mean(scores: pd.DataFrame, higher_is_better: bool) -> str | None:
     return str(means.idxmax() if higher_is_better else means.idxmin())
 
 
-def best_personalized(scores: pd.DataFrame, higher_is_better: bool) -> tuple[pd.Series, str] | None:
-    """Cross-fitted "best personalized method": per sample, the value of the method that was best on the other fold.
+@dataclass(frozen=True)
+class CrossFit:
+    """The cross-fitted choice: per sample the value of the method chosen on the other fold, and each fold's choice."""
 
-    Returns (value per sample_id, label naming the method chosen on each fold), or None without personalized rows.
-    """
+    values: pd.Series
+    chosen: tuple[str | None, str | None]  # the method used on fold 0 and on fold 1 (chosen on the other fold)
+
+    @property
+    def single(self) -> str | None:
+        """The method both folds chose, or None when they disagree (then no one method's gain is measured)."""
+        return self.chosen[0] if self.chosen[0] == self.chosen[1] else None
+
+    def describe(self) -> str:
+        """``cfrag (both folds)`` or ``fold 0: cfrag, fold 1: pbr``."""
+        if self.single is not None:
+            return f"{self.single} (both folds)"
+        return ", ".join(f"fold {f}: {m or '—'}" for f, m in enumerate(self.chosen))
+
+
+def cross_fit(scores: pd.DataFrame, higher_is_better: bool) -> CrossFit | None:
+    """Cross-fitted "best personalized method": on each fold, the method with the best mean on the other fold; None
+    without personalized rows."""
     folds = scores["sample_id"].map(fold_of)
-    chosen = [best_mean(scores[folds != f], higher_is_better) for f in (0, 1)]
+    chosen = tuple(best_mean(scores[folds != f], higher_is_better) for f in (0, 1))
     if chosen[0] is None and chosen[1] is None:
         return None
     parts = []
@@ -101,8 +140,15 @@ def best_personalized(scores: pd.DataFrame, higher_is_better: bool) -> tuple[pd.
             part = scores[(folds == f) & (scores["method"] == method)]
             parts.append(part.drop_duplicates("sample_id").set_index("sample_id")["value"])
     values = pd.concat(parts) if parts else pd.Series(dtype=float)
-    names = sorted({m for m in chosen if m is not None})
-    return values, "/".join(names)
+    return CrossFit(values, (chosen[0], chosen[1]))
+
+
+def best_personalized(scores: pd.DataFrame, higher_is_better: bool) -> tuple[pd.Series, str] | None:
+    """``cross_fit`` as (value per sample_id, the methods chosen joined by "/"), or None without personalized rows."""
+    crossed = cross_fit(scores, higher_is_better)
+    if crossed is None:
+        return None
+    return crossed.values, "/".join(sorted({m for m in crossed.chosen if m is not None}))
 
 
 def _disjoint(a: np.ndarray, b: np.ndarray, higher_is_better: bool) -> bool:
@@ -111,35 +157,68 @@ def _disjoint(a: np.ndarray, b: np.ndarray, higher_is_better: bool) -> bool:
     return ea.low > eb.high if higher_is_better else ea.high < eb.low
 
 
+def _key(diffs: pd.Series) -> tuple:
+    """What makes two comparisons the same: their samples and per-sample differences (rounded against float noise)."""
+    return tuple(zip(diffs.index.astype(str), np.round(diffs.to_numpy(), 12).tolist(), strict=True))
+
+
 def check_claims(
     scores: pd.DataFrame, metric: str, higher_is_better: bool = True, claims: tuple[Claim, ...] = CLAIMS
 ) -> pd.DataFrame:
-    """Every claim on per-sample values (method, sample_id, value) of one task and metric: difference, paired
-    interval, n, verdict and whether the two methods' own intervals are disjoint. Claims whose methods are missing
-    are left out."""
+    """One row per distinct comparison among the claims, on per-sample values (method, sample_id, value) of one task
+    and metric: every claim it answers, difference, paired interval, n, p-value, verdict, whether the two methods are
+    identical on every sample and whether their own intervals are disjoint. Claims whose methods are missing are left
+    out."""
     wide = scores.pivot_table(index="sample_id", columns="method", values="value", aggfunc="first")
-    rows = []
+    groups: dict[tuple, dict] = {}
     for claim in claims:
-        name = claim.better
+        label = claim.label
         if claim.better == "best personalized":
-            best = best_personalized(scores, higher_is_better)
-            if best is None:
+            crossed = cross_fit(scores, higher_is_better)
+            if crossed is None:
                 continue
-            wide = wide.assign(**{"best personalized": best[0].reindex(wide.index)})
-            name = f"best personalized ({best[1]}, cross-fitted)"
+            wide = wide.assign(**{"best personalized": crossed.values.reindex(wide.index)})
+            label = f"{claim.source}: best personalized ({crossed.describe()}; cross-fitted) {claim.relation} " \
+                    f"{claim.worse}"
         if claim.better not in wide or claim.worse not in wide:
             continue
-        both = wide[[claim.better, claim.worse]].dropna()
-        a, b = both[claim.better].to_numpy(), both[claim.worse].to_numpy()
+        a, b = wide[claim.better], wide[claim.worse]
+        both = pd.DataFrame({"a": a, "b": b})[a.notna() & b.notna()]
+        diffs = both["a"] - both["b"]
+        diffs = diffs if higher_is_better else -diffs
+        group = groups.setdefault(_key(diffs), {"claims": [], "both": both, "diffs": diffs})
+        group["claims"].append((claim, label))
+    rows = []
+    for group in groups.values():
+        both, diffs, answered = group["both"], group["diffs"], group["claims"]
+        a, b = both["a"].to_numpy(), both["b"].to_numpy()
         diff = paired_difference(a, b) if higher_is_better else paired_difference(b, a)
-        disjoint = bool(len(a) > 1 and _disjoint(a, b, higher_is_better))
-        rows.append(
-            (claim.source, f"{name} {claim.relation} {claim.worse}", metric, diff.value, diff.low, diff.high, diff.n,
-             verdict(claim, diff), disjoint)
-        )  # fmt: skip
-    columns = ["source", "claim", "metric", "difference", "ci_low", "ci_high", "n_samples", "verdict",
-               "intervals_disjoint"]  # fmt: skip
-    return pd.DataFrame(rows, columns=columns)
+        relations = tuple(c.relation for c, _ in answered)
+        rows.append((
+            " · ".join(dict.fromkeys(c.source for c, _ in answered)),
+            " · ".join(lab.split(": ", 1)[1] for _, lab in answered), " · ".join(lab for _, lab in answered),
+            len(answered), metric, diff.value, diff.low, diff.high, diff.n, paired_p_value(diffs.to_numpy()),
+            verdict(relations, diff), bool(len(diffs) and not diffs.to_numpy().any()),
+            bool(len(a) > 1 and _disjoint(a, b, higher_is_better)), any(r == ">" for r in relations),
+        ))  # fmt: skip
+    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+
+
+def with_holm(table: pd.DataFrame, family: str = "evaluation", alpha: float = FAMILY_ALPHA) -> pd.DataFrame:
+    """Adds p_holm, holm_verdict and family_size: Holm over each family (the rows sharing ``family``); the Holm
+    verdict is the raw one where Holm rejects, else not shown / not reversed."""
+    if table.empty:
+        return table.assign(p_holm=[], holm_verdict=[], family_size=[])
+    out = table.copy()
+    out["p_holm"], out["holm_verdict"], out["family_size"] = 1.0, out["verdict"], 0
+    for _, part in out.groupby(family, sort=False):
+        tested = part[part["verdict"] != NO_DATA]
+        rejected, adjusted = holm(tested["p_value"].to_numpy(), alpha)
+        out.loc[tested.index, "p_holm"] = adjusted
+        out.loc[part.index, "family_size"] = len(tested)
+        weak = tested.index[~rejected & tested["verdict"].isin([HOLDS, REVERSED]).to_numpy()]
+        out.loc[weak, "holm_verdict"] = np.where(tested.loc[weak, "strict"], NOT_SHOWN, NOT_REVERSED)
+    return out
 
 
 def llm_scores(con, task: str) -> tuple[pd.DataFrame, str, bool]:
@@ -169,38 +248,86 @@ def retrieval_scores(con) -> list[tuple[str, str, pd.DataFrame]]:
     ]  # fmt: skip
 
 
-def claims_from_store(con) -> pd.DataFrame:
-    """Every claim per task on the retrieval evaluation (its primary metric) and on the LLM evaluation."""
+def claims_from_store(con, tasks: list[str] | None = None) -> pd.DataFrame:
+    """Every distinct comparison per task on the retrieval evaluation (its primary metric) and on the LLM evaluation,
+    with Holm over each evaluation's family (the given tasks; all when None)."""
     from prag_models.storage.store import table_exists
 
+    keep = (lambda task: True) if tasks is None else (lambda task: task in tasks)
     frames = [check_claims(scores, metric).assign(task=task, evaluation="retrieval")
-              for task, metric, scores in retrieval_scores(con)]  # fmt: skip
+              for task, metric, scores in retrieval_scores(con) if keep(task)]  # fmt: skip
     if table_exists(con, "generations"):
         for (task,) in sorted(con.execute("SELECT DISTINCT task FROM generations").fetchall()):
-            scores, metric, higher = llm_scores(con, task)
-            frames.append(check_claims(scores, metric, higher).assign(task=task, evaluation="llm"))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+            if keep(task):
+                scores, metric, higher = llm_scores(con, task)
+                frames.append(check_claims(scores, metric, higher).assign(task=task, evaluation="llm"))
+    frames = [f for f in frames if len(f)]
+    return with_holm(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
+
+
+MARKS = {HOLDS: "✓", NOT_REVERSED: "≥", NOT_SHOWN: "·", REVERSED: "✗", NO_DATA: "–"}
+EVALUATIONS = {"retrieval": "Retrieval evaluation (no LLM)", "llm": "LLM evaluation"}
+
+
+def _row_order(label: str) -> int:
+    """Where a comparison goes: at its first claim's place in CLAIMS."""
+    order = {c.label: i for i, c in enumerate(CLAIMS)}
+    first = label.split(" · ")[0]
+    return order.get(first, len(order))
+
+
+def _counts(verdicts: pd.Series) -> str:
+    """``3 holds, 1 not reversed, 7 not shown, 0 reversed``."""
+    c = verdicts.value_counts()
+    return ", ".join(f"{int(c.get(v, 0))} {v}" for v in (HOLDS, NOT_REVERSED, NOT_SHOWN, REVERSED))
+
+
+def tally(table: pd.DataFrame) -> str:
+    """Per evaluation: the family size and the counts of distinct comparisons, Holm-adjusted (the headline) and raw."""
+    lines = []
+    for evaluation, part in table.groupby("evaluation", sort=False):
+        tested = part[~part["identical"].astype(bool)]
+
+        disjoint = int(part.loc[part["holm_verdict"] == HOLDS, "intervals_disjoint"].sum())
+        lines.append(
+            f"- {EVALUATIONS.get(evaluation, evaluation)}: {len(part)} distinct comparisons answer "
+            f"{int(part['n_claims'].sum())} claim cells; Holm family = these {int(part['family_size'].max())} "
+            f"(family-wise 5 %). **Headline (Holm column): {_counts(tested['holm_verdict'])}, "
+            f"{len(part) - len(tested)} identical on every sample** ({disjoint} of the holds with disjoint own "
+            f"intervals); raw, each at 95 %: {_counts(tested['verdict'])}."
+        )
+    return "\n".join(lines)
 
 
 def claims_markdown(table: pd.DataFrame) -> str:
-    """One markdown table: claim × (evaluation, task) cells ``verdict Δ ± half-width (n)`` (``‖`` when the two
-    methods' own intervals are disjoint), then a tally."""
+    """Per evaluation, one markdown table: distinct comparison (every claim it answers) × task, cells ``raw/Holm
+    Δ ± half-width (n)`` (``‖`` when the two methods' own intervals are disjoint, ``=`` when identical on every
+    sample), then the tally with the family sizes."""
     if table.empty:
         return "_no evaluation tables: materialize the graph first_"
-    t = table.assign(
-        cell=[
-            f"{v} {d:+.3f} ± {(hi - lo) / 2:.3f} (n={n}){' ‖' if dis else ''}"
-            for v, d, lo, hi, n, dis in table[
-                ["verdict", "difference", "ci_low", "ci_high", "n_samples", "intervals_disjoint"]
-            ].values
-        ],
-        column=table["evaluation"] + " " + table["task"],
-        row=table["source"] + ": " + table["claim"].str.replace(r" \(.*\)", "", regex=True),
+    parts = []
+    for evaluation, part in table.groupby("evaluation", sort=False):
+        t = part.assign(
+            cell=[
+                f"= identical (n={n})" if same else
+                f"{MARKS[v]}{MARKS[h]} {d:+.3f} ± {(hi - lo) / 2:.3f} (n={n}){' ‖' if dis else ''}"
+                for v, h, d, lo, hi, n, dis, same in part[
+                    ["verdict", "holm_verdict", "difference", "ci_low", "ci_high", "n_samples", "intervals_disjoint",
+                     "identical"]
+                ].values
+            ],
+            row=part["claims"].str.replace(r" \(.*\)", "", regex=True),
+        )
+        wide = t.pivot_table(index="row", columns="task", values="cell", aggfunc="first").fillna("")
+        wide = wide.loc[sorted(wide.index, key=_row_order)]
+        wide.index.name = "comparison (every claim it answers)"
+        parts.append(f"### {EVALUATIONS.get(evaluation, evaluation)}\n\n" + wide.to_markdown())
+    legend = (
+        "First mark: the raw verdict (paired 95 % bootstrap interval); second: Holm-adjusted over the evaluation's "
+        "family (paired t-test p-values, family-wise 5 %). ✓ holds, ≥ not reversed (a \"≥\" claim whose interval "
+        "includes 0), · not shown, ✗ reversed; a comparison answering both a \">\" and a \"≥\" claim shows the "
+        "strict one's verdict. ‖: the two methods' own 95 % intervals are disjoint. = identical: the two methods "
+        "score the same on every sample (e.g. a trained model that kept its untrained initialisation is the same "
+        "model: nothing to test). Claims with identical per-sample differences are one comparison, counted once."
     )
-    wide = t.pivot_table(index="row", columns="column", values="cell", aggfunc="first").fillna("")
-    tally = table.groupby(["evaluation", "verdict"]).size().unstack(fill_value=0)
-    tally["of which intervals disjoint"] = table[table["verdict"] == HOLDS].groupby("evaluation")[
-        "intervals_disjoint"
-    ].sum()
-    legend = "‖: the two methods' own 95 % intervals are disjoint (stricter than the paired interval)."
-    return wide.to_markdown() + "\n\n" + legend + "\n\nVerdicts per evaluation:\n\n" + tally.fillna(0).to_markdown()
+    return "\n\n".join(parts) + "\n\n" + legend + "\n\nTallies of distinct comparisons:\n\n" + tally(table)

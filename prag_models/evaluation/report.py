@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from prag_models.evaluation.retrieval import candidates, label_references
 from prag_models.metrics.lamp import HIGHER_IS_BETTER
 
 CHART_WIDTH_IN, CHART_DPI = 9.0, 100  # 900 px wide: fits the Dagster UI's metadata panel
@@ -24,7 +25,7 @@ def _cell(row: pd.Series) -> str:
 
 def evaluation_markdown(table: pd.DataFrame) -> str:
     """Rows = method, columns = task/metric as value ± half-width with n in the header (per cell where it differs);
-    the best value of each column in bold."""
+    the best candidate's value of each column in bold (reference rows such as the oracle are labelled, never bold)."""
     if table.empty:
         return "_no evaluation rows_"
     t = table.assign(cell=table.apply(_cell, axis=1))
@@ -38,13 +39,14 @@ def evaluation_markdown(table: pd.DataFrame) -> str:
         cells = part.set_index("method")["cell"].copy()
         if not same:
             cells = cells + part.set_index("method")["n_samples"].map(lambda n: f" (n={int(n)})")
-        best = part["value"].max() if HIGHER_IS_BETTER.get(metric, True) else part["value"].min()
-        for method in part.loc[part["value"] == best, "method"]:
+        mine = candidates(part)  # the oracle is a reference row, never the best
+        best = mine["value"].max() if HIGHER_IS_BETTER.get(metric, True) else mine["value"].min()
+        for method in mine.loc[mine["value"] == best, "method"]:
             cells[method] = f"**{cells[method]}**"
         headers[header] = cells
         columns.append(header)
     wide = pd.DataFrame(headers)[columns].fillna("")
-    wide.index.name = "method"
+    wide.index = pd.Index(label_references(wide.index), name="method")
     return wide.reset_index().to_markdown(index=False)
 
 
@@ -63,6 +65,7 @@ def comparisons_markdown(comparisons: pd.DataFrame) -> str:
         column=comparisons["task"] + " " + comparisons["metric"] + " vs " + comparisons["baseline"],
     )
     wide = c.pivot_table(index="method", columns="column", values="cell", aggfunc="first").fillna("")
+    wide.index = pd.Index(label_references(wide.index), name="method")
     return wide.reset_index().to_markdown(index=False)
 
 

@@ -30,6 +30,19 @@ from prag_models.metrics.intervals import estimate, paired_difference
 
 RELEVANCE_METRICS: tuple[str, ...] = ("recall", "ndcg", "mrr")
 BASELINES: tuple[str, ...] = ("random", "dense_global")
+#: Reference rows that are no candidate (the oracle knows the planted communities): labelled, never "best".
+REFERENCE_METHODS: tuple[str, ...] = ("oracle_community",)
+REFERENCE_LABEL = " (reference: ceiling, not a candidate)"
+
+
+def candidates(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a table whose method is a candidate (the reference rows removed)."""
+    return table[~table["method"].isin(REFERENCE_METHODS)]
+
+
+def label_references(methods: pd.Index) -> list[str]:
+    """Method names with the reference rows labelled as such."""
+    return [f"{m}{REFERENCE_LABEL}" if m in REFERENCE_METHODS else m for m in methods]
 #: Methods that need LLM calls per sample and so run on the LLM-evaluation samples only (data.llm_eval_samples).
 LLM_SUBSET_METHODS: tuple[str, ...] = ("pbr",)
 SUMMARY_COLUMNS = ["task", "method", "metric", "value", "ci_low", "ci_high", "n_samples", "is_primary"]
@@ -131,7 +144,8 @@ def _cell(value: float, low: float, high: float) -> str:
 
 
 def summary_markdown(summary: pd.DataFrame, comparisons: pd.DataFrame) -> str:
-    """Per task: methods × metrics as value ± half-width with n, best primary value in bold; then the primary
+    """Per task: methods × metrics as value ± half-width with n, best candidate's primary value in bold (the oracle is a
+    labelled reference row); then the primary
     metric's paired differences against each baseline (▲ better, ▼ worse, = intervals include 0)."""
     if summary.empty:
         return "_no retrieval evaluation rows_"
@@ -141,9 +155,9 @@ def summary_markdown(summary: pd.DataFrame, comparisons: pd.DataFrame) -> str:
         cells = part.assign(cell=[_cell(v, lo, hi) for v, lo, hi in part[["value", "ci_low", "ci_high"]].values])
         wide = cells.pivot_table(index="method", columns="metric", values="cell", aggfunc="first")
         n = part.groupby("method")["n_samples"].max()
-        if primary:
-            best = part[part["metric"] == primary]["value"].max()
-            for method in part[(part["metric"] == primary) & (part["value"] == best)]["method"]:
+        if primary:  # the best candidate in bold; the oracle is a reference, never the best
+            mine = candidates(part[part["metric"] == primary])
+            for method in mine[mine["value"] == mine["value"].max()]["method"]:
                 wide.at[method, primary] = f"**{wide.at[method, primary]}**"
         wide.insert(0, "n", n)
         comp = comparisons[(comparisons["task"] == task) & (comparisons["metric"] == primary)]
@@ -155,5 +169,6 @@ def summary_markdown(summary: pd.DataFrame, comparisons: pd.DataFrame) -> str:
             }
             wide[f"Δ{primary} vs {baseline}"] = [marks.get(m, "") for m in wide.index]
         wide = wide.sort_values("n", ascending=False, kind="stable")
+        wide.index = pd.Index(label_references(wide.index), name=wide.index.name)
         parts.append(f"### {task} (primary: {primary}; 95 % bootstrap intervals)\n\n" + wide.fillna("").to_markdown())
     return "\n\n".join(parts)

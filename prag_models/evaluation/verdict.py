@@ -2,112 +2,248 @@
 §6.5). The evidence is the LLM-free retrieval evaluation; a task it cannot score (no relevance labels and no document
 labels: LaMP-4/5/7 on real LaMP files) is decided on the LLM evaluation's primary metric instead, with its n.
 
-A personalized method is worth shipping only where it beats searching everybody's documents (``dense_global``). The
-method to ship is the personalized one with the best mean on every sample of the LLM-free retrieval evaluation; its
-gain is estimated by cross-fitting (``claims.best_personalized``: on each half of the samples, the method chosen on the
-other half), because the gain of a method picked on the same samples it is measured on is optimistic. The verdict is
-"ship" only when the paired 95 % interval of that gain lies above 0. The LLM evaluation of the same method against
-``dense_global`` is shown next to it, with its n, as a confirmation end to end (confirms / not shown / contradicts)
-— it decides nothing at a few samples, but a contradiction is printed, not hidden.
+A collaborative personalized method is worth shipping only where it beats both non-collaborative alternatives:
+searching everybody's documents (``dense_global``) and searching the user's own profile (``dense``: where a world's
+relevant documents are the user's own, pooling a community that contains them beats ``dense_global`` without
+collaboration adding anything). "ship" needs both paired 95 % intervals above 0 (an intersection-union test: no
+adjustment); the gain printed first is over ``dense_global``. A choice that beats ``dense_global`` but not the own
+profile gets "own profile suffices": personalize by the user's own documents, collaboration is not shown to add.
+The method is chosen by cross-fitting (``claims.cross_fit``: on each half of the samples, the personalized method
+with the best mean on the other half), and the gain is the gain of choosing that way, measured on held-out samples
+only. When both folds choose the same method it is named, and the interval is that method's own held-out gain; when
+they disagree no single method is named (each fold's choice is printed) and the interval is the gain of the choosing
+procedure. The Holm column controls the family of verdicts (one per task). For "keep the baseline" and "own profile
+suffices" the table prints how many samples a paired t-test would need for 80 % power at the observed effect and
+spread, and says when the effect is too small to matter.
+
+The LLM evaluation of the same choice against ``dense_global`` is shown next to it, with its n, as a confirmation end
+to end (confirms / not shown / contradicts) — only from ``min_llm_samples`` samples on; below that it says "too few
+samples to tell", and "no LLM evaluation" where there is none.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
-from prag_models.evaluation.claims import best_mean, best_personalized
-from prag_models.metrics.intervals import Estimate, estimate, paired_difference
+from prag_models.evaluation.claims import FAMILY_ALPHA, CrossFit, cross_fit, fold_of
+from prag_models.metrics.intervals import holm, paired_difference, paired_p_value, samples_for_power
 
 BASELINE = "dense_global"
+OWN_PROFILE = "dense"  # personal but not collaborative: what collaboration must also beat
 SHIP, KEEP, WORSE = "ship", "keep the baseline", "personalization hurts"
+OWN = "own profile suffices"  # beats dense_global, but collaboration is not shown to beat the user's own profile
+CONFIRMS, CONTRADICTS, NOT_SHOWN = "confirms", "contradicts", "not shown"
+TOO_FEW, NO_LLM, IS_EVIDENCE = "too few samples to tell", "no LLM evaluation", "is the evidence"
+MIN_LLM_SAMPLES = 30  # default of data.verdict_min_llm_samples
+MIN_GAIN = 0.01  # default of data.verdict_min_gain
+NO_LLM_FIELDS = {"llm_metric": "", "llm_gain": 0.0, "llm_gain_low": 0.0, "llm_gain_high": 0.0, "llm_n_samples": 0,
+                 "llm_decision": NO_LLM}  # fmt: skip
+
+
 VERDICT_COLUMNS = [
     "task", "evidence", "metric", "method", "value", "baseline_value", "gain", "gain_low", "gain_high", "n_samples",
-    "verdict", "cross_fitted_methods", "llm_metric", "llm_gain", "llm_gain_low", "llm_gain_high", "llm_n_samples",
+    "p_value", "verdict", "p_holm", "holm_verdict", "family_size", "cross_fitted_methods", "fold_methods",
+    "samples_needed", "power_note", "own_gain", "own_gain_low", "own_gain_high", "own_n_samples", "llm_metric",
+    "llm_gain", "llm_gain_low", "llm_gain_high", "llm_n_samples",
+    "llm_decision",
 ]  # fmt: skip
 
 
-def _paired(scores: pd.DataFrame, a: pd.Series, baseline: str, higher_is_better: bool) -> Estimate:
-    """The paired difference of per-sample values ``a`` (by sample_id) over the baseline's, positive = better."""
+def _paired(
+    scores: pd.DataFrame, a: pd.Series, higher_is_better: bool, baseline: str = BASELINE
+) -> tuple[np.ndarray, np.ndarray]:
+    """(a, baseline) values on the samples both cover, oriented so that a − baseline > 0 means better."""
     base = scores[scores["method"] == baseline].drop_duplicates("sample_id").set_index("sample_id")["value"]
     both = pd.concat([a.rename("a"), base.rename("b")], axis=1).dropna()
+    both = both.loc[[s for s in base.index if s in both.index]]  # the baseline's order: resamples independent of folds
     x, y = both["a"].to_numpy(), both["b"].to_numpy()
-    return paired_difference(x, y) if higher_is_better else paired_difference(y, x)
+    return (x, y) if higher_is_better else (-x, -y)
 
 
-def task_verdict(scores: pd.DataFrame, metric: str, higher_is_better: bool = True) -> dict | None:
-    """The verdict of one task from per-sample values (method, sample_id, value); None without a personalized method
-    or without the baseline."""
-    method = best_mean(scores, higher_is_better)
-    crossed = best_personalized(scores, higher_is_better)
-    if method is None or crossed is None or not (scores["method"] == BASELINE).any():
+def power_note(diffs: np.ndarray, min_gain: float = MIN_GAIN) -> tuple[int, str]:
+    """(samples for 80 % power of a paired t-test at the observed effect and spread, a note); 0 when no sample size
+    would show a gain."""
+    gain = float(np.mean(diffs)) if len(diffs) else 0.0
+    if gain <= 0:
+        return 0, "no gain observed: more samples would not show one"
+    needed = samples_for_power(diffs)
+    small = f"; a gain of {gain:.3f} is too small to matter (< {min_gain:g})" if gain < min_gain else ""
+    if needed is None:
+        return 0, "no effect to power" + small
+    return needed, f"about {needed} samples for 80 % power at this effect (now {len(diffs)})" + small
+
+
+def task_verdict(
+    scores: pd.DataFrame, metric: str, higher_is_better: bool = True, min_gain: float = MIN_GAIN
+) -> dict | None:
+    """The verdict of one task from per-sample values (method, sample_id, value); None without a personalized method,
+    without the baseline or without a sample both cover."""
+    crossed = cross_fit(scores, higher_is_better)
+    if crossed is None or not (scores["method"] == BASELINE).any():
         return None
-    gain = _paired(scores, crossed[0], BASELINE, higher_is_better)
-    verdict = SHIP if gain.low > 0 else WORSE if gain.high < 0 else KEEP
-    values = scores[scores["method"] == method]["value"].to_numpy()
+    x, y = _paired(scores, crossed.values, higher_is_better)
+    if len(x) == 0:  # the chosen methods and the baseline share no sample: nothing to decide
+        return None
+    gain = paired_difference(x, y)
+    p_value = paired_p_value(x - y)
+    own_x, own_y = _paired(scores, crossed.values, higher_is_better, OWN_PROFILE)
+    own = paired_difference(own_x, own_y) if len(own_x) else None
+    # Intersection-union: ship only when the choice beats both non-collaborative alternatives (no adjustment needed)
+    beats_own = own is None or own.low > 0
+    verdict = (SHIP if beats_own else OWN) if gain.low > 0 else WORSE if gain.high < 0 else KEEP
+    needed, note = (0, "")
+    if verdict == OWN:  # beats everybody's documents, not the user's own profile: what would show collaboration
+        needed, note = power_note(own_x - own_y, min_gain)
+        note = f"collaboration over the own profile ({OWN_PROFILE}): {note}"
+    elif verdict == KEEP:
+        needed, note = power_note(x - y, min_gain)
+    elif verdict == SHIP and own is not None:
+        p_value = max(p_value, paired_p_value(own_x - own_y))
+    sign = 1.0 if higher_is_better else -1.0
     return {
-        "metric": metric, "method": method, "value": estimate(values).value,
-        "baseline_value": estimate(scores[scores["method"] == BASELINE]["value"].to_numpy()).value,
-        "gain": gain.value, "gain_low": gain.low, "gain_high": gain.high, "n_samples": gain.n, "verdict": verdict,
-        "cross_fitted_methods": crossed[1],
+        "metric": metric, "method": _named(crossed), "value": sign * float(np.mean(x)),
+        "baseline_value": sign * float(np.mean(y)), "gain": gain.value,
+        "gain_low": gain.low, "gain_high": gain.high, "n_samples": gain.n, "p_value": p_value,
+        "verdict": verdict, "cross_fitted_methods": crossed.describe(),
+        "fold_methods": " / ".join(m or "—" for m in crossed.chosen), "samples_needed": needed, "power_note": note,
+        "own_gain": own.value if own else 0.0, "own_gain_low": own.low if own else 0.0,
+        "own_gain_high": own.high if own else 0.0, "own_n_samples": own.n if own else 0,
     }  # fmt: skip
 
 
-def llm_confirmation(scores: pd.DataFrame, method: str, metric: str, higher_is_better: bool) -> dict:
-    """The LLM evaluation's paired difference of ``method`` over the baseline (NaNs where either is missing)."""
-    mine = scores[scores["method"] == method].drop_duplicates("sample_id").set_index("sample_id")["value"]
-    if mine.empty or not (scores["method"] == BASELINE).any():
-        return {"llm_metric": metric, "llm_gain": float("nan"), "llm_gain_low": float("nan"),
-                "llm_gain_high": float("nan"), "llm_n_samples": 0}  # fmt: skip
-    gain = _paired(scores, mine, BASELINE, higher_is_better)
+def _named(crossed: CrossFit) -> str:
+    """The method both folds chose, else the choices per fold (no single method's gain was measured)."""
+    return crossed.single or "no single method: " + crossed.describe()
+
+
+def _llm_decision(low: float, high: float, n: int, min_llm_samples: int) -> str:
+    """confirms / contradicts / not shown, or too few samples to tell below ``min_llm_samples``."""
+    if n == 0:
+        return NO_LLM
+    if n < min_llm_samples:
+        return TOO_FEW
+    return CONFIRMS if low > 0 else CONTRADICTS if high < 0 else NOT_SHOWN
+
+
+def llm_confirmation(
+    scores: pd.DataFrame, method: str | CrossFit, metric: str, higher_is_better: bool,
+    min_llm_samples: int = MIN_LLM_SAMPLES,
+) -> dict:  # fmt: skip
+    """The LLM evaluation's paired difference over the baseline of ``method`` (or of a cross-fitted choice: on each
+    fold the method chosen there); zeros and "no LLM evaluation" where either is missing."""
+    if isinstance(method, CrossFit):
+        folds = scores["sample_id"].map(fold_of)
+        picked = [scores[(folds == f) & (scores["method"] == m)] for f, m in enumerate(method.chosen) if m]
+        mine_rows = pd.concat(picked) if picked else scores.iloc[:0]
+    else:
+        mine_rows = scores[scores["method"] == method]
+    mine = mine_rows.drop_duplicates("sample_id").set_index("sample_id")["value"]
+    x, y = _paired(scores, mine, higher_is_better) if len(mine) else (np.zeros(0), np.zeros(0))
+    if len(x) == 0:
+        return {"llm_metric": metric, "llm_gain": 0.0, "llm_gain_low": 0.0, "llm_gain_high": 0.0, "llm_n_samples": 0,
+                "llm_decision": NO_LLM}  # fmt: skip
+    gain = paired_difference(x, y)
     return {"llm_metric": metric, "llm_gain": gain.value, "llm_gain_low": gain.low, "llm_gain_high": gain.high,
-            "llm_n_samples": gain.n}  # fmt: skip
+            "llm_n_samples": gain.n, "llm_decision": _llm_decision(gain.low, gain.high, gain.n, min_llm_samples)}
 
 
-def verdicts_from_store(con) -> pd.DataFrame:
-    """One verdict row per task with a retrieval evaluation (its primary metric), plus the LLM confirmation."""
+def with_holm(table: pd.DataFrame, alpha: float = FAMILY_ALPHA) -> pd.DataFrame:
+    """p_holm, holm_verdict and family_size over the family of verdicts in the table (one per task): the raw verdict
+    where Holm rejects, else keep the baseline (p-values: ship = the larger of its two comparisons' p)."""
+    out = table.copy()
+    rejected, adjusted = holm(out["p_value"].to_numpy(dtype=float), alpha)
+    out["p_holm"], out["family_size"] = adjusted, len(out)
+    out["holm_verdict"] = np.where(rejected, out["verdict"], KEEP) if len(out) else []
+    return out
+
+
+def verdicts_from_store(
+    con, tasks: list[str] | None = None, min_llm_samples: int = MIN_LLM_SAMPLES, min_gain: float = MIN_GAIN
+) -> pd.DataFrame:
+    """One verdict row per task with a retrieval evaluation (its primary metric), plus the LLM confirmation, with
+    Holm over the tasks (the given ones; all when None)."""
     from prag_models.evaluation.claims import llm_scores, retrieval_scores
     from prag_models.storage.store import table_exists
 
+    keep = (lambda task: True) if tasks is None else (lambda task: task in tasks)
+    have_llm = table_exists(con, "generations")
+    llm_tasks = [t for (t,) in con.execute("SELECT DISTINCT task FROM generations").fetchall()] if have_llm else []
     rows = []
     for task, metric, scores in retrieval_scores(con):
-        row = task_verdict(scores, metric)
+        row = task_verdict(scores, metric, min_gain=min_gain) if keep(task) else None
         if row is None:
             continue
-        if table_exists(con, "generations"):
-            llm, llm_metric, higher = llm_scores(con, task)
-            row |= llm_confirmation(llm, row["method"], llm_metric, higher)
-        rows.append({"task": task, "evidence": "retrieval", **row})
+        crossed = cross_fit(scores, True)
+        llm = dict(NO_LLM_FIELDS)
+        if task in llm_tasks and crossed is not None:
+            llm_table, llm_metric, higher = llm_scores(con, task)
+            llm = llm_confirmation(llm_table, crossed, llm_metric, higher, min_llm_samples)
+        rows.append({"task": task, "evidence": "retrieval", **row, **llm})
     decided = {r["task"] for r in rows}
-    if table_exists(con, "generations"):  # tasks the retrieval evaluation cannot score (LaMP-4/5/7 on real files)
-        for (task,) in sorted(con.execute("SELECT DISTINCT task FROM generations").fetchall()):
-            if task in decided:
-                continue
-            llm, llm_metric, higher = llm_scores(con, task)
-            row = task_verdict(llm, llm_metric, higher)
-            if row is not None:
-                rows.append({"task": task, "evidence": "LLM evaluation", **row, "llm_n_samples": 0})
-    return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
+    for task in sorted(llm_tasks):  # tasks the retrieval evaluation cannot score (LaMP-4/5/7 on real files)
+        if task in decided or not keep(task):
+            continue
+        llm_table, llm_metric, higher = llm_scores(con, task)
+        row = task_verdict(llm_table, llm_metric, higher, min_gain=min_gain)
+        if row is not None:
+            rows.append({"task": task, "evidence": "LLM evaluation", **row, "llm_metric": llm_metric, "llm_gain": 0.0,
+                         "llm_gain_low": 0.0, "llm_gain_high": 0.0, "llm_n_samples": 0, "llm_decision": IS_EVIDENCE})
+    table = pd.DataFrame(rows, columns=[c for c in VERDICT_COLUMNS if c not in ("p_holm", "holm_verdict",
+                                                                                 "family_size")])  # fmt: skip
+    return with_holm(table)[VERDICT_COLUMNS]
+
+
+def _complete(table: pd.DataFrame) -> pd.DataFrame:
+    """A verdict table with every column, missing LLM fields as "no LLM evaluation" (never NaN), Holm if absent."""
+    out = table.copy()
+    defaults = {**NO_LLM_FIELDS, "samples_needed": 0, "power_note": "", "p_value": 1.0, "own_gain": 0.0,
+                "own_gain_low": 0.0, "own_gain_high": 0.0, "own_n_samples": 0}  # fmt: skip
+    for column, empty in defaults.items():
+        out[column] = out[column].fillna(empty) if column in out else empty
+    out.loc[out["llm_n_samples"] == 0, "llm_decision"] = out["llm_decision"].where(
+        out["llm_decision"] == IS_EVIDENCE, NO_LLM)
+    return out if "holm_verdict" in out else with_holm(out)
+
+
+def _llm_cell(r) -> str:  # noqa: ANN001
+    """The LLM column of one verdict row, never NaN."""
+    if r.llm_decision in (NO_LLM, IS_EVIDENCE) or not r.llm_n_samples:
+        return "(the verdict's evidence)" if r.llm_decision == IS_EVIDENCE else NO_LLM
+    interval = f"[{r.llm_gain_low:+.3f}, {r.llm_gain_high:+.3f}]"
+    return f"{r.llm_metric} {r.llm_gain:+.3f} {interval} (n={int(r.llm_n_samples)}): {r.llm_decision}"
 
 
 def verdicts_markdown(table: pd.DataFrame) -> str:
-    """The verdict table: per task the method to ship, its gain over dense_global (cross-fitted, 95 % interval, n),
-    the verdict, and the LLM evaluation's difference for the same method."""
+    """The verdict table: per task the method each fold chose, the gain of that choice over dense_global on held-out
+    samples (95 % interval, n), the verdict raw and Holm-adjusted, the samples a "keep" would need, and the LLM
+    evaluation of the same choice."""
     if table.empty:
         return "_no evaluation with a personalized method and dense_global: nothing to decide_"
+    table = _complete(table)
     lines = [
-        "| task | evidence | verdict | best personalized method | its value | dense_global "
-        "| gain (cross-fitted) [95 % CI] | n | LLM evaluation: same method − dense_global [95 % CI] (n) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| task | evidence | verdict | Holm | method chosen (cross-fitted) | held-out value | dense_global "
+        "| gain [95 % CI] | n | over the own profile (dense) [95 % CI] | samples for 80 % power "
+        "| LLM evaluation: same choice − dense_global [95 % CI] (n) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in table.itertuples(index=False):
-        llm = "—"
-        if r.llm_n_samples:
-            interval = f"[{r.llm_gain_low:+.3f}, {r.llm_gain_high:+.3f}]"
-            said = "confirms" if r.llm_gain_low > 0 else "contradicts" if r.llm_gain_high < 0 else "not shown"
-            llm = f"{r.llm_metric} {r.llm_gain:+.3f} {interval} (n={r.llm_n_samples}): {said}"
         gain = f"{r.gain:+.3f} [{r.gain_low:+.3f}, {r.gain_high:+.3f}]"
+        own = (f"{r.own_gain:+.3f} [{r.own_gain_low:+.3f}, {r.own_gain_high:+.3f}]" if r.own_n_samples
+               else f"— (no {OWN_PROFILE} rows)")
+        power = r.power_note if r.verdict in (KEEP, OWN) and isinstance(r.power_note, str) and r.power_note else "—"
         lines.append(
-            f"| {r.task} | {r.evidence} | **{r.verdict}** | {r.method} | {r.metric} {r.value:.3f} "
-            f"| {r.baseline_value:.3f} | {gain} | {r.n_samples} | {llm} |"
+            f"| {r.task} | {r.evidence} | **{r.verdict}** | {r.holm_verdict} | {r.cross_fitted_methods} "
+            f"| {r.metric} {r.value:.3f} | {r.baseline_value:.3f} | {gain} | {int(r.n_samples)} | {own} | {power} "
+            f"| {_llm_cell(r)} |"
         )
+    family = int(table["family_size"].iloc[0])
+    lines.append(
+        f"\nThe gain is that of choosing the method by cross-fitting (on each half of the samples, the method best on "
+        f"the other half), measured on held-out samples; where both folds chose the same method it is that method's "
+        f"own held-out gain. The verdict column decides each task on its own; Holm: the {family} verdicts as one "
+        f"family (paired t-test p-values, family-wise 5 %), the column to read for a count across tasks (\"ships "
+        f"on k of {family}\"). The oracle (`oracle_community`) is a reference ceiling, never a "
+        f"candidate."
+    )
     return "\n".join(lines)

@@ -5,6 +5,12 @@ Every interval resamples the evaluation samples (questions) with replacement, wi
 does not). A metric is a statistic of per-sample values: the mean (accuracy, MAE, ROUGE, R@k, NDCG@k, MRR) or the
 root of the mean (RMSE over squared errors). A paired difference resamples the same samples for both methods, so it
 is the right interval for "is A better than B on these questions", narrower than comparing two separate intervals.
+
+Families of comparisons are controlled with Holm's procedure (``statsmodels.stats.multitest.multipletests``) on the
+two-sided p-values of the paired t-test (``scipy.stats.ttest_rel``): a bootstrap with 2000 resamples cannot give a
+p-value below about 1/1000, too coarse for Holm's smallest thresholds (0.05/114). The sample size that would give a
+paired comparison 80 % power is the same t-test's (``statsmodels.stats.power.TTestPower``); proportions (how often a
+verdict ships) get Wilson intervals (``statsmodels.stats.proportion.proportion_confint``).
 """
 
 from __future__ import annotations
@@ -118,6 +124,60 @@ def paired_difference(
     else:
         low, high = _interval((x, y), diff, True, confidence, n_resamples, seed)
     return Estimate(value, min(low, value), max(high, value), len(x))
+
+
+def paired_p_value(differences: Sequence[float] | np.ndarray) -> float:
+    """Two-sided p-value of the paired t-test that the mean of per-sample differences is 0 (scipy ``ttest_1samp``,
+    which is ``ttest_rel`` on a − b): 1 without a difference or sample, 0 when every difference is the same non-zero
+    value."""
+    from scipy.stats import ttest_1samp
+
+    d = np.asarray(differences, dtype=np.float64).ravel()
+    if len(d) == 0 or not np.any(d):
+        return 1.0
+    if np.ptp(d) <= 1e-12 * max(1.0, float(np.abs(d).max())):  # a constant non-zero difference: t is infinite
+        return 0.0 if len(d) > 1 else 1.0
+    return float(ttest_1samp(d, 0.0).pvalue)
+
+
+def holm(p_values: Sequence[float] | np.ndarray, alpha: float = 1 - CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:
+    """Holm's step-down control of the family-wise error rate over a family of p-values: (rejected, adjusted p)."""
+    from statsmodels.stats.multitest import multipletests
+
+    p = np.asarray(p_values, dtype=np.float64).ravel()
+    if len(p) == 0:
+        return np.zeros(0, dtype=bool), np.zeros(0)
+    rejected, adjusted, _, _ = multipletests(p, alpha=alpha, method="holm")
+    return np.asarray(rejected, dtype=bool), np.asarray(adjusted, dtype=np.float64)
+
+
+def samples_for_power(
+    differences: Sequence[float] | np.ndarray, power: float = 0.8, alpha: float = 1 - CONFIDENCE
+) -> int | None:
+    """Samples a two-sided paired t-test needs for ``power`` at the observed effect (mean / sd of the per-sample
+    differences; statsmodels ``TTestPower``); None when there is no effect to detect (mean 0 or no spread)."""
+    from statsmodels.stats.power import TTestPower
+
+    d = np.asarray(differences, dtype=np.float64).ravel()
+    if len(d) < 2 or np.std(d, ddof=1) == 0 or np.mean(d) == 0:
+        return None
+    effect = abs(float(np.mean(d) / np.std(d, ddof=1)))
+    try:
+        n = TTestPower().solve_power(effect_size=effect, power=power, alpha=alpha, alternative="two-sided")
+    except (ValueError, RuntimeError):  # no convergence for a vanishing effect
+        return None
+    n = float(np.asarray(n).ravel()[0])
+    return int(math.ceil(n)) if math.isfinite(n) else None
+
+
+def wilson(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson interval of a proportion (statsmodels ``proportion_confint``); (0, 1) without a trial."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    if n == 0:
+        return 0.0, 1.0
+    low, high = proportion_confint(successes, n, alpha=1 - confidence, method="wilson")
+    return float(low), float(high)
 
 
 def format_estimate(e: Estimate, digits: int = 3) -> str:

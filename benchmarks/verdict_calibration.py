@@ -1,0 +1,247 @@
+"""How often does the verdict ship? Its false-ship rate where collaboration cannot help and its ship rate where it can,
+measured on many small demo worlds, each rate with a Wilson 95 % interval and the number of worlds.
+
+    python benchmarks/verdict_calibration.py [--family communities split_taste no_community] [--worlds 20]
+        [--task LaMP-2] [--users 64] [--communities 4] [--dev-samples 32] [--seed-start 1000] [--placebo 20]
+        [--jobs 2] [--user-similarity taste] [--with-cfrag]
+
+Each world is a demo (prag_models/data/demo.py) of the family named by the setting ``data.demo_family`` (env
+``PRAG__DATA__DEMO_FAMILY``; "communities" is today's world, where the community decides the label; "split_taste":
+users who write about the same topics judge them differently; "no_community": no community structure, so
+collaboration has nothing to add) and the seed ``data.demo_seed``. For each world the retrieval stages and the
+LLM-free retrieval evaluation run in-process (Dagster ``materialize`` of the assets up to
+``lamp_retrieval_evaluation``, no asset checks, the fake generator, never an LLM), and the verdict of
+prag_models/evaluation/verdict.py is read from the world's DuckDB file: ship / keep the baseline / personalization
+hurts. The candidates are the ClusterRAG modes (collaborative, hybrid, two-stage, community-wide); ``--with-cfrag``
+adds CFRAG with short training (a few epochs: slower, and not the default run's CFRAG).
+
+Each world also gives ``--placebo`` sign-flip worlds where collaboration cannot help by construction: per sample,
+with probability 1/2, every candidate's difference to ``dense_global`` is mirrored (value ↦ 2·baseline − value), so
+that every candidate's expected gain is 0 while the spread and the candidates' correlation stay those of the real
+world; the verdict is recomputed on each (family "<family> placebo"). Placebos of one world share its samples, so
+their Wilson interval is approximate (worlds are the independent unit).
+
+A family where collaboration cannot help (no_community, the placebos) counts every "ship" as a false ship; the goal
+is a false-ship rate whose Wilson upper bound is at most 5 % — with no false ship at all that takes at least 73
+worlds. Families not known to this build (``data.demo_family`` absent, or the generator rejects the name) are
+reported as unavailable or failed. Each world is a separate seed, so worlds are independent; one task per world
+keeps the decisions independent too. Prints one line per world as it finishes (with its seconds) and a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+#: Whether personalization through collaboration can beat searching everybody's documents in each family's worlds
+#: (the demo's design: docs/demo_data.md). A "ship" where it cannot is a false ship.
+CAN_HELP = {"communities": True, "split_taste": True, "no_community": False}
+PLACEBO = " placebo"  # suffix of the sign-flip worlds of a family: collaboration cannot help by construction
+WILSON_GOAL = 0.05
+
+
+def _toml(value: object) -> str:
+    """A TOML literal for a str, bool, number or list."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def write_world_config(path: Path, home: Path, family: str, seed: int, args: argparse.Namespace) -> Path:
+    """A prag.toml for one small world: the family (when this build knows the setting), the seed, the fake generator."""
+    from prag_models.config.settings import DataSettings
+
+    data = {"tasks": [args.task], "demo_users": args.users, "demo_communities": args.communities,
+            "demo_dev_samples": args.dev_samples, "demo_seed": seed, "llm_eval_samples": 4}  # fmt: skip
+    if "demo_family" in DataSettings.model_fields:
+        data["demo_family"] = family
+    sections = {
+        "data": data, "generator": {"backend": "fake", "threads": 1}, "retrieval": {"k": 3},
+        "cfrag": {"epochs": 2, "train_epochs": 2},
+    }  # fmt: skip
+    if args.user_similarity:
+        sections["clustering"] = {"user_similarity": args.user_similarity}
+    lines = [f"home = {_toml(str(home))}"]
+    for name, values in sections.items():
+        lines += [f"[{name}]"] + [f"{k} = {_toml(v)}" for k, v in values.items()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def family_available(family: str) -> bool:
+    """True when this build can write worlds of the family: today's always, others once data.demo_family exists."""
+    from prag_models.config.settings import DataSettings
+
+    return family == "communities" or "demo_family" in DataSettings.model_fields
+
+
+def selection(with_cfrag: bool):  # noqa: ANN201
+    """The assets up to lamp_retrieval_evaluation, without PBR (needs an LLM) and, unless asked, without CFRAG."""
+    import dagster as dg
+
+    from prag_assets.definitions import defs
+
+    wanted = dg.AssetSelection.assets("lamp_retrieval_evaluation").upstream()
+    keys = wanted.resolve(defs.resolve_asset_graph())
+    drop = [k for k in keys if k.path[-1].startswith("pbr") or (not with_cfrag and (
+        k.path[-1].startswith("cfrag") or k.path[-1] == "feedback_labels"))]  # fmt: skip
+    return wanted - dg.AssetSelection.assets(*drop) if drop else wanted
+
+
+def run_world(family: str, seed: int, args: argparse.Namespace, root: Path) -> dict:
+    """Materialize one world's retrieval evaluation in-process and return its verdict row (plus seconds)."""
+    import dagster as dg
+    import duckdb
+
+    from prag_assets.definitions import defs
+    from prag_assets.resource_set import default_resources
+    from prag_models.evaluation.claims import retrieval_scores
+    from prag_models.evaluation.verdict import verdicts_from_store
+
+    folder = root / f"{family}-{seed}"
+    folder.mkdir(parents=True, exist_ok=True)
+    config = write_world_config(folder / "prag.toml", folder / "home", family, seed, args)
+    start = time.perf_counter()
+    result = dg.materialize(
+        list(defs.assets), resources=default_resources(config_file=str(config)),
+        selection=selection(args.with_cfrag), partition_key=args.task, raise_on_error=False,
+    )  # fmt: skip
+    seconds = time.perf_counter() - start
+    if not result.success:
+        return {"family": family, "seed": seed, "verdict": "failed", "seconds": seconds}
+    con = duckdb.connect(str(folder / "home" / "prag.duckdb"), read_only=True)
+    try:
+        table = verdicts_from_store(con, [args.task])
+        scores = [s for t, _, s in retrieval_scores(con) if t == args.task]
+    finally:
+        con.close()
+    if table.empty:
+        return {"family": family, "seed": seed, "verdict": "no verdict", "seconds": seconds}
+    row = table.iloc[0].to_dict()
+    placebos = placebo_verdicts(scores[0], args.placebo, seed) if scores and args.placebo else []
+    return {"family": family, "seed": seed, "seconds": seconds, "placebos": placebos, **{k: row[k] for k in (
+        "verdict", "cross_fitted_methods", "gain", "gain_low", "gain_high", "n_samples")}}  # fmt: skip
+
+
+def placebo_verdicts(scores, draws: int, seed: int) -> list[str]:  # noqa: ANN001
+    """Verdicts on ``draws`` sign-flipped copies of a world's per-sample scores, where no candidate can gain."""
+    import numpy as np
+
+    from prag_models.evaluation.claims import PERSONALIZED
+    from prag_models.evaluation.verdict import BASELINE, task_verdict
+
+    base = scores[scores["method"] == BASELINE].drop_duplicates("sample_id").set_index("sample_id")["value"]
+    mine = scores[scores["method"].isin(PERSONALIZED) & scores["sample_id"].isin(base.index)]
+    rng = np.random.default_rng([seed, 7919])
+    verdicts = []
+    for _ in range(draws):
+        flip = dict(zip(base.index, rng.random(len(base)) < 0.5, strict=True))
+        b = mine["sample_id"].map(base)
+        mirrored = np.where(mine["sample_id"].map(flip).to_numpy(dtype=bool), 2 * b - mine["value"], mine["value"])
+        placebo = pd.concat([mine.assign(value=mirrored), scores[scores["method"] == BASELINE]], ignore_index=True)
+        verdict = task_verdict(placebo, "placebo")
+        verdicts.append(verdict["verdict"] if verdict else "no verdict")
+    return verdicts
+
+
+def summarize(rows: list[dict]) -> str:
+    """Per family: worlds, ships, the ship (or false-ship) rate with its Wilson 95 % interval, seconds per world."""
+    from prag_models.evaluation.verdict import SHIP
+    from prag_models.metrics.intervals import wilson
+
+    placebo = [{"family": r["family"] + PLACEBO, "verdict": v, "seconds": 0.0} for r in rows for v in
+               r.get("placebos", [])]  # fmt: skip
+    frame = pd.DataFrame(rows + placebo)
+    lines = ["| family | collaboration can help | worlds (placebo: draws) | ship | own profile | keep | hurts | failed "
+             "| rate | Wilson 95 % | s / world |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    notes: list[str] = []
+    for family, part in frame.groupby("family", sort=False):
+        decided = part[~part["verdict"].isin(["failed", "no verdict"])]
+        n, ships = len(decided), int((decided["verdict"] == SHIP).sum())
+        low, high = wilson(ships, n)
+        helps = CAN_HELP.get(family, True) and not family.endswith(PLACEBO)
+        what = "ship rate" if helps else "false-ship rate"
+        counts = decided["verdict"].value_counts()
+        seconds = "—" if family.endswith(PLACEBO) else f"{part['seconds'].mean():.1f}"
+        lines.append(
+            f"| {family} | {'yes' if helps else 'no'} | {n} | {ships} | {int(counts.get('own profile suffices', 0))} "
+            f"| {int(counts.get('keep the baseline', 0))} | {int(counts.get('personalization hurts', 0))} "
+            f"| {len(part) - n} | {what} {ships / n if n else 0:.3f} | [{low:.3f}, {high:.3f}] "
+            f"| {seconds} |"
+        )
+        if not helps:
+            goal = "met" if high <= WILSON_GOAL else "not met"
+            notes.append(f"false-ship goal (Wilson upper bound ≤ {WILSON_GOAL:.0%}) for {family}: {goal}"
+                         f" (upper bound {high:.3f} from {n} {'draws' if family.endswith(PLACEBO) else 'worlds'})")
+    return "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+def _report(row: dict) -> dict:
+    """Print one world's verdict as it finishes (stderr) and return the row."""
+    gain = f" {row['gain']:+.3f} [{row['gain_low']:+.3f}, {row['gain_high']:+.3f}]" if "gain" in row else ""
+    print(f"{row['family']} seed {row['seed']}: {row['verdict']}{gain} {row.get('cross_fitted_methods', '')} "
+          f"({row['seconds']:.1f} s)", file=sys.stderr, flush=True)  # fmt: skip
+    return row
+
+
+def main() -> None:
+    """Run the worlds of each family and print each verdict and the summary."""
+    from prag_models.config.settings import USER_SIMILARITIES
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", nargs="+", default=list(CAN_HELP), choices=list(CAN_HELP))
+    parser.add_argument("--worlds", type=int, default=20, help="worlds (seeds) per family")
+    parser.add_argument("--seed-start", type=int, default=1000, help="first demo seed (the default run uses 7)")
+    parser.add_argument("--task", default="LaMP-2")
+    parser.add_argument("--users", type=int, default=64)
+    parser.add_argument("--communities", type=int, default=4)
+    parser.add_argument("--dev-samples", type=int, default=32)
+    parser.add_argument("--placebo", type=int, default=20, help="sign-flip placebo worlds per world (0: none)")
+    parser.add_argument("--user-similarity", default="", choices=("", *USER_SIMILARITIES),
+                        help="clustering.user_similarity (default: the setting's)")
+    parser.add_argument("--with-cfrag", action="store_true", help="add CFRAG (2 training epochs; slower)")
+    parser.add_argument("--workdir", default="", help="where the worlds' homes go (default: a temporary folder)")
+    parser.add_argument("--jobs", type=int, default=1, help="worlds at once, one process each (one per free core)")
+    args = parser.parse_args()
+    os.environ.setdefault("PRAG_CHUNK_ROWS", "4096")
+    if args.jobs > 1:  # one BLAS / torch thread per process: the processes share the cores
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            os.environ[name] = "1"
+    worlds = []
+    for family in args.family:
+        if family_available(family):
+            worlds += [(family, seed) for seed in range(args.seed_start, args.seed_start + args.worlds)]
+        else:
+            print(f"{family}: unavailable in this build (no data.demo_family setting yet)", flush=True)
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="prag-calibration-") as tmp:
+        root = Path(args.workdir or tmp)
+        if args.jobs > 1:
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            with ProcessPoolExecutor(args.jobs) as pool:
+                futures = [pool.submit(run_world, family, seed, args, root) for family, seed in worlds]
+                for future in as_completed(futures):
+                    rows.append(_report(future.result()))
+        else:
+            rows = [_report(run_world(family, seed, args, root)) for family, seed in worlds]
+    if rows:
+        print(f"\nVerdict calibration: {args.task}, {args.users} users, {args.communities} communities, "
+              f"user similarity {args.user_similarity or 'default'}, "
+              f"{args.dev_samples} dev samples per world, seeds {args.seed_start}–{args.seed_start + args.worlds - 1}"
+              f"{', with CFRAG' if args.with_cfrag else ''}\n")  # fmt: skip
+        print(summarize(rows))
+
+
+if __name__ == "__main__":
+    main()

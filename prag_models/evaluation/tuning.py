@@ -3,8 +3,8 @@
 Each tunable method (prag_models.methods.knobs.KNOB_SPACE) gets an Optuna study (TPE, seeded) whose trial 0 is the
 configured default; a trial retrieves for the train samples with the trial's knobs and scores them with the
 retrieval evaluation's primary metric (NDCG@k where relevance labels exist, label-hit@k otherwise). The chosen values
-are the best trial's; a tie with the default keeps the default. The search stops at tuning.max_trials per method or
-when the method's share of tuning.budget_s is spent.
+are the best trial's when its paired train gain over the default has a 95 % interval above 0, else the default.
+The search stops at tuning.max_trials per method or when the method's share of tuning.budget_s is spent.
 """
 
 from __future__ import annotations
@@ -60,34 +60,40 @@ def retrieve(method: str, settings: Settings, space: UserSpace, index: ProfileIn
                 for i, u in enumerate(users)]  # fmt: skip
 
 
-def score(found: list[list[Retrieved]], samples: pd.DataFrame, truth: Truth, k: int) -> tuple[str, float]:
-    """The primary retrieval metric and its mean over the samples."""
+def score(found: list[list[Retrieved]], samples: pd.DataFrame, truth: Truth, k: int) -> tuple[str, np.ndarray]:
+    """The primary retrieval metric and its value per sample (in sample order)."""
     rows = [(s, rank, r.doc_id) for s, docs in zip(samples["sample_id"], found, strict=True)
             for rank, r in enumerate(docs, 1)]  # fmt: skip
     runs = pd.DataFrame(rows, columns=["sample_id", "rank", "doc_id"]).assign(method="m")
     ids = samples["sample_id"].astype(str).tolist()
     scores = per_sample_scores(runs, {"m": ids}, k, truth.relevant, truth.labels, truth.golds)
     metric = primary_retrieval_metric(truth.relevant is not None, k)
-    values = scores.loc[scores["metric"] == metric, "value"]
-    return metric, float(values.mean()) if len(values) else float("nan")
+    values = scores[scores["metric"] == metric].set_index("sample_id")["value"]
+    return metric, values.reindex(ids).to_numpy(dtype=float)
 
 
 def tune_method(method: str, settings: Settings, space: UserSpace, index: ProfileIndex, samples: pd.DataFrame,
-                truth: Truth, budget_s: float) -> tuple[dict[str, Any], list[tuple], str]:  # fmt: skip
-    """Optuna search over one method's knobs: (chosen values, trials as (trial, params, score, seconds), metric)."""
+                truth: Truth, budget_s: float) -> tuple[dict[str, Any], list[tuple], str, Any]:  # fmt: skip
+    """Optuna search over one method's knobs: (chosen values, trials as (trial, params, score, seconds), metric,
+    the best trial's paired train gain over the default). The best trial is chosen only when that gain's 95 %
+    interval is above 0; otherwise the default stays (a noisy train score must not move a knob)."""
     import optuna
+
+    from prag_models.metrics.intervals import paired_difference
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     t = settings.tuning
     space_of = KNOB_SPACE[method]
     metric_name = [""]
     trials: list[tuple] = []
+    per_sample: dict[int, np.ndarray] = {}
 
     def objective(trial: optuna.Trial) -> float:
         t0 = time.perf_counter()
         values = {knob: trial.suggest_categorical(knob, list(choices)) for knob, choices in space_of.items()}
         found = retrieve(method, with_knobs(settings, values), space, index, samples)
-        metric_name[0], value = score(found, samples, truth, settings.retrieval.k)
+        metric_name[0], per_sample[trial.number] = score(found, samples, truth, settings.retrieval.k)
+        value = float(np.nanmean(per_sample[trial.number])) if len(samples) else float("nan")
         trials.append((trial.number, json.dumps(values, sort_keys=True), value, round(time.perf_counter() - t0, 3)))
         return value
 
@@ -96,7 +102,9 @@ def tune_method(method: str, settings: Settings, space: UserSpace, index: Profil
     study.enqueue_trial({k: v for k, v in default.items() if v in space_of[k]})
     study.optimize(objective, n_trials=t.max_trials, timeout=max(budget_s, 1e-3))
     best = study.best_trial  # the first trial with the best value: the default (trial 0) wins ties
-    return {**default, **best.params}, trials, metric_name[0]
+    gain = paired_difference(per_sample[best.number], per_sample[0])
+    chosen = {**default, **best.params} if gain.n > 0 and gain.low > 0 else default
+    return chosen, trials, metric_name[0], gain
 
 
 def tune_task(con, task: str, settings: Settings) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
@@ -113,18 +121,20 @@ def tune_task(con, task: str, settings: Settings) -> tuple[pd.DataFrame, pd.Data
     stats["sample_ids"] = samples["sample_id"].astype(str).tolist()
     for method in KNOB_SPACE:
         budget = t.budget_s / len(KNOB_SPACE)
-        chosen, trials, metric = tune_method(method, settings, space, index, samples, truth, budget)
+        chosen, trials, metric, gain = tune_method(method, settings, space, index, samples, truth, budget)
         default = default_values(settings, method)
         by_params = {p: s for _, p, s, _ in trials}
-        best_score = max(s for _, _, s, _ in trials)
         default_score = trials[0][2]
+        best_score = max(s for _, _, s, _ in trials) if chosen != default else default_score
         for knob, value in chosen.items():
             chosen_rows.append((task, method, knob, json.dumps(value), json.dumps(default[knob]), best_score,
                                 default_score, metric, len(trials), len(samples)))  # fmt: skip
         trial_rows += [(task, method, *tr) for tr in trials]
         stats["methods"][method] = {"chosen": chosen, "score": round(best_score, 4),
                                     "default_score": round(default_score, 4), "metric": metric,
-                                    "trials": len(trials), "distinct_settings": len(by_params)}  # fmt: skip
+                                    "trials": len(trials), "distinct_settings": len(by_params),
+                                    "best_train_gain": [round(gain.value, 4), round(gain.low, 4), round(gain.high, 4)],
+                                    "kept_default": chosen == default}  # fmt: skip
     return pd.DataFrame(chosen_rows, columns=TUNED_COLUMNS), pd.DataFrame(trial_rows, columns=TRIAL_COLUMNS), stats
 
 

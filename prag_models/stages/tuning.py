@@ -31,12 +31,15 @@ def tuned_settings_rows(
 
 def tuning_markdown(stats: dict[str, dict]) -> str:
     """Per task and method: the chosen knob values, the default's and the chosen train score, trials."""
-    lines = ["| task | method | chosen | train score | default score | metric | trials |", "|---" * 7 + "|"]
+    lines = ["| task | method | chosen | train score | default score | best trial − default [95 %] | metric | trials |",
+             "|---" * 8 + "|"]  # fmt: skip
     for task, entry in stats.items():
         for method, m in entry.get("methods", {}).items():
             chosen = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in m["chosen"].items())
-            lines.append(f"| {task} | {method} | {chosen} | {m['score']:.3f} | {m['default_score']:.3f} | "
-                         f"{m['metric']} | {m['trials']} |")  # fmt: skip
+            gain = "{:+.3f} [{:+.3f}, {:+.3f}]".format(*m["best_train_gain"])
+            kept = " (default kept)" if m["kept_default"] else ""
+            lines.append(f"| {task} | {method} | {chosen}{kept} | {m['score']:.3f} | {m['default_score']:.3f} | "
+                         f"{gain} | {m['metric']} | {m['trials']} |")  # fmt: skip
     return "\n".join(lines)
 
 

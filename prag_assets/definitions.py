@@ -18,6 +18,7 @@ from prag_assets.assets import (
     pbr_lamp,
     retrieval,
     retrieval_evaluation,
+    tuning,
     users,
 )
 from prag_assets.checks.cfrag_checks import cfrag_checks
@@ -34,7 +35,7 @@ from prag_assets.sensors import jobs, schedules, sensors
 # One call: a module re-exporting an imported asset must not load it twice.
 lamp_assets = dg.load_assets_from_modules(
     [lamp_data, embeddings, users, retrieval, cfrag_users, cfrag_training, cfrag, pbr_lamp, generation, evaluation,
-     retrieval_evaluation, cfrag_promotion, history, pbr_eval]
+     retrieval_evaluation, cfrag_promotion, history, pbr_eval, tuning]
 )  # fmt: skip
 
 # In-process: models load once per run and DuckDB sees one writer; the pool also guards multi-process setups.

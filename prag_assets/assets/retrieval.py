@@ -2,6 +2,7 @@
 prag_models.stages.retrieval."""
 
 from prag_assets.assets.embeddings import document_embeddings, query_embeddings
+from prag_assets.assets.tuning import tuned_settings
 from prag_assets.assets.users import similar_users
 from prag_assets.task_table import task_table_asset
 from prag_models.stages.retrieval import (  # noqa: F401 - names other modules and the lead's code use from here
@@ -32,9 +33,10 @@ baseline_retrievals = task_table_asset(
 clusterrag_retrievals = task_table_asset(
     name="clusterrag_retrievals",
     group=GROUP,
-    deps=[similar_users],
+    deps=[similar_users, tuned_settings],
     description="ClusterRAG: user-only / collaborative / hybrid profiles ranked by cosine, two-stage retrieval "
     "(document clusters, top-B centroids, then top-k) over the hybrid pool, and the community-wide mode (the "
-    "user's whole cluster by cos(q,d) + w·cos(z_u, z_author), one FAISS index per cluster).",
+    "user's whole cluster by cos(q,d) + w·cos(z_u, z_author), one FAISS index per cluster); collaborative and "
+    "community with the task's tuned knobs (tuned_settings), their untuned rows as <method>@default.",
     build=lambda step: clusterrag_rows(step.con, step.task, step.settings),
 )

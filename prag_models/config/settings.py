@@ -170,6 +170,16 @@ class RetrievalSettings(Section):
     )
 
 
+class TuningSettings(Section):
+    """Per-task tuning of the retrieval knobs on the task's train samples (docs/methods.md §3.9)."""
+
+    enabled: bool = True
+    budget_s: float = 30.0  # wall-clock seconds per task, shared by the tuned methods
+    max_trials: int = 40  # per method; the configured default is always trial 0
+    max_samples: int = 300  # train samples scored per trial (a seeded subset above this)
+    seed: int = 0
+
+
 class ClusteringSettings(Section):
     """User clustering and intra-cluster neighbours (docs/methods.md §3)."""
 
@@ -269,6 +279,7 @@ class Settings(BaseSettings):
     prompt: PromptSettings = Field(default_factory=PromptSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
     clustering: ClusteringSettings = Field(default_factory=ClusteringSettings)
+    tuning: TuningSettings = Field(default_factory=TuningSettings)
     mlflow: MlflowSettings = Field(default_factory=MlflowSettings)
     cfrag: CfragSettings = Field(default_factory=CfragSettings)
     pbr: PbrSettings = Field(default_factory=PbrSettings)

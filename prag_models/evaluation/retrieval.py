@@ -13,7 +13,8 @@ k retrieved documents whose own label equals the sample's gold output — LaMP-2
 document's title against the title of the chosen reference ([1] or [2] of the input); it is reported on the demo too.
 A sample for which a method returns fewer than k documents counts the missing ones as misses.
 Every value carries n and a 95 % bootstrap interval (``prag_models.metrics.intervals``); each method is compared with
-``random`` and ``dense_global`` on the samples both cover (paired differences, positive = better than the baseline).
+``random`` and ``dense_global`` on the samples both cover (paired differences, positive = better than the baseline),
+and a tuned method with its untuned ``<method>@default`` (docs/methods.md §3.9).
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ def summarize(task: str, scores: pd.DataFrame, primary: str) -> pd.DataFrame:
 
 
 def compare(task: str, scores: pd.DataFrame, baselines: Sequence[str] = BASELINES) -> pd.DataFrame:
-    """Paired difference (method − baseline) of every metric on the samples both cover, with its 95 % interval."""
+    """Paired difference (method − baseline) of every metric on the samples both cover, with its 95 % interval; a
+    tuned method is also compared with its ``<method>@default``."""
     wide = scores.pivot_table(index=["metric", "sample_id"], columns="method", values="value", aggfunc="first")
     rows = []
     for metric in sorted(scores["metric"].unique()):
@@ -135,6 +137,11 @@ def compare(task: str, scores: pd.DataFrame, baselines: Sequence[str] = BASELINE
                 d = paired_difference(both[method].to_numpy(), both[baseline].to_numpy())
                 better, worse = d.n > 0 and d.low > 0, d.n > 0 and d.high < 0
                 rows.append((task, method, baseline, metric, d.value, d.low, d.high, d.n, better, worse))
+        for method in sorted(m for m in part.columns if f"{m}@default" in part):  # what per-task tuning buys
+            both = part[[method, f"{method}@default"]].dropna()
+            d = paired_difference(both[method].to_numpy(), both[f"{method}@default"].to_numpy())
+            better, worse = d.n > 0 and d.low > 0, d.n > 0 and d.high < 0
+            rows.append((task, method, f"{method}@default", metric, d.value, d.low, d.high, d.n, better, worse))
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
 
 

@@ -17,6 +17,7 @@ from prag_models.methods.profiles import ProfileIndex, Retrieved
 from prag_models.methods.task_tables import clustered_users, read_profile_index
 from prag_models.methods.vector_index import CorpusIndex, numpy_blas_threads
 from prag_models.privacy.rules import opted_out_users
+from prag_models.stages.tuning import with_tuned_rows
 from prag_models.storage.store import column_to_matrix, table_exists
 from prag_models.users.embeddings import normalize_rows
 
@@ -287,6 +288,7 @@ def clusterrag_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, d
     seconds: dict[str, float] = {}
     community = community_retriever(con, task, index, settings)
     rows, cost = run_clusterrag(settings, task, index, samples, neighbours, community, seconds=seconds)
+    rows, tuned = with_tuned_rows(con, task, settings, index, samples, rows)  # <method>@default keeps the untuned
     scenario = consent_scenario(index, settings)
     wanted = [m for m in CLUSTERRAG_METHODS if m in settings.privacy.consent_cost_methods]
     if scenario and wanted:
@@ -298,4 +300,4 @@ def clusterrag_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, d
         seconds |= {m + suffix: v for m, v in more_seconds.items()}
         cost["consent_cost"] = {"opted_out_users": n_out, "users": len(index.users), "suffix": suffix}
     frame = pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)
-    return frame, {**summary(frame), **cost, "seconds": seconds}
+    return frame, {**summary(frame), **cost, **tuned, "seconds": seconds}

@@ -13,6 +13,7 @@ from prag_models.data.source import llm_eval_sample_ids
 from prag_models.data.tasks import LABELS, TASK_KIND
 from prag_models.metrics.lamp import metric_bounds
 from prag_models.privacy.rules import unshareable_retrievals
+from prag_models.stages.tuning import tuned_check_rules
 from prag_models.storage.store import column_to_matrix, table_exists
 from prag_models.storage.validation import (
     Expect,
@@ -151,12 +152,16 @@ def retrieval_extra(table: str) -> Extra:
             "clusterrag_community": _groups(con, "user_clusters", "cluster", task),
         }
         bad = []
+        tuned_nb, tuned_top_n = tuned_check_rules(con, task, settings) if "clusterrag" in table else (None, None)
         for r in df.itertuples():
             nb = neighbours.get(r.user_id, set())
             method = r.method.partition("@")[0]  # a consent-cost row (docs/privacy.md) follows its method's rule
-            if method == "dense_global" or (
-                method == "clusterrag_community" and settings.clustering.community_top_n
-            ):
+            top_n = settings.clustering.community_top_n
+            if r.method == "clusterrag_collaborative" and tuned_nb is not None:  # tuned rows: the tuned neighbours
+                nb = tuned_nb.get(r.user_id, set())
+            if r.method == "clusterrag_community" and tuned_top_n is not None:
+                top_n = tuned_top_n
+            if method == "dense_global" or (method == "clusterrag_community" and top_n):
                 ok = True  # not personalized / top-N most similar users of all
             elif method in groups:
                 ok = groups[method].get(r.source_user_id, -1) == groups[method].get(r.user_id, -2)

@@ -1,0 +1,152 @@
+"""Per-task tuning of ClusterRAG's knobs on the task's TRAIN samples, never dev (docs/methods.md §3.9).
+
+Each tunable method (prag_models.methods.knobs.KNOB_SPACE) gets an Optuna study (TPE, seeded) whose trial 0 is the
+configured default; a trial retrieves for the train samples with the trial's knobs and scores them with the
+retrieval evaluation's primary metric (NDCG@k where relevance labels exist, label-hit@k otherwise). The chosen values
+are the best trial's when its paired train gain over the default has a 95 % interval above 0, else the default.
+The search stops at tuning.max_trials per method or when the method's share of tuning.budget_s is spent.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from prag_models.config.settings import Settings
+from prag_models.data.truth import Truth, load_truth
+from prag_models.evaluation.retrieval import per_sample_scores, primary_retrieval_metric
+from prag_models.methods import clusterrag
+from prag_models.methods.knobs import KNOB_SPACE, UserSpace, default_values, with_knobs
+from prag_models.methods.profiles import ProfileIndex, Retrieved
+from prag_models.methods.task_tables import read_profile_index
+from prag_models.methods.vector_index import numpy_blas_threads
+from prag_models.storage.store import column_to_matrix
+
+TUNED_COLUMNS = ["task", "method", "knob", "value", "default_value", "score", "default_score", "metric",
+                 "n_trials", "n_samples"]  # fmt: skip
+TRIAL_COLUMNS = ["task", "method", "trial", "params", "score", "seconds"]
+
+
+def train_samples(con, task: str, dim: int, limit: int, seed: int) -> pd.DataFrame:
+    """The task's train samples with their query vectors (a seeded subset of ``limit`` when there are more)."""
+    table = con.sql(
+        "SELECT s.sample_id, s.user_id, q.embedding FROM lamp_samples s JOIN query_embeddings q "
+        "USING (task, sample_id) WHERE task = ? AND s.split = 'train' ORDER BY s.sample_id",
+        params=[task],
+    ).to_arrow_table()
+    samples = table.drop(["embedding"]).to_pandas()
+    samples["embedding"] = list(column_to_matrix(table["embedding"], dim))
+    if limit and len(samples) > limit:
+        keep = np.sort(np.random.default_rng(seed).choice(len(samples), size=limit, replace=False))
+        samples = samples.iloc[keep].reset_index(drop=True)
+    return samples
+
+
+def retrieve(method: str, settings: Settings, space: UserSpace, index: ProfileIndex, samples: pd.DataFrame) -> list:
+    """One tunable method's top-k for every sample under the given settings, in sample order."""
+    k = settings.retrieval.k
+    queries = column_to_matrix(samples["embedding"].tolist(), index.vectors.shape[1])
+    users = samples["user_id"].tolist()
+    if method == "clusterrag_community":
+        return space.community(index, settings).retrieve_many(users, queries, k)
+    mode = method.removeprefix("clusterrag_")
+    nbs = space.neighbours(settings)
+    with numpy_blas_threads(1):
+        return [clusterrag.retrieve_profile_mode(index, mode, u, nbs.get(u, []), queries[i], k)
+                for i, u in enumerate(users)]  # fmt: skip
+
+
+def score(found: list[list[Retrieved]], samples: pd.DataFrame, truth: Truth, k: int) -> tuple[str, np.ndarray]:
+    """The primary retrieval metric and its value per sample (in sample order)."""
+    rows = [(s, rank, r.doc_id) for s, docs in zip(samples["sample_id"], found, strict=True)
+            for rank, r in enumerate(docs, 1)]  # fmt: skip
+    runs = pd.DataFrame(rows, columns=["sample_id", "rank", "doc_id"]).assign(method="m")
+    ids = samples["sample_id"].astype(str).tolist()
+    scores = per_sample_scores(runs, {"m": ids}, k, truth.relevant, truth.labels, truth.golds)
+    metric = primary_retrieval_metric(truth.relevant is not None, k)
+    values = scores[scores["metric"] == metric].set_index("sample_id")["value"]
+    return metric, values.reindex(ids).to_numpy(dtype=float)
+
+
+def tune_method(method: str, settings: Settings, space: UserSpace, index: ProfileIndex, samples: pd.DataFrame,
+                truth: Truth, budget_s: float) -> tuple[dict[str, Any], list[tuple], str, Any]:  # fmt: skip
+    """Optuna search over one method's knobs: (chosen values, trials as (trial, params, score, seconds), metric,
+    the best trial's paired train gain over the default). The best trial is chosen only when that gain's 95 %
+    interval is above 0; otherwise the default stays (a noisy train score must not move a knob)."""
+    import optuna
+
+    from prag_models.metrics.intervals import paired_difference
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    t = settings.tuning
+    space_of = KNOB_SPACE[method]
+    metric_name = [""]
+    trials: list[tuple] = []
+    per_sample: dict[int, np.ndarray] = {}
+
+    def objective(trial: optuna.Trial) -> float:
+        t0 = time.perf_counter()
+        values = {knob: trial.suggest_categorical(knob, list(choices)) for knob, choices in space_of.items()}
+        found = retrieve(method, with_knobs(settings, values), space, index, samples)
+        metric_name[0], per_sample[trial.number] = score(found, samples, truth, settings.retrieval.k)
+        value = float(np.nanmean(per_sample[trial.number])) if len(samples) else float("nan")
+        trials.append((trial.number, json.dumps(values, sort_keys=True), value, round(time.perf_counter() - t0, 3)))
+        return value
+
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=t.seed))
+    default = default_values(settings, method)
+    study.enqueue_trial({k: v for k, v in default.items() if v in space_of[k]})
+    study.optimize(objective, n_trials=t.max_trials, timeout=max(budget_s, 1e-3))
+    best = study.best_trial  # the first trial with the best value: the default (trial 0) wins ties
+    gain = paired_difference(per_sample[best.number], per_sample[0])
+    chosen = {**default, **best.params} if gain.n > 0 and gain.low > 0 else default
+    return chosen, trials, metric_name[0], gain
+
+
+def tune_task(con, task: str, settings: Settings) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """Tune every tunable method of a task on its train samples: the chosen values (one row per knob), every
+    trial, and statistics (train sample ids used, per method the default's and the chosen score)."""
+    t = settings.tuning
+    index = read_profile_index(con, task, default_share=settings.privacy.default_share)
+    samples = train_samples(con, task, index.vectors.shape[1], t.max_samples, t.seed)
+    if samples.empty:
+        return pd.DataFrame(columns=TUNED_COLUMNS), pd.DataFrame(columns=TRIAL_COLUMNS), {"train_samples": 0}
+    truth = load_truth(con, task, "train")
+    space = UserSpace(con, task, settings, index.vectors.shape[1])
+    chosen_rows, trial_rows, stats = [], [], {"train_samples": len(samples), "methods": {}}
+    stats["sample_ids"] = samples["sample_id"].astype(str).tolist()
+    for method in KNOB_SPACE:
+        budget = t.budget_s / len(KNOB_SPACE)
+        chosen, trials, metric, gain = tune_method(method, settings, space, index, samples, truth, budget)
+        default = default_values(settings, method)
+        by_params = {p: s for _, p, s, _ in trials}
+        default_score = trials[0][2]
+        best_score = max(s for _, _, s, _ in trials) if chosen != default else default_score
+        for knob, value in chosen.items():
+            chosen_rows.append((task, method, knob, json.dumps(value), json.dumps(default[knob]), best_score,
+                                default_score, metric, len(trials), len(samples)))  # fmt: skip
+        trial_rows += [(task, method, *tr) for tr in trials]
+        stats["methods"][method] = {"chosen": chosen, "score": round(best_score, 4),
+                                    "default_score": round(default_score, 4), "metric": metric,
+                                    "trials": len(trials), "distinct_settings": len(by_params),
+                                    "best_train_gain": [round(gain.value, 4), round(gain.low, 4), round(gain.high, 4)],
+                                    "kept_default": chosen == default}  # fmt: skip
+    return pd.DataFrame(chosen_rows, columns=TUNED_COLUMNS), pd.DataFrame(trial_rows, columns=TRIAL_COLUMNS), stats
+
+
+def read_tuned(con, task: str) -> dict[str, dict[str, Any]]:
+    """The tuned values of a task per method (empty when the tuned_settings table or its rows are missing)."""
+    from prag_models.storage.store import table_exists
+
+    if not table_exists(con, "tuned_settings"):
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for method, knob, value in con.execute(
+        "SELECT method, knob, value FROM tuned_settings WHERE task = ? ORDER BY method, knob", [task]
+    ).fetchall():
+        out.setdefault(method, {})[knob] = json.loads(value)
+    return out

@@ -1,0 +1,93 @@
+"""The knobs of ClusterRAG that decide what it can find, and the method's inputs rebuilt for a choice of them
+(docs/methods.md §3.9): the neighbours of each user for a neighbour count and user similarity, and the
+community-wide retriever for a user weight, pool size and user similarity.
+
+The user clusters stay those of the user_clusters table; a tuned user similarity changes who ranks as a neighbour
+inside a cluster and the community term cos(z_u, z_author), not the clusters themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from prag_models.config.settings import Settings
+from prag_models.methods.community import CommunityRetriever
+from prag_models.methods.profiles import ProfileIndex
+from prag_models.methods.task_tables import clustered_users
+from prag_models.storage.store import column_to_matrix
+from prag_models.users.embeddings import normalize_rows
+from prag_models.users.similar import neighbour_arrays
+
+#: Per tunable method, each knob (``section.field`` of Settings) and the values the search may choose from.
+KNOB_SPACE: dict[str, dict[str, tuple[Any, ...]]] = {
+    "clusterrag_collaborative": {
+        "clustering.similar_users": (1, 2, 3, 4, 6, 8, 12),
+        "clustering.user_similarity": ("content", "taste", "blend"),
+    },
+    "clusterrag_community": {
+        "clustering.community_user_weight": (0.0, 0.25, 0.5, 1.0, 2.0),
+        "clustering.community_top_n": (0, 4, 8, 16, 32),
+        "clustering.user_similarity": ("content", "taste", "blend"),
+    },
+}
+
+
+def default_values(settings: Settings, method: str) -> dict[str, Any]:
+    """The configured (untuned) value of every knob of a method."""
+    return {knob: getattr(getattr(settings, knob.split(".")[0]), knob.split(".")[1]) for knob in KNOB_SPACE[method]}
+
+
+def with_knobs(settings: Settings, values: Mapping[str, Any]) -> Settings:
+    """Settings with the given ``section.field`` values replaced (Settings is frozen: copies)."""
+    updates: dict[str, dict[str, Any]] = {}
+    for knob, value in values.items():
+        section, name = knob.split(".")
+        updates.setdefault(section, {})[name] = value
+    return settings.model_copy(
+        update={s: getattr(settings, s).model_copy(update=fields) for s, fields in updates.items()}
+    )
+
+
+class UserSpace:
+    """A task's clustered users, with their similarity vectors per user-similarity mode computed once."""
+
+    def __init__(self, con, task: str, settings: Settings, dim: int | None = None) -> None:
+        users = clustered_users(con, task)
+        self.con, self.task, self.settings = con, task, settings
+        self.ids: list[str] = users["user_id"].to_pylist()
+        self.clusters = users["cluster"].to_numpy().astype(int)
+        self.content = normalize_rows(column_to_matrix(users["embedding"], dim))
+        self._vectors: dict[tuple[str, float], np.ndarray] = {}
+
+    def vectors(self, settings: Settings) -> np.ndarray:
+        """Unit user vectors of the settings' user similarity (rows of ids)."""
+        from prag_models.users.taste import similarity_vectors
+
+        c = settings.clustering
+        key = (c.user_similarity, c.taste_weight if c.user_similarity == "blend" else 0.0)
+        if key not in self._vectors:
+            self._vectors[key] = similarity_vectors(self.con, self.task, settings, self.ids, self.content)[0]
+        return self._vectors[key]
+
+    def neighbours(self, settings: Settings) -> dict[str, list[str]]:
+        """Each user's top clustering.similar_users most similar members of its own cluster (self excluded)."""
+        rows, nbs, _, _ = neighbour_arrays(self.vectors(settings), self.clusters, settings.clustering.similar_users)
+        found: dict[str, list[str]] = {}
+        for u, v in zip(rows.tolist(), nbs.tolist(), strict=True):  # in rank order per user
+            found.setdefault(self.ids[u], []).append(self.ids[v])
+        return found
+
+    def community(self, index: ProfileIndex, settings: Settings) -> CommunityRetriever:
+        """The community-wide retriever with the settings' user weight, pool size and user similarity."""
+        c = settings.clustering
+        vectors = self.vectors(settings)
+        return CommunityRetriever(
+            index,
+            dict(zip(self.ids, self.clusters.tolist(), strict=True)),
+            dict(zip(self.ids, vectors, strict=True)),
+            c.community_user_weight,
+            c.community_top_n,
+        )

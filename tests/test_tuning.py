@@ -1,0 +1,127 @@
+"""Per-task tuning of ClusterRAG's knobs on train samples (docs/methods.md §3.9): in the graph, never on dev, its
+values reach the retrieval stage, the untuned default stays as its own row, MLflow and the metadata carry it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import dagster as dg
+import duckdb
+import pytest
+from conftest import materialize_graph, write_config
+
+from prag_models.config.settings import Settings, load_settings
+from prag_models.evaluation.tuning import read_tuned, tune_task
+from prag_models.stages.retrieval import clusterrag_rows
+
+TASK = "LaMP-2"
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory: pytest.TempPathFactory):
+    """The retrieval evaluation and everything upstream (tuned_settings included) for one task; the config path."""
+    tmp = tmp_path_factory.mktemp("tuning")
+    home = tmp / "home"
+    data = {"demo_users": 48, "demo_communities": 4, "demo_dev_samples": 12, "tasks": [TASK], "llm_eval_samples": 2}
+    config = write_config(tmp / "prag.toml", home, generator_backend="fake", data=data,
+                          tuning={"budget_s": 20.0, "max_trials": 10})  # fmt: skip
+    selection = dg.AssetSelection.assets("lamp_retrieval_evaluation").upstream()
+    result = materialize_graph(config, [TASK], selection=selection)
+    assert result.success
+    return config, home, result
+
+
+def _settings(config) -> Settings:
+    return load_settings(config)
+
+
+def test_tuned_values_are_stored_logged_and_shown(graph) -> None:
+    config, home, result = graph
+    with duckdb.connect(str(home / "prag.duckdb"), read_only=True) as con:
+        tuned = read_tuned(con, TASK)
+        n = con.execute("SELECT DISTINCT n_samples FROM tuned_settings WHERE task = ?", [TASK]).fetchall()
+        n_train = con.execute("SELECT count(*) FROM lamp_samples WHERE task = ? AND split = 'train'", [TASK]).fetchone()
+    assert set(tuned) == {"clusterrag_collaborative", "clusterrag_community"}
+    assert "clustering.similar_users" in tuned["clusterrag_collaborative"]
+    assert n == [(min(n_train[0], 300),)]
+    mat = [m for m in result.asset_materializations_for_node("tuned_settings")][0]
+    assert "clusterrag_community" in mat.metadata["tuning"].value and "train score" in mat.metadata["tuning"].value
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    runs = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()], f"attributes.run_name = 'tuning-{TASK}'"
+    )
+    assert len(runs) == 1
+    assert runs[0].data.params["clusterrag_collaborative.clustering.similar_users"] == json.dumps(
+        tuned["clusterrag_collaborative"]["clustering.similar_users"]
+    )
+    assert len(client.get_metric_history(runs[0].info.run_id, "clusterrag_community.trial_score")) >= 2
+    assert [a.path for a in client.list_artifacts(runs[0].info.run_id, "tuning")] == ["tuning/trials.csv"]
+
+
+def test_the_default_keeps_its_own_row_with_a_paired_comparison(graph) -> None:
+    _, home, _ = graph
+    with duckdb.connect(str(home / "prag.duckdb"), read_only=True) as con:
+        methods = {m for (m,) in con.execute("SELECT DISTINCT method FROM lamp_retrieval_evaluation").fetchall()}
+        pairs = con.execute(
+            "SELECT method, baseline, n_samples FROM lamp_retrieval_comparisons WHERE baseline LIKE '%@default'"
+        ).fetchall()
+    assert {"clusterrag_community", "clusterrag_community@default", "clusterrag_collaborative@default"} <= methods
+    assert {(m, b) for m, b, _ in pairs} >= {("clusterrag_community", "clusterrag_community@default")}
+    assert all(n == 12 for _, _, n in pairs)
+
+
+def test_the_search_never_reads_dev(graph, tmp_path) -> None:
+    """Poisoning every dev sample's relevance and gold leaves the search, its scores and its samples unchanged."""
+    config, home, _ = graph
+    settings = _settings(config)
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(home / "prag.duckdb", copy)
+    with duckdb.connect(str(copy)) as con:
+        before_values, before_trials, before = tune_task(con, TASK, settings)
+        dev = con.execute("SELECT sample_id FROM lamp_samples WHERE task = ? AND split = 'dev'", [TASK]).fetchall()
+        con.execute(
+            "DELETE FROM relevance_labels WHERE task = ? AND sample_id IN "
+            "(SELECT sample_id FROM lamp_samples WHERE task = ? AND split = 'dev')", [TASK, TASK]
+        )
+        con.execute("INSERT INTO relevance_labels SELECT task, sample_id, doc_id FROM "
+                    "(SELECT s.task, s.sample_id, d.doc_id FROM lamp_samples s JOIN profile_documents d USING (task) "
+                    "WHERE s.task = ? AND s.split = 'dev' AND d.user_id = s.user_id)", [TASK])  # fmt: skip
+        con.execute("UPDATE lamp_samples SET gold = 'poison' WHERE task = ? AND split = 'dev'", [TASK])
+        after_values, after_trials, after = tune_task(con, TASK, settings)
+    assert dev and not set(before["sample_ids"]) & {str(s) for (s,) in dev}
+    assert before["sample_ids"] == after["sample_ids"]
+    assert before_values.equals(after_values)
+    for m in before["methods"].values():  # a knob moves only on a train gain whose interval is above 0
+        assert m["kept_default"] or m["best_train_gain"][1] > 0
+    assert before_trials["score"].tolist()[:3] == after_trials["score"].tolist()[:3]
+
+
+def test_tuned_values_reach_the_retrieval_stage(graph, tmp_path) -> None:
+    """A tuned neighbour count of 1 changes clusterrag_collaborative's rows and leaves @default the untuned ones."""
+    config, home, _ = graph
+    settings = _settings(config)
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(home / "prag.duckdb", copy)
+    with duckdb.connect(str(copy)) as con:
+        con.execute("DELETE FROM tuned_settings")
+        con.execute(
+            "INSERT INTO tuned_settings (task, method, knob, value) VALUES "
+            "(?, 'clusterrag_collaborative', 'clustering.similar_users', '1'), "
+            "(?, 'clusterrag_collaborative', 'clustering.user_similarity', '\"content\"')", [TASK, TASK]
+        )
+        frame, stats = clusterrag_rows(con, TASK, settings)
+        default_frame, _ = clusterrag_rows(con, TASK, settings.model_copy(
+            update={"tuning": settings.tuning.model_copy(update={"enabled": False})}))  # fmt: skip
+    assert stats["tuned"] == {"clusterrag_collaborative": {"clustering.similar_users": 1,
+                                                           "clustering.user_similarity": "content"}}  # fmt: skip
+    tuned = frame[frame["method"] == "clusterrag_collaborative"]
+    untuned = frame[frame["method"] == "clusterrag_collaborative@default"]
+    reference = default_frame[default_frame["method"] == "clusterrag_collaborative"]
+    assert untuned["doc_id"].tolist() == reference["doc_id"].tolist()
+    assert "clusterrag_community@default" not in set(frame["method"])  # only tuned methods get a default row
+    # one neighbour: every sample's documents come from a single other user (the default has 2 neighbours)
+    assert tuned.groupby("sample_id")["source_user_id"].nunique().max() == 1
+    assert reference.groupby("sample_id")["source_user_id"].nunique().max() == 2

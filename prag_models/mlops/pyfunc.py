@@ -260,11 +260,14 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
 
     def warm_up(self) -> None:
         """Read the task's tables and run the query embedder once while loading, so the first request pays neither
-        (a missing DuckDB file is left to the first request, which then names it)."""
+        (a missing DuckDB file, an encoder mismatch or stale consent is left to each request, which then names it)."""
         from prag_models.text.embedder import load_embedder
 
         if duckdb_file(self.config).exists():
-            self.task_data()
+            try:
+                self.task_data()
+            except LookupError:  # e.g. EncoderMismatchError: the server starts and every request refuses with it
+                self._data = None
         load_embedder(self.settings.embedder).embed(["warm-up"])
 
     def task_data(self) -> TaskData:

@@ -140,7 +140,9 @@ def run_task(con, task: str, settings, noise: float) -> dict:
     out = {"seconds": seconds}
     for kind, fitted in (("retriever", retriever), ("reranker", reranker)):
         est = paired_difference(trained[kind], init[kind])
-        out[kind] = (float(trained[kind].mean()), float(init[kind].mean()), est, fitted.summary().get("gate", ""))
+        summary = fitted.summary()
+        why = summary.get("gate", "") or f"no epoch beat epoch 0 on validation ({summary['epochs_run']} run)"
+        out[kind] = (float(trained[kind].mean()), float(init[kind].mean()), est, why)
     return out
 
 

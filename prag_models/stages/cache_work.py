@@ -101,7 +101,10 @@ def _batch(settings: Settings, default: int) -> int:
 
 
 def feedback_work(con: Any, task: str, settings: Settings, models: Models, shard: Shard = None) -> Work:
-    """The feedback prompts of a task's unlabelled (sample, candidate) pairs, as feedback_scores caches them."""
+    """The feedback prompts of a task's unlabelled (sample, candidate) pairs, as feedback_scores caches them (none for
+    the oracle teacher, which calls no LLM)."""
+    if settings.cfrag.feedback_signal == "oracle":
+        return []
     generator = models.generator()
     inputs, todo = feedback_todo(con, task, settings, generator.model_id, shard_users(con, task, shard))
     prompts, golds = feedback_prompts(task, inputs, todo, generator, settings)

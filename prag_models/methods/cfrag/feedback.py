@@ -24,6 +24,7 @@ from prag_models.methods.cfrag.feedback_labels import (
     feedback_scores,
 )
 from prag_models.methods.cfrag.tables import model_row, neighbour_lists
+from prag_models.methods.cfrag.teacher import ORACLE_OUTPUT, oracle_scores
 from prag_models.methods.cfrag.training_set import TrainingSet, training_set
 from prag_models.methods.profiles import ProfileIndex, Retrieved
 from prag_models.methods.task_tables import profile_index
@@ -156,8 +157,11 @@ def label_task(
     started, generated = time.perf_counter(), 0
     for start in range(0, len(todo), batch):
         chunk = todo[start : start + batch]
-        prompts, golds = feedback_prompts(task, inputs, chunk, generator, settings)
-        scores, outputs, new = feedback_scores(task, generator, prompts, golds, settings, con, max_new)
+        if settings.cfrag.feedback_signal == "oracle":  # a teacher of known quality: the truth, no LLM call
+            scores, outputs, new = oracle_scores(con, task, chunk, settings), [ORACLE_OUTPUT] * len(chunk), 0
+        else:
+            prompts, golds = feedback_prompts(task, inputs, chunk, generator, settings)
+            scores, outputs, new = feedback_scores(task, generator, prompts, golds, settings, con, max_new)
         generated += new
         rows = [
             (task, s.sample_id, c.doc_id, c.source_user_id, generator.model_id, version, out, score)

@@ -170,9 +170,10 @@ def train_task_retriever(
 
 
 def train_task_rerankers(
-    con, task: str, settings: Settings, generator_id: str, track: Tracker = no_tracking
+    con, task: str, settings: Settings, generator_id: str, track: Tracker = no_tracking,
+    kinds: tuple[str, ...] = ("reranker", "reranker_no_eu"),
 ) -> list[Trained]:  # fmt: skip
-    """The personalized reranker of one task and its ablation without e_u (§2.7, §2.8)."""
+    """The personalized reranker of one task and its ablation without e_u (§2.7, §2.8), of the given kinds."""
     from prag_models.methods.cfrag.reranker import train_reranker
 
     inputs, labelled, used, encoder = load_training_set(con, task, settings, generator_id)
@@ -182,6 +183,8 @@ def train_task_rerankers(
     truth_rows = None if relevance is None else [relevance[i, : len(r)] for i, r in enumerate(ts.rows)]
     out = []
     for kind, use_eu in (("reranker", True), ("reranker_no_eu", False)):
+        if kind not in kinds:
+            continue
         c = settings.cfrag.model_copy(update={"reranker_use_user_embedding": use_eu})
         started = time.perf_counter()
         with track(kind) as run_id:

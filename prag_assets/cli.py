@@ -53,6 +53,7 @@ def _run_materialize(settings: Settings, tasks: list[str], select: str, everythi
     """The run(s) of `prag materialize` (prag_assets/run_graph.py in a child process), the readers' snapshot after
     each, then the time per stage, where to look next and the verdict."""
     started = started or time.time()
+    settings = _llm_budget(settings)
     first = f"not group:{RETRIEVAL_EVAL_GROUP}" if everything else select
     code, summary = _launch(settings, first, f"{tasks[0]}...{tasks[-1]}", tasks, verbose, started)
     summaries = [summary]
@@ -69,6 +70,21 @@ def _run_materialize(settings: Settings, tasks: list[str], select: str, everythi
     return code
 
 
+def _llm_budget(settings: Settings) -> Settings:
+    """The settings of the run with data.llm_eval_samples sized to run.llm_budget_s (prag_models/generation/
+    budget.py; the plan is stored under the home and reused while the settings stay the same), said on one line;
+    the child process gets the count through PRAG__DATA__LLM_EVAL_SAMPLES (_launch)."""
+    from prag_models.generation.budget import plan_run
+    from prag_models.llm.factory import make_generator
+
+    if settings.run.llm_budget_s <= 0:
+        return settings
+    path = settings.home_path / "reports" / "llm_budget.json"
+    plan, reused = plan_run(settings, path, lambda: make_generator(settings.generator))
+    print(f"[prag] {plan.line()}" + (" [stored plan reused]" if reused else ""), flush=True)
+    return settings.model_copy(update={"data": settings.data.model_copy(update={"llm_eval_samples": plan.chosen})})
+
+
 def _launch(settings: Settings, select: str, partition_range: str | None, tasks: list[str], verbose: bool,
             started: float) -> tuple[int, run_summary.RunSummary]:  # fmt: skip
     """One run in a child process, its output in a log file under the home (on the terminal too with --verbose),
@@ -78,7 +94,8 @@ def _launch(settings: Settings, select: str, partition_range: str | None, tasks:
     log = settings.home_path / "dagster" / "logs" / f"materialize-{time.strftime('%Y%m%d-%H%M%S')}-{token[:6]}.log"
     scope = f" for {partition_range}" if partition_range else ""
     print(f"[prag] materialize {select}{scope} (log: {log})", flush=True)
-    return run_summary.watch(settings, cmd, dagster_env(settings), log, token, tasks, verbose, started)
+    env = dagster_env(settings) | {"PRAG__DATA__LLM_EVAL_SAMPLES": str(settings.data.llm_eval_samples)}
+    return run_summary.watch(settings, cmd, env, log, token, tasks, verbose, started)
 
 
 def run_command(select: str, partition_range: str | None, token: str, partition: str | None = None) -> list[str]:

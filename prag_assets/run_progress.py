@@ -51,7 +51,8 @@ class RunWatcher:
     def __init__(self, instance: Any, token: str, tasks: list[str], out: Callable[[str], None] = print,
                  progress_every: float = 60.0, started: float | None = None) -> None:  # fmt: skip
         self.instance, self.token, self.tasks, self.out = instance, token, tasks, out
-        self.progress_every, self.started = progress_every, started or time.time()
+        self.progress_every = progress_every
+        self.started = time.time() if started is None else started
         self.summary, self.cursor, self.steps, self.planned = RunSummary(), None, {}, 0
         self.done = 0
 

@@ -32,6 +32,8 @@ def write_config(path: Path, home: Path, generator_backend: str = "llama_cpp", *
         "generator": {"backend": generator_backend, "max_new_tokens": 16, "threads": 1},
         "retrieval": {"k": 2},
         "clustering": {"similar_users": 2},
+        # the tiny demo's 12 train samples: the whole feedback budget (tests of the probe set it themselves)
+        "cfrag": {"feedback_probe_samples": 0},
     }
     for name, values in sections.items():
         base.setdefault(name, {}).update(values)

@@ -94,15 +94,15 @@ def test_malformed_lamp_folder_writes_nothing(tmp_path):
             assert not tables & {"lamp_samples", "profile_documents", "document_embeddings", "generations"}
 
 
-def test_dagster_cli_materializes_one_partition(tmp_path):
-    """`dagster asset materialize` with the project's dagster.yaml, as the README's main command runs it."""
+def test_run_graph_materializes_one_partition(tmp_path):
+    """prag_assets/run_graph.py (what `prag materialize` runs) with the project's dagster.yaml: one task's graph."""
     config = write_config(tmp_path / "prag.toml", tmp_path / "home", generator_backend="fake",
                           data={"tasks": ["LaMP-3"], "demo_users": 12, "demo_dev_samples": 2})
     env = {**os.environ, "PRAG_CONFIG": str(config), "DAGSTER_HOME": str(ROOT),
            "PRAG_DAGSTER_STORAGE": str(tmp_path / "dagster"), "PRAG_DAGSTER_LOGS": str(tmp_path / "dagster" / "logs")}
     proc = subprocess.run(
-        [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "prag_assets.definitions", "--select", "*",
-         "--partition", "LaMP-3"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        [sys.executable, "-m", "prag_assets.run_graph", "--select", "*", "--partition-range", "LaMP-3...LaMP-3"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "RUN_SUCCESS" in proc.stderr + proc.stdout
     with _tables(config) as con:

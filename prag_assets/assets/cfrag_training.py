@@ -23,7 +23,9 @@ from prag_models.methods.cfrag.training import train_task_rerankers, train_task_
     kinds={"duckdb"},
     description="LLM feedback (§2.5): for each selected TRAIN sample and each of its m·k candidates, the output "
     "generated with a prompt holding only that doc, scored against the gold (accuracy, -|error|, ROUGE-1). Keyed by "
-    "(task, sample, doc, generator, prompt version): existing labels are reused, each batch is written when done.",
+    "(task, sample, doc, generator, prompt version): existing labels are reused, each batch is written when done. "
+    "A probe of cfrag.feedback_probe_samples samples is labelled first: where the teacher's ranking shows no headroom "
+    "over cosine (truth NDCG, paired interval) labelling stops there (table feedback_probe says why).",
 )
 def feedback_labels(
     context: dg.AssetExecutionContext,
@@ -41,9 +43,10 @@ def feedback_labels(
             stats[task] = label_task(con, task, settings, generator, context.log.info)
             context.log.info(f"{task} feedback: {stats[task]}")
         written = table_metadata(con, FEEDBACK_TABLE, list(stats))
+    probe = {t: f"{s['probe']['decision']}: {s['probe']['reason']}" for t, s in stats.items()}
     return dg.MaterializeResult(
         metadata={"per_task": dg.MetadataValue.json(stats), "generator": generator.model_id, **written,
-                  "cache_fill": dg.MetadataValue.json(filled)}  # fmt: skip
+                  "probe": dg.MetadataValue.json(probe), "cache_fill": dg.MetadataValue.json(filled)}  # fmt: skip
     )
 
 

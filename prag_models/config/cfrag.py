@@ -56,6 +56,12 @@ class CfragSettings(Section):
     # 16 samples x 6 candidates (m = 6 users x k = 1) = 96 scored prompts per task (12 train + 4 validation at
     # validation_share 0.25, so 3 steps per epoch at batch 4); the paper labels every training sample.
     max_feedback_samples: int = 16
+    # Measure before spending (issue 28): label this many of those samples first (a seeded subset) and compare the
+    # teacher's ranking of their candidates with cosine by truth NDCG (paired 95 % interval). Where the interval is not
+    # above 0 the teacher has no headroom: labelling stops there, and the retriever and rerankers register their
+    # initialisation instead of training towards it (0 = no probe: the whole budget, as does feedback_force).
+    feedback_probe_samples: int = Field(8, ge=0)
+    feedback_force: bool = False
     # The teacher signal of a (sample, candidate) label: "gold_loglik" = the generator's log-probability of the gold
     # output given the prompt with that one document (one scored continuation; labels differ even when the task
     # metric ties), or "metric" = the task metric of the generated output (the paper's signal), or "oracle" = a

@@ -7,7 +7,7 @@ from typing import Any
 import dagster as dg
 import numpy as np
 
-from prag_assets.common import table_metadata, task_run
+from prag_assets.common import report_partitions, task_run
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_assets.task_table import TaskStep, task_asset
@@ -74,13 +74,12 @@ def loss_curve_markdown(curves: dict[str, list[float]], points: int = 12) -> dg.
     return dg.MetadataValue.md("\n".join(lines))
 
 
-def training_metadata(stats: dict[str, dict], curves: dict[str, list[float]]) -> dict[str, dg.MetadataValue]:
-    """The metadata of a training asset: per-task entries, loss curves and the registered versions."""
-    return {
-        "per_task": dg.MetadataValue.json(stats),
-        "loss_curves": loss_curve_markdown(curves),
-        "registered_versions": dg.MetadataValue.json({t: s["registered"] for t, s in stats.items()}),
-    }
+def training_metadata(stats: dict[str, dict], curves: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
+    """Each task partition's extra metadata of a training asset: its loss curves (its registered versions and fit
+    statistics are in its statistics)."""
+    tasks = {key.split("/")[0] for key in stats}
+    return {task: {"loss_curves": loss_curve_markdown({k: c for k, c in curves.items() if k.split("/")[0] == task})}
+            for task in tasks}  # fmt: skip
 
 
 def training_asset(
@@ -105,7 +104,12 @@ def training_asset(
                     stats[key] = record_model(con, mlflow, settings, task, trained)
                     curves[key] = trained.curve
                     context.log.info(f"{key} {trained.kind}: {stats[key]}")
-            written = table_metadata(con, MODELS_TABLE, tasks)
-        return dg.MaterializeResult(metadata={**training_metadata(stats, curves), **written})
+            # a task's statistics: the model's own, or one `kind/...` block per model where a task trains several
+            per_task: dict[str, dict] = {task: {} for task in tasks}
+            for key, value in stats.items():
+                task, _, kind = key.partition("/")
+                per_task[task].update({kind: value} if kind else value)
+            report_partitions(context, con, MODELS_TABLE, per_task, training_metadata(stats, curves))
+        return dg.MaterializeResult()
 
     return _asset

@@ -44,10 +44,14 @@ MODEL_LOADERS = [
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Mark the tests of MODEL_MODULES `models` (the fast tier deselects them with -m "not models")."""
+    """Mark the tests of MODEL_MODULES `models` (the fast tier deselects them with -m "not models"), and give each
+    test its xdist group (`--dist loadgroup`): its module, as `--dist loadfile` would (module fixtures are built once),
+    except that every test reading the session's demo home runs on one worker, so the other never waits for it."""
     for item in items:
-        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in MODEL_MODULES:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else item.nodeid
+        if module in MODEL_MODULES:
             item.add_marker(pytest.mark.models)
+        item.add_marker(pytest.mark.xdist_group("demo_home" if "demo_home" in item.fixturenames else module))
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,7 @@ import re
 import dagster as dg
 import duckdb
 import pytest
-from conftest import DEMO_TASKS, ROOT, materialize_graph
+from conftest import DEMO_TASKS, ROOT
 
 from prag_models.config.settings import load_settings
 
@@ -40,35 +40,28 @@ def test_every_stage_asset_has_a_code_version(graph) -> None:
     assert not missing, missing
 
 
-def test_each_task_partition_reports_its_own_rows_schema_and_statistics(tiny_config) -> None:
-    """A range run over two tasks: each partition's dagster/row_count is that task's rows (not the run's), its column
-    schema names the table's columns, and its statistics are its own numbers (no per_task blob of every task)."""
+def test_each_task_partition_reports_its_own_rows_schema_and_statistics(demo_home) -> None:
+    """The demo's one run over two tasks: each partition's dagster/row_count is that task's rows (not the run's), its
+    column schema names (and describes) the table's columns, its statistics are its own numbers (no per_task blob)."""
     tables = ["lamp_samples", "profile_documents", "document_embeddings", "user_embeddings", "user_clusters",
-              "similar_users", "baseline_retrievals"]  # fmt: skip
-    selection = ["query_embeddings", *tables]
-    result = materialize_graph(tiny_config, ["LaMP-2", "LaMP-3"], selection=selection)
-    assert result.success
-    with duckdb.connect(str(load_settings(tiny_config).duckdb_path), read_only=True) as con:
+              "similar_users", "baseline_retrievals", "generations", "lamp_evaluation"]  # fmt: skip
+    instance = demo_home.instance()
+    with duckdb.connect(str(load_settings(demo_home.config).duckdb_path), read_only=True) as con:
         for table in tables:
-            by_task = {m.partition: m.metadata for m in result.asset_materializations_for_node(table)}
-            assert set(by_task) == {"LaMP-2", "LaMP-3"}, table
-            for task, metadata in by_task.items():
+            for task in DEMO_TASKS:
+                metadata = _latest(instance, table, task)
                 rows = con.execute(f"SELECT count(*) FROM {table} WHERE task = ?", [task]).fetchone()[0]
                 assert metadata["dagster/row_count"].value == rows > 0, (table, task)
-                columns = [c.name for c in metadata["dagster/column_schema"].value.columns]
-                assert columns == [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
-                assert "per_task" not in metadata and "samples" not in {k.split("/")[0] for k in metadata
-                                                                        if table != "lamp_samples"}  # fmt: skip
-        samples = {m.partition: m.metadata for m in result.asset_materializations_for_node("lamp_samples")}
-        for task, metadata in samples.items():
+                columns = metadata["dagster/column_schema"].value.columns
+                assert [c.name for c in columns] == [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
+                assert all(c.description for c in columns if c.name in ("task", "user_id", "sample_id")), table
+                assert not {"per_task", "registered_versions", "cache_fill"} & set(metadata), table
+        for task in DEMO_TASKS:
+            samples = _latest(instance, "lamp_samples", task)
             dev = con.execute("SELECT count(*) FROM lamp_samples WHERE task = ? AND split = 'dev'", [task]).fetchone()
-            assert metadata["samples/dev"].value == dev[0] and metadata["derived_user_ids"].value == 0
-        users = {m.partition: m.metadata for m in result.asset_materializations_for_node("profile_documents")}
-        for task, metadata in users.items():
-            n = con.execute("SELECT count(DISTINCT user_id) FROM profile_documents WHERE task = ?", [task]).fetchone()
-            assert metadata["users"].value == n[0]
-    described = metadata["dagster/column_schema"].value.columns
-    assert any(c.description for c in described), "the main tables' columns are described"
+            assert samples["samples/dev"].value == dev[0] and samples["derived_user_ids"].value == 0
+            users = con.execute("SELECT count(DISTINCT user_id) FROM profile_documents WHERE task = ?", [task])
+            assert _latest(instance, "profile_documents", task)["users"].value == users.fetchone()[0]
 
 
 def _latest(instance, asset: str, partition: str | None = None) -> dict:

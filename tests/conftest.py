@@ -212,12 +212,15 @@ def build_demo_home(root: Path) -> str:
 @pytest.fixture(scope="session")
 def demo_home(tmp_path_factory) -> DemoHome:
     """One tiny demo per test session, materialized by the job prag_demo; xdist workers share it (the first builds
-    it under a file lock). Read it only: a test that writes takes `demo_home.copy(tmp_path / "demo")`."""
+    it under a file lock). Read it only: a test that writes takes `demo_home.copy(tmp_path / "demo")`.
+    PRAG_TEST_DEMO_ROOT=DIR keeps it in DIR across sessions (built there once; delete DIR after changing the code)."""
     from filelock import FileLock
 
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # the session's folder, shared by the workers
+    root = Path(os.environ.get("PRAG_TEST_DEMO_ROOT") or root)
+    root.mkdir(parents=True, exist_ok=True)
     base = root / "demo_home"
     with FileLock(str(root / "demo_home.lock")):
         built = root / "demo_home.run_id"

@@ -18,10 +18,12 @@ BASELINES = ("zero_shot", "random", "recency", "bm25", "dense", "dense_global")
 
 
 def method_role(method: str) -> str:
-    """reference (sees the truth), baseline (not personalized) or personalized."""
-    if method in REFERENCE_METHODS:
+    """reference (sees the truth), baseline (not personalized) or personalized; a variant (`dense_global@consent50`)
+    has its method's role."""
+    base = method.split("@", 1)[0]
+    if base in REFERENCE_METHODS:
         return "reference"
-    return "baseline" if method in BASELINES else "personalized"
+    return "baseline" if base in BASELINES else "personalized"
 
 
 def primary_by_task(table: pd.DataFrame) -> pd.DataFrame:

@@ -43,6 +43,13 @@ MODEL_LOADERS = [
 ]
 
 
+def pytest_configure(config) -> None:
+    """Register the `models` marker here (a pyproject.toml change would make scripts/setup.sh reinstall the venv)."""
+    config.addinivalue_line(
+        "markers", "models: loads a real model (embedder, generator, reranker encoder); test.sh --fast leaves it out"
+    )
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     """Mark the tests of MODEL_MODULES `models` (the fast tier deselects them with -m "not models"), and give each
     test its xdist group (`--dist loadgroup`): its module, as `--dist loadfile` would (module fixtures are built once),

@@ -208,7 +208,7 @@ def build_demo_home(root: Path) -> str:
         assets=list(defs.assets), asset_checks=list(defs.asset_checks), jobs=[demo_job(load_settings(config))],
         resources=default_resources(config_file=str(config)), executor=dg.in_process_executor,
     )  # fmt: skip
-    result = job_defs.get_job_def(PRAG_DEMO_JOB).execute_in_process(
+    result = job_defs.resolve_job_def(PRAG_DEMO_JOB).execute_in_process(
         instance=home.instance(),
         tags=range_tags(DEMO_TASKS),
     )

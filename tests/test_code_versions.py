@@ -40,7 +40,7 @@ def test_demo_job_runs_what_prag_materialize_runs_and_tags_the_configuration() -
     """prag_demo: every asset but group retrieval_eval (prag materialize's --select), tagged with the configuration."""
     from prag_assets.definitions import defs
 
-    job = defs.get_job_def(PRAG_DEMO_JOB)
+    job = defs.resolve_job_def(PRAG_DEMO_JOB)
     graph = defs.resolve_asset_graph()
     selected = DEMO_SELECTION.resolve(graph)
     groups = {graph.get(k).group_name for k in graph.get_all_asset_keys()}

@@ -167,14 +167,17 @@ class DemoHome:
 
     @property
     def config(self) -> Path:
+        """The demo's prag.toml."""
         return self.root / "prag.toml"
 
     @property
     def home(self) -> Path:
+        """The demo's prag home (DuckDB, MLflow, reports)."""
         return self.root / "home"
 
     @property
     def storage(self) -> Path:
+        """The demo's Dagster storage (runs, event log)."""
         return self.root / "dagster"
 
     def instance(self):

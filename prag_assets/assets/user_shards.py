@@ -115,13 +115,13 @@ def shard_asset(name: str, n: int) -> dg.AssetsDefinition:
                 "computed": sum(s["computed"] for s in stats.values()),
                 "per_stage": keyed_table(stats, "stage"),
             },
-            check_results=[_finished_check(settings, stats)],
+            check_results=[finished_check(settings, stats)],
         )
 
     return _asset
 
 
-def _finished_check(settings: Any, stats: dict[str, dict]) -> dg.AssetCheckResult:
+def finished_check(settings: Any, stats: dict[str, dict]) -> dg.AssetCheckResult:
     """Whether every shard folder of the run is among the store's finished folders of its cache table."""
     from prag_models.compute.shards import ShardStore, shard_root
     from prag_models.stages.cache_work import STAGE_CACHE

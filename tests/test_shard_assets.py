@@ -1,6 +1,6 @@
 """The task x user-shard assets: only in a Ray deployment's catalog, and checked where they write Parquet shards."""
 
-from prag_assets.assets.user_shards import SHARDS_FINISHED, finished_check, configured_shard_assets, shard_assets
+from prag_assets.assets.user_shards import SHARDS_FINISHED, configured_shard_assets, finished_check, shard_assets
 from prag_models.compute.shards import ShardStore, shard_root
 from prag_models.config.settings import load_settings
 

@@ -15,8 +15,8 @@ bash scripts/setup.sh
 export PRAG_REAL_DATA="${PRAG_REAL_DATA:-$PRAG_ROOT/../shared/data}"
 "$PRAG_VENV/bin/ruff" check prag_models prag_assets tests benchmarks
 "$PRAG_VENV/bin/lint-imports"  # layer contracts in pyproject.toml [tool.importlinter]
-# Two workers (one per core; a test module stays on one worker, so its module fixtures are built once, and the tests
-# that read the session's demo home share one worker: tests/conftest.py); the slowest tests are listed so that a
-# slow one is seen. PRAG_TEST_WORKERS=0 runs in one process.
-"$PRAG_VENV/bin/python" -m pytest -q -p no:cacheprovider -n "${PRAG_TEST_WORKERS:-2}" --dist loadgroup --durations=15 \
+# Two workers (one per core; a test module stays on one worker, so its module fixtures are built once, and the files
+# that read the session's demo home share one worker: tests/conftest.py DEMO_FILES); the slowest tests are listed so
+# that a slow one is seen. PRAG_TEST_WORKERS=0 runs in one process.
+"$PRAG_VENV/bin/python" -m pytest -q -p no:cacheprovider -n "${PRAG_TEST_WORKERS:-2}" --dist loadfile --durations=15 \
   "${fast[@]}" "$@"

@@ -51,14 +51,29 @@ def pytest_configure(config) -> None:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Mark the tests of MODEL_MODULES `models` (the fast tier deselects them with -m "not models"), and give each
-    test its xdist group (`--dist loadgroup`): its module, as `--dist loadfile` would (module fixtures are built once),
-    except that every test reading the session's demo home runs on one worker, so the other never waits for it."""
+    """Mark the tests of MODEL_MODULES `models` (the fast tier deselects them with -m "not models")."""
     for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else item.nodeid
-        if module in MODEL_MODULES:
+        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in MODEL_MODULES:
             item.add_marker(pytest.mark.models)
-        item.add_marker(pytest.mark.xdist_group("demo_home" if "demo_home" in item.fixturenames else module))
+
+
+#: The test files that read the session's demo home: `--dist loadfile` sends them to one worker as one unit, so the
+#: other worker goes on with other files instead of waiting for the demo to be built.
+DEMO_FILES = {"test_asset_metadata.py", "test_graph_plumbing.py", "test_ui.py"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, with the files of DEMO_FILES scheduled together (None: xdist's own scheduler)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class DemoTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "demo_home" if Path(scope).name in DEMO_FILES else scope
+
+    return DemoTogether(config, log)
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 import pytest
-from conftest import materialize_graph, real_data_dir, write_config
+from conftest import materialize_graph, partition_metadata, real_data_dir, write_config
 
 from prag_models.config.settings import load_settings
 
@@ -303,7 +303,7 @@ def test_pbr_lamp_option(tmp_path):
     result = materialize_graph(config, ["LaMP-2"], selection=selection)
     checks = _checks(result)
     assert result.success and checks["pbr_lamp_retrievals:docs_from_own_profile"] and all(checks.values()), checks
-    stats = _meta(result, "pbr_lamp_retrievals", "per_task")["LaMP-2"]
+    stats = partition_metadata(result, "pbr_lamp_retrievals")["LaMP-2"]
     assert stats["p_prf_prompts"] == 2 * 3 and stats["generated_now"] == stats["p_prf_prompts"]
     with _con(config) as con:
         rows = con.execute("SELECT method, sample_id, user_id, source_user_id, rank FROM pbr_lamp_retrievals").df()

@@ -9,7 +9,7 @@ from typing import Any
 import dagster as dg
 import numpy as np
 
-from prag_assets.common import table_metadata, task_run
+from prag_assets.common import report_partitions, task_run
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_assets.task_table import TaskStep, task_asset
@@ -83,13 +83,12 @@ def loss_curve_markdown(curves: dict[str, list[float]], points: int = 12) -> dg.
     return dg.MetadataValue.md("\n".join(lines))
 
 
-def training_metadata(stats: dict[str, dict], curves: dict[str, list[float]]) -> dict[str, dg.MetadataValue]:
-    """The metadata of a training asset: per-task entries, loss curves and the registered versions."""
-    return {
-        "per_task": dg.MetadataValue.json(stats),
-        "loss_curves": loss_curve_markdown(curves),
-        "registered_versions": dg.MetadataValue.json({t: s["registered"] for t, s in stats.items()}),
-    }
+def training_metadata(stats: dict[str, dict], curves: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
+    """Each task partition's extra metadata of a training asset: its loss curves (its registered versions and fit
+    statistics are in its statistics)."""
+    tasks = {key.split("/")[0] for key in stats}
+    return {task: {"loss_curves": loss_curve_markdown({k: c for k, c in curves.items() if k.split("/")[0] == task})}
+            for task in tasks}  # fmt: skip
 
 
 def lineage_metadata(key: str, links: dict[str, str]) -> dict[str, dg.MetadataValue]:
@@ -128,14 +127,21 @@ def training_asset(
                     for trained in trained_models:
                         key = task if len(trained_models) == 1 else f"{task}/{trained.kind}"
                         stats[key], entry = record_model(con, mlflow, settings, task, trained, lineage)
-                        links |= lineage_metadata(key, mlflow.ui_links(entry))
+                        links.setdefault(task, {}).update(lineage_metadata(key, mlflow.ui_links(entry)))
                         curves[key] = trained.curve
                         context.log.info(f"{key} {trained.kind}: {stats[key]}")
                 except BaseException:
                     tracker.fail_unfinished()  # a run opened around a fit that never got registered
                     raise
-            written = table_metadata(con, MODELS_TABLE, tasks)
-        return dg.MaterializeResult(metadata={**training_metadata(stats, curves), **links, **written})
+            # a task's statistics: the model's own, or one `kind/...` block per model where a task trains several
+            per_task: dict[str, dict] = {task: {} for task in tasks}
+            for key, value in stats.items():
+                task, _, kind = key.partition("/")
+                per_task[task].update({kind: value} if kind else value)
+            extra = training_metadata(stats, curves)
+            extra = {task: {**extra.get(task, {}), **links.get(task, {})} for task in tasks}
+            report_partitions(context, con, MODELS_TABLE, per_task, extra)
+        return dg.MaterializeResult()
 
     return _asset
 

@@ -2,11 +2,12 @@
 
 import argparse
 import os
-import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
-from prag_assets import doctor
+from prag_assets import doctor, run_summary
 from prag_assets.doctor import exclusive
 from prag_assets.forget_command import add_forget_command
 from prag_assets.sql_command import add_sql_command
@@ -17,7 +18,7 @@ RETRIEVAL_EVAL_GROUP = "retrieval_eval"
 
 
 def _materialize(args: argparse.Namespace) -> int:
-    """Run `dagster asset materialize` for the configured tasks in one run (models load once)."""
+    """Materialize the graph for the configured tasks in one run (models load once), printing one line per stage."""
     settings = load_settings()
     tasks = [t for t in ALL_TASKS if t in settings.data.tasks]
     if not tasks:
@@ -25,10 +26,10 @@ def _materialize(args: argparse.Namespace) -> int:
         return 2
     # The default selection runs the task-partitioned LaMP graph here and the unpartitioned real-data retrieval
     # evaluation (group retrieval_eval) in a second run below, only when data.real_data_dir is configured.
-    everything = args.select == "*"
+    everything, started = args.select == "*", time.time()
     with exclusive(_lock_path(settings), "prag materialize"):
         _recover(settings)
-        return _run_materialize(settings, tasks, args.select, everything)
+        return _run_materialize(settings, tasks, args.select, everything, args.verbose, started)
 
 
 def _lock_path(settings: Settings) -> Path:
@@ -47,38 +48,64 @@ def _doctor(args: argparse.Namespace) -> int:
     return doctor.run_doctor(settings, args.fix, dagster_env(settings))
 
 
-def _run_materialize(settings: Settings, tasks: list[str], select: str, everything: bool) -> int:
-    """The dagster subprocess(es) of `prag materialize`, then the readers' snapshot."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "dagster",
-        "asset",
-        "materialize",
-        "-m",
-        "prag_assets.definitions",
-        "--select",
-        f"not group:{RETRIEVAL_EVAL_GROUP}" if everything else select,
-        "--partition-range",
-        f"{tasks[0]}...{tasks[-1]}",
-    ]
-    print("[prag] " + " ".join(cmd[2:]), flush=True)
-    code = subprocess.call(cmd, env=dagster_env(settings))
+def _run_materialize(settings: Settings, tasks: list[str], select: str, everything: bool, verbose: bool = False,
+                     started: float | None = None) -> int:  # fmt: skip
+    """The run(s) of `prag materialize` (prag_assets/run_graph.py in a child process), the readers' snapshot after
+    each, then the time per stage, where to look next and the verdict."""
+    started = started or time.time()
+    settings = _llm_budget(settings)
+    first = f"not group:{RETRIEVAL_EVAL_GROUP}" if everything else select
+    code, summary = _launch(settings, first, f"{tasks[0]}...{tasks[-1]}", tasks, verbose, started)
+    summaries = [summary]
     _publish(settings, code)
-    if not everything:
-        return code
-    if not settings.data.real_data_dir:
-        print(
-            "[prag] data.real_data_dir is not set: the PersonaBench / LongMemEval retrieval evaluation is skipped "
-            "(e.g. PRAG__DATA__REAL_DATA_DIR=../shared/data)",
-            flush=True,
-        )
-        return code
-    cmd = [*cmd[:8], f"group:{RETRIEVAL_EVAL_GROUP}"]
-    print("[prag] " + " ".join(cmd[2:]), flush=True)
-    evaluation = subprocess.call(cmd, env=dagster_env(settings))
-    _publish(settings, evaluation)
-    return code or evaluation
+    if everything and not settings.data.real_data_dir:
+        print("[prag] data.real_data_dir is not set: the PersonaBench / LongMemEval retrieval evaluation is skipped "
+              "(e.g. PRAG__DATA__REAL_DATA_DIR=../shared/data)", flush=True)  # fmt: skip
+    elif everything:
+        evaluation, summary = _launch(settings, f"group:{RETRIEVAL_EVAL_GROUP}", None, tasks, verbose, started)
+        summaries.append(summary)
+        _publish(settings, evaluation)
+        code = code or evaluation
+    run_summary.print_summary(settings, summaries, time.time() - started, code, verdict=everything)
+    return code
+
+
+def _llm_budget(settings: Settings) -> Settings:
+    """The settings of the run with data.llm_eval_samples sized to run.llm_budget_s (prag_models/generation/
+    budget.py; the plan is stored under the home and reused while the settings stay the same), said on one line;
+    the child process gets the count through PRAG__DATA__LLM_EVAL_SAMPLES (_launch)."""
+    from prag_models.generation.budget import plan_run
+    from prag_models.llm.factory import make_generator
+
+    if settings.run.llm_budget_s <= 0:
+        return settings
+    path = settings.home_path / "reports" / "llm_budget.json"
+    plan, reused = plan_run(settings, path, lambda: make_generator(settings.generator))
+    print(f"[prag] {plan.line()}" + (" [stored plan reused]" if reused else ""), flush=True)
+    return settings.model_copy(update={"data": settings.data.model_copy(update={"llm_eval_samples": plan.chosen})})
+
+
+def _launch(settings: Settings, select: str, partition_range: str | None, tasks: list[str], verbose: bool,
+            started: float) -> tuple[int, run_summary.RunSummary]:  # fmt: skip
+    """One run in a child process, its output in a log file under the home (on the terminal too with --verbose),
+    its stages printed as they finish (prag_assets/run_progress.py)."""
+    token = uuid.uuid4().hex
+    cmd = run_command(select, partition_range, token)
+    log = settings.home_path / "dagster" / "logs" / f"materialize-{time.strftime('%Y%m%d-%H%M%S')}-{token[:6]}.log"
+    scope = f" for {partition_range}" if partition_range else ""
+    print(f"[prag] materialize {select}{scope} (log: {log})", flush=True)
+    env = dagster_env(settings) | {"PRAG__DATA__LLM_EVAL_SAMPLES": str(settings.data.llm_eval_samples)}
+    return run_summary.watch(settings, cmd, env, log, token, tasks, verbose, started)
+
+
+def run_command(select: str, partition_range: str | None, token: str, partition: str | None = None) -> list[str]:
+    """The child process of one run: prag_assets/run_graph.py (in-process materialization with the instance)."""
+    cmd = [sys.executable, "-m", "prag_assets.run_graph", "--select", select, "--tag", f"prag/launch={token}"]
+    if partition_range:
+        cmd += ["--partition-range", partition_range]
+    if partition:
+        cmd += ["--partition", partition]
+    return cmd
 
 
 def _publish(settings: Settings, code: int) -> None:
@@ -188,12 +215,16 @@ def _ingest(args: argparse.Namespace) -> int:
     if not args.apply:
         print("the sensor profile_history_sensor applies them when `dagster dev` runs; or: prag ingest --apply ...")
         return 0
-    cmd = [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "prag_assets.definitions",
-           "--select", "group:history", "--partition", task]  # fmt: skip
-    print("[prag] " + " ".join(cmd[2:]), flush=True)
     with exclusive(_lock_path(settings), "prag ingest --apply"):
         _recover(settings)
-        return subprocess.call(cmd, env=dagster_env(settings))
+        started = time.time()
+        token = uuid.uuid4().hex
+        log = settings.home_path / "dagster" / "logs" / f"ingest-{time.strftime('%Y%m%d-%H%M%S')}-{token[:6]}.log"
+        print(f"[prag] materialize group:history for {task} (log: {log})", flush=True)
+        cmd = run_command("group:history", None, token, partition=task)
+        code, summary = run_summary.watch(settings, cmd, dagster_env(settings), log, token, [task], False, started)
+        run_summary.print_summary(settings, [summary], time.time() - started, code, verdict=False)
+        return code
 
 
 def _promotion(args: argparse.Namespace) -> int:
@@ -280,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     m = sub.add_parser("materialize", help="materialize the asset graph for the configured tasks")
     m.add_argument("--select", default="*", help="Dagster asset selection (default: everything)")
+    m.add_argument("--verbose", action="store_true", help="also print the Dagster event log (DEBUG events)")
     m.set_defaults(func=_materialize)
     d = sub.add_parser("doctor", help="show stale runs, held pool slots and lock holders; --fix releases them")
     d.add_argument("--fix", action="store_true", help="mark runs whose process is gone failed and free their slots")

@@ -1,6 +1,6 @@
 """Small helpers shared by the assets: which tasks a run covers, metadata previews, progress logging."""
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -8,6 +8,7 @@ import dagster as dg
 import pandas as pd
 
 from prag_models.config.settings import Settings
+from prag_models.storage.catalog import COLUMN_DESCRIPTIONS
 
 
 def run_tasks(context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext, settings: Settings) -> list[str]:
@@ -40,15 +41,85 @@ def progress_logger(context: dg.AssetExecutionContext, what: str, every: float =
 
 
 def table_metadata(con, table: str, tasks: list[str] | None) -> dict[str, dg.MetadataValue]:
-    """`dagster/row_count` (rows of the run's tasks) and `dagster/column_schema` of a DuckDB table the asset wrote."""
+    """`dagster/row_count` (rows of the given tasks), `dagster/column_schema` (with the table's column descriptions)
+    and the name of a DuckDB table the asset wrote."""
     from prag_models.storage.catalog import table_columns, task_row_count
 
-    schema = dg.TableSchema(columns=[dg.TableColumn(name, kind.lower()) for name, kind in table_columns(con, table)])
+    described = COLUMN_DESCRIPTIONS.get(table, {})
+    schema = dg.TableSchema(
+        columns=[dg.TableColumn(name, kind.lower(), description=described.get(name))
+                 for name, kind in table_columns(con, table)]
+    )  # fmt: skip
     return {
         "dagster/row_count": dg.MetadataValue.int(task_row_count(con, table, tasks)),
         "dagster/column_schema": dg.MetadataValue.table_schema(schema),
         "duckdb_table": dg.MetadataValue.text(table),
     }
+
+
+def _scalar(value: Any) -> dg.MetadataValue:
+    """One statistic as a metadata value Dagster shows as such (numbers are plotted across partitions)."""
+    if value is None:
+        return dg.MetadataValue.null()
+    if isinstance(value, bool):
+        return dg.MetadataValue.bool(value)
+    if isinstance(value, int):
+        return dg.MetadataValue.int(value)
+    if isinstance(value, float):
+        return dg.MetadataValue.float(round(value, 4)) if value == value else dg.MetadataValue.null()
+    return dg.MetadataValue.text(str(value))
+
+
+def stats_metadata(stats: Mapping[str, Any], prefix: str = "") -> dict[str, dg.MetadataValue]:
+    """One task's statistics as metadata entries: numbers and text as such, a dict as `key/sub` entries, a list of
+    scalars as text, a list of records as a table; JSON only for what is nested deeper."""
+    out: dict[str, dg.MetadataValue] = {}
+    for key, value in stats.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(stats_metadata(value, f"{name}/"))
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, Mapping) for v in value):
+            out[name] = frame_table(pd.DataFrame(list(value)))
+        elif isinstance(value, (list, tuple)):
+            flat = all(not isinstance(v, (Mapping, list, tuple)) for v in value)
+            out[name] = dg.MetadataValue.text(", ".join(map(str, value))) if flat else dg.MetadataValue.json(value)
+        elif isinstance(value, dg.MetadataValue):
+            out[name] = value
+        else:
+            out[name] = _scalar(value)
+    return out
+
+
+def _flat(row: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested dict as one level of `key/sub` columns; lists as comma-separated text."""
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        if isinstance(v, Mapping):
+            out.update(_flat(v, f"{prefix}{k}/"))
+        else:
+            out[f"{prefix}{k}"] = ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else v
+    return out
+
+
+def keyed_table(rows: Mapping[str, Mapping[str, Any]], key: str) -> dg.MetadataValue:
+    """Statistics keyed by name (a dataset, a stage, the run) as one table with a `key` column: one row per name."""
+    return frame_table(pd.DataFrame([{key: name, **_flat(row)} for name, row in rows.items()]))
+
+
+def report_partitions(
+    context: dg.AssetExecutionContext,
+    con: Any,
+    table: str | None,
+    per_task: Mapping[str, Mapping[str, Any]],
+    extra: Mapping[str, Mapping[str, Any]] | None = None,
+) -> None:
+    """Each task partition's own metadata: the row count and schema of its rows of `table`, its statistics and its
+    extra entries (Dagster would otherwise give every partition of a range run the same, whole-run metadata)."""
+    for task, stats in per_task.items():
+        written = table_metadata(con, table, [task]) if table else {}
+        context.add_asset_metadata(
+            {**written, **stats_metadata(stats), **(extra or {}).get(task, {})}, partition_key=task
+        )
 
 
 def _column_type(dtype: object) -> str:

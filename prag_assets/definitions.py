@@ -27,16 +27,30 @@ from prag_assets.checks.lamp_checks import lamp_checks
 from prag_assets.checks.pbr_checks import pbr_checks
 from prag_assets.checks.promotion_checks import promotion_checks
 from prag_assets.checks.retrieval_eval_checks import retrieval_eval_checks
+from prag_assets.code_versions import versioned
+from prag_assets.demo_job import demo_job
 from prag_assets.promotion_jobs import promotion_jobs
 from prag_assets.resource_set import default_resources
 from prag_assets.sensors import jobs, schedules, sensors
+from prag_models.config.settings import Settings, load_settings
 
 # pbr_lamp: PBR as a LaMP retrieval option (group retrieval); pbr_eval: real-data retrieval evaluation (retrieval_eval).
 # One call: a module re-exporting an imported asset must not load it twice.
-lamp_assets = dg.load_assets_from_modules(
-    [lamp_data, embeddings, users, retrieval, cfrag_users, cfrag_training, cfrag, pbr_lamp, generation, evaluation,
-     retrieval_evaluation, cfrag_promotion, history, pbr_eval, tuning]
-)  # fmt: skip
+ASSET_MODULES = [lamp_data, embeddings, users, retrieval, cfrag_users, cfrag_training, cfrag, pbr_lamp, generation,
+                 evaluation, retrieval_evaluation, cfrag_promotion, history, pbr_eval, tuning]  # fmt: skip
+
+
+def _settings() -> Settings | None:
+    """The configuration the code location loads with (None when it does not load: runs then report why)."""
+    try:
+        return load_settings()
+    except Exception:  # noqa: BLE001 - a broken config must not hide the whole code location
+        return None
+
+
+SETTINGS = _settings()
+# Code versions hash each asset's stage source and settings sections (prag_assets/code_versions.py).
+lamp_assets = versioned(dg.load_assets_from_modules(ASSET_MODULES), ASSET_MODULES, SETTINGS)
 
 # In-process: models load once per run and DuckDB sees one writer; the pool also guards multi-process setups.
 defs = dg.Definitions(
@@ -49,7 +63,7 @@ defs = dg.Definitions(
         *pbr_checks,
         *retrieval_eval_checks,
     ],
-    jobs=[*jobs, *promotion_jobs],
+    jobs=[demo_job(SETTINGS), *jobs, *promotion_jobs],
     sensors=sensors,
     schedules=schedules,
     resources=default_resources(),

@@ -1,8 +1,9 @@
 """One factory for the task-table skeleton: per task of the run, read, call one prag_models function, write, report.
 
 Every asset built here is partitioned by task (one run covers a task range), takes a slot of the DuckDB pool, writes
-each task's rows of its table in one transaction and reports `dagster/row_count`, `dagster/column_schema`, per-task
-statistics and its code version.
+each task's rows of its table in one transaction and reports, on each task partition, that task's
+`dagster/row_count`, `dagster/column_schema` and statistics; its code version is derived in
+prag_assets/code_versions.py.
 """
 
 from collections.abc import Callable, Sequence
@@ -13,7 +14,7 @@ import dagster as dg
 import pandas as pd
 from dagster_ray import RayResource
 
-from prag_assets.common import table_metadata, task_run
+from prag_assets.common import keyed_table, report_partitions, stats_metadata, task_run
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.ray_compute import fill_stage
@@ -21,7 +22,7 @@ from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsRe
 from prag_models.config.settings import Settings
 from prag_models.storage.store import replace_rows
 
-#: Bump an asset's code version when its rows would change for the same inputs (Dagster then marks it stale).
+#: The placeholder version; prag_assets/definitions.py derives each asset's own (prag_assets/code_versions.py).
 CODE_VERSION = "1"
 
 
@@ -61,7 +62,8 @@ def task_table_asset(
     summary: Callable[[dict[str, dict]], dict[str, Any]] | None = None,
     fill: str | None = None,
 ) -> dg.AssetsDefinition:
-    """A task-partitioned asset writing the table of its name from `build` per task (summary: run-level metadata;
+    """A task-partitioned asset writing the table of its name from `build` per task (summary: extra metadata of
+    one task partition, called with that task's statistics alone;
     fill: the prag_models.stages.cache_work stage whose caches are filled first — user-shard Parquet loaded, and
     on the Ray engine every missing item computed on the cluster)."""
     table = name
@@ -84,10 +86,9 @@ def task_table_asset(
                 frame, stats[task] = build(TaskStep(context, con, task, settings, models, mlflow))
                 replace_rows(con, table, frame, {"task": task})
                 context.log.info(f"{task}: {len(frame)} rows of {table}, {stats[task]}")
-            metadata = table_metadata(con, table, list(stats))
-        extra = summary(stats) if summary else {}
-        if fill:
-            extra["cache_fill"] = dg.MetadataValue.json(filled)
-        return dg.MaterializeResult(metadata={**metadata, "per_task": dg.MetadataValue.json(stats), **extra})
+            extra = {task: stats_metadata(summary({task: stats[task]})) for task in stats} if summary else None
+            report_partitions(context, con, table, stats, extra)
+        # the cache fill is one step of the whole run (all its tasks): said so by its name
+        return dg.MaterializeResult(metadata={"run_cache_fill": keyed_table({"run": filled}, "scope")} if fill else {})
 
     return _asset

@@ -1,6 +1,8 @@
 """Shared fixtures: offline environment, a tiny demo configuration, in-process materialization of the graph."""
 
 import os
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,77 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 ROOT = Path(__file__).resolve().parent.parent
 
+#: Test modules whose tests load a real model (the embedder, a generator, the reranker's encoder), usually through a
+#: materialized graph: marked `models`, left out of the fast tier (`scripts/test.sh --fast`). In the fast tier a test
+#: elsewhere that loads a model fails and names this list (tests/conftest.py `_no_models_in_fast_tier`).
+MODEL_MODULES = {
+    "test_asset_metadata", "test_cfrag_fit", "test_cfrag_graph", "test_cfrag_units", "test_check_partitions",
+    "test_compute_ray", "test_config", "test_duckdb_resource", "test_graph_e2e", "test_graph_plumbing",
+    "test_history_ingest", "test_incremental_sensor", "test_label_scoring", "test_llm_backends",
+    "test_mlflow_serving", "test_pbr_graph", "test_promotion", "test_registry", "test_retrieval_data",
+    "test_retrieval_eval_graph", "test_ui", "test_bad_input_graph", "test_crash_recovery", "test_inbox",
+    "test_marker_graph", "test_gguf_weights",
+}  # fmt: skip
+FAST = os.environ.get("PRAG_FAST_TESTS") == "1"
+
+#: What loads a model: (module, class) whose constructor the fast tier refuses.
+MODEL_LOADERS = [
+    ("prag_models.text.embedder", "Embedder"),
+    ("prag_models.llm.llamacpp_backend", "LlamaCppGenerator"),
+    ("prag_models.llm.transformers_backend", "TransformersGenerator"),
+    ("prag_models.llm.vllm_backend", "VllmGenerator"),
+    ("prag_models.methods.cfrag.reranker", "PersonalizedReranker"),
+]
+
+
+def pytest_configure(config) -> None:
+    """Register the `models` marker here (a pyproject.toml change would make scripts/setup.sh reinstall the venv)."""
+    config.addinivalue_line(
+        "markers", "models: loads a real model (embedder, generator, reranker encoder); test.sh --fast leaves it out"
+    )
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark the tests of MODEL_MODULES `models` (the fast tier deselects them with -m "not models")."""
+    for item in items:
+        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in MODEL_MODULES:
+            item.add_marker(pytest.mark.models)
+
+
+#: The test files that read the session's demo home: `--dist loadfile` sends them to one worker as one unit, so the
+#: other worker goes on with other files instead of waiting for the demo to be built.
+DEMO_FILES = {"test_asset_metadata.py", "test_graph_plumbing.py", "test_ui.py"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, with the files of DEMO_FILES scheduled together (None: xdist's own scheduler)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class DemoTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "demo_home" if Path(scope).name in DEMO_FILES else scope
+
+    return DemoTogether(config, log)
+
+
+@pytest.fixture(autouse=True)
+def _no_models_in_fast_tier(request, monkeypatch):
+    """In the fast tier (PRAG_FAST_TESTS=1), loading a model fails the test: its module belongs in MODEL_MODULES."""
+    if not FAST or request.node.get_closest_marker("models"):
+        yield
+        return
+    import importlib
+
+    def refuse(*_args, **_kwargs):
+        raise RuntimeError(f"{request.node.nodeid} loads a model: add its module to MODEL_MODULES (tests/conftest.py)")
+
+    for module, name in MODEL_LOADERS:
+        monkeypatch.setattr(getattr(importlib.import_module(module), name), "__init__", refuse)
+    yield
+
 
 def real_data_dir() -> Path:
     """The shared real-data folder (PRAG_REAL_DATA, default ../shared/data beside the project)."""
@@ -32,6 +105,8 @@ def write_config(path: Path, home: Path, generator_backend: str = "llama_cpp", *
         "generator": {"backend": generator_backend, "max_new_tokens": 16, "threads": 1},
         "retrieval": {"k": 2},
         "clustering": {"similar_users": 2},
+        # the tiny demo's 12 train samples: the whole feedback budget (tests of the probe set it themselves)
+        "cfrag": {"feedback_probe_samples": 0},
     }
     for name, values in sections.items():
         base.setdefault(name, {}).update(values)
@@ -54,6 +129,11 @@ def _toml(value) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def range_tags(tasks: list[str]) -> dict[str, str]:
+    """The run tags of one run over a contiguous range of task partitions."""
+    return {"dagster/asset_partition_range_start": tasks[0], "dagster/asset_partition_range_end": tasks[-1]}
+
+
 def materialize_graph(config_file: Path, tasks: list[str], selection=None, raise_on_error: bool = True):
     """Materialize the LaMP graph (or a selection) for a contiguous range of tasks in one in-process run."""
     import dagster as dg
@@ -73,8 +153,106 @@ def materialize_graph(config_file: Path, tasks: list[str], selection=None, raise
     )
 
 
+def partition_metadata(result, asset: str) -> dict[str, dict]:
+    """task -> the metadata values of that task partition's materialization of an asset in a run (the last one)."""
+    return {m.partition: {k: v.value for k, v in m.metadata.items()}
+            for m in result.asset_materializations_for_node(asset)}  # fmt: skip
+
+
+def table_records(value) -> list[dict]:
+    """The rows of a Dagster table metadata value as dicts."""
+    return [dict(r.data) for r in value.records]
+
+
 @pytest.fixture
 def tiny_config(tmp_path):
     """A tiny-demo config under a fresh home, with the deterministic fake generator (fast plumbing tests)."""
     home = tmp_path / "home"
     return write_config(tmp_path / "prag.toml", home, generator_backend="fake")
+
+
+#: The tasks of the session's demo home (two, so that a partition's metadata can be told from the run's).
+DEMO_TASKS = ["LaMP-2", "LaMP-3"]
+
+
+@dataclass(frozen=True)
+class DemoHome:
+    """A materialized tiny demo: its config, prag home, Dagster storage and the run of the job prag_demo."""
+
+    root: Path
+    run_id: str
+
+    @property
+    def config(self) -> Path:
+        """The demo's prag.toml."""
+        return self.root / "prag.toml"
+
+    @property
+    def home(self) -> Path:
+        """The demo's prag home (DuckDB, MLflow, reports)."""
+        return self.root / "home"
+
+    @property
+    def storage(self) -> Path:
+        """The demo's Dagster storage (runs, event log)."""
+        return self.root / "dagster"
+
+    def instance(self):
+        """The Dagster instance holding the demo's runs and materializations (sqlite under storage)."""
+        import dagster as dg
+        from dagster._core.instance.ref import InstanceRef
+
+        return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(self.storage)))
+
+    def copy(self, dest: Path) -> "DemoHome":
+        """A private copy for a test that writes (the shared home is read by several modules at once)."""
+        shutil.copytree(self.root, dest)
+        text = (dest / "prag.toml").read_text(encoding="utf-8").replace(str(self.root), str(dest))
+        (dest / "prag.toml").write_text(text, encoding="utf-8")
+        return DemoHome(dest, self.run_id)
+
+
+def build_demo_home(root: Path) -> str:
+    """Run the job prag_demo (the main pipeline, fake generator) over DEMO_TASKS into root; returns the run id."""
+    import dagster as dg
+
+    from prag_assets.definitions import defs
+    from prag_assets.demo_job import PRAG_DEMO_JOB, demo_job
+    from prag_assets.resource_set import default_resources
+    from prag_models.config.settings import load_settings
+
+    config = write_config(root / "prag.toml", root / "home", generator_backend="fake", data={"tasks": DEMO_TASKS})
+    home = DemoHome(root, "")
+    (home.storage / "logs").mkdir(parents=True, exist_ok=True)
+    job_defs = dg.Definitions(
+        assets=list(defs.assets), asset_checks=list(defs.asset_checks), jobs=[demo_job(load_settings(config))],
+        resources=default_resources(config_file=str(config)), executor=dg.in_process_executor,
+    )  # fmt: skip
+    result = job_defs.resolve_job_def(PRAG_DEMO_JOB).execute_in_process(
+        instance=home.instance(),
+        tags=range_tags(DEMO_TASKS),
+    )
+    assert result.success
+    return result.run_id
+
+
+@pytest.fixture(scope="session")
+def demo_home(tmp_path_factory) -> DemoHome:
+    """One tiny demo per test session, materialized by the job prag_demo; xdist workers share it (the first builds
+    it under a file lock). Read it only: a test that writes takes `demo_home.copy(tmp_path / "demo")`.
+    PRAG_TEST_DEMO_ROOT=DIR keeps it in DIR across sessions (built there once; delete DIR after changing the code)."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's folder, shared by the workers
+    root = Path(os.environ.get("PRAG_TEST_DEMO_ROOT") or root)
+    root.mkdir(parents=True, exist_ok=True)
+    base = root / "demo_home"
+    with FileLock(str(root / "demo_home.lock")):
+        built = root / "demo_home.run_id"
+        if not built.exists():
+            shutil.rmtree(base, ignore_errors=True)
+            base.mkdir(parents=True)
+            built.write_text(build_demo_home(base), encoding="utf-8")
+        return DemoHome(base, built.read_text(encoding="utf-8"))

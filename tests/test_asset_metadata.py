@@ -5,7 +5,7 @@ import re
 import dagster as dg
 import duckdb
 import pytest
-from conftest import ROOT, materialize_graph
+from conftest import DEMO_TASKS, ROOT
 
 from prag_models.config.settings import load_settings
 
@@ -40,18 +40,71 @@ def test_every_stage_asset_has_a_code_version(graph) -> None:
     assert not missing, missing
 
 
-def test_table_assets_report_row_count_and_schema(tiny_config) -> None:
-    """dagster/row_count equals the rows of the run's tasks; dagster/column_schema names the table's columns."""
+def test_each_task_partition_reports_its_own_rows_schema_and_statistics(demo_home) -> None:
+    """The demo's one run over two tasks: each partition's dagster/row_count is that task's rows (not the run's), its
+    column schema names (and describes) the table's columns, its statistics are its own numbers (no per_task blob)."""
     tables = ["lamp_samples", "profile_documents", "document_embeddings", "user_embeddings", "user_clusters",
-              "similar_users", "baseline_retrievals"]  # fmt: skip
-    selection = ["query_embeddings", *tables]
-    result = materialize_graph(tiny_config, ["LaMP-2", "LaMP-3"], selection=selection)
-    assert result.success
-    with duckdb.connect(str(load_settings(tiny_config).duckdb_path), read_only=True) as con:
+              "similar_users", "baseline_retrievals", "generations", "lamp_evaluation"]  # fmt: skip
+    instance = demo_home.instance()
+    with duckdb.connect(str(load_settings(demo_home.config).duckdb_path), read_only=True) as con:
         for table in tables:
-            metadata = result.asset_materializations_for_node(table)[0].metadata
-            rows = con.execute(f"SELECT count(*) FROM {table} WHERE task IN ('LaMP-2', 'LaMP-3')").fetchone()[0]
+            for task in DEMO_TASKS:
+                metadata = _latest(instance, table, task)
+                rows = con.execute(f"SELECT count(*) FROM {table} WHERE task = ?", [task]).fetchone()[0]
+                assert metadata["dagster/row_count"].value == rows > 0, (table, task)
+                columns = metadata["dagster/column_schema"].value.columns
+                assert [c.name for c in columns] == [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
+                assert all(c.description for c in columns if c.name in ("task", "user_id", "sample_id")), table
+                assert not {"per_task", "registered_versions", "cache_fill"} & set(metadata), table
+        for task in DEMO_TASKS:
+            samples = _latest(instance, "lamp_samples", task)
+            dev = con.execute("SELECT count(*) FROM lamp_samples WHERE task = ? AND split = 'dev'", [task]).fetchone()
+            assert samples["samples/dev"].value == dev[0] and samples["derived_user_ids"].value == 0
+            users = con.execute("SELECT count(DISTINCT user_id) FROM profile_documents WHERE task = ?", [task])
+            assert _latest(instance, "profile_documents", task)["users"].value == users.fetchone()[0]
+
+
+def _latest(instance, asset: str, partition: str | None = None) -> dict:
+    """The metadata of the latest materialization of an asset (of one partition)."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition] if partition else None),
+        limit=1,
+    ).records
+    return records[0].asset_materialization.metadata
+
+
+def test_demo_runs_as_the_named_job_with_its_tags(demo_home) -> None:
+    """The session's demo ran as the job prag_demo, tagged with its data source, tasks and settings hash."""
+    run = demo_home.instance().get_run_by_id(demo_home.run_id)
+    assert run.job_name == "prag_demo"
+    assert run.tags["prag/data_source"] == "demo" and run.tags["prag/tasks"] == ",".join(DEMO_TASKS)
+    assert len(run.tags["prag/settings_hash"]) == 12
+
+
+def test_retrieval_evaluation_partition_shows_only_its_task(demo_home) -> None:
+    """A task partition of the retrieval evaluation: its rows, its row count, its best method (never the oracle)."""
+    instance = demo_home.instance()
+    with duckdb.connect(str(load_settings(demo_home.config).duckdb_path), read_only=True) as con:
+        for task in DEMO_TASKS:
+            metadata = _latest(instance, "lamp_retrieval_evaluation", task)
+            rows = con.execute("SELECT count(*) FROM lamp_retrieval_evaluation WHERE task = ?", [task]).fetchone()[0]
             assert metadata["dagster/row_count"].value == rows > 0
-            columns = [c.name for c in metadata["dagster/column_schema"].value.columns]
-            assert columns == [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
-            assert isinstance(metadata.get("per_task", metadata.get("samples")), dg.JsonMetadataValue)
+            assert {r.data["task"] for r in metadata["table"].value.records} == {task}
+            assert "per_task" not in metadata and metadata["best_method"].value != "oracle_community"
+            primary = {r.data["method"]: r.data["role"] for r in metadata["primary_metric"].value.records}
+            assert primary["oracle_community"] == "reference" and primary["dense_global"] == "baseline"
+
+
+def test_report_opens_with_the_verdict_then_the_compact_table_then_the_chart(demo_home) -> None:
+    """lamp_evaluation_report: the verdict table (typed columns) first, the method x task table, then the chart."""
+    metadata = _latest(demo_home.instance(), "lamp_evaluation_report")
+    assert list(metadata)[:3] == ["verdict", "primary_metric", "chart"]
+    verdict = metadata["verdict"].value
+    kinds = {c.name: c.type for c in verdict.schema.columns}
+    assert list(kinds)[:3] == ["task", "verdict", "method"] and kinds["gain"] == "float" and kinds["n_samples"] == "int"
+    assert {r.data["task"] for r in verdict.records} == set(DEMO_TASKS)
+    compact = metadata["primary_metric"].value
+    assert [c.name for c in compact.schema.columns][:2] == ["method", "role"]
+    assert any(c.name.startswith("LaMP-3 ") for c in compact.schema.columns)
+    assert "data:image/png;base64," in metadata["chart"].value
+    assert "table" not in metadata  # the long format stays in DuckDB

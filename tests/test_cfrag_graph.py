@@ -6,7 +6,7 @@ from __future__ import annotations
 import dagster as dg
 import duckdb
 import pytest
-from conftest import materialize_graph, write_config
+from conftest import materialize_graph, partition_metadata, write_config
 
 from prag_models.config.settings import load_settings
 from prag_models.methods.cfrag.variants import CFRAG_METHODS
@@ -45,10 +45,6 @@ def _checks(result) -> dict[str, bool]:
         e.event_specific_data.passed
         for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"
     }
-
-
-def _metadata(result, asset: str, key: str):
-    return [m.metadata[key].value for m in result.asset_materializations_for_node(asset) if key in m.metadata][-1]
 
 
 def _upto(asset: str) -> dg.AssetSelection:
@@ -104,7 +100,8 @@ def test_cfrag_assets_tables_checks_and_registered_versions(cfrag_config) -> Non
     # training trains: per-epoch validation KL and relevance NDCG logged; the reranker's validation KL falls; the
     # kept epoch is chosen on the demo's truth and is never below the untrained initialisation (epoch 0)
     for kind in ("retriever", "reranker"):
-        fit = _metadata(result, f"cfrag_{kind}", "per_task")[TASK if kind == "retriever" else f"{TASK}/reranker"]
+        meta = partition_metadata(result, f"cfrag_{kind}")[TASK]  # the rerankers' task partition: one block a model
+        fit = meta if kind == "retriever" else {k[9:]: v for k, v in meta.items() if k.startswith("reranker/")}
         assert fit["epochs_run"] >= 1 and fit["validation_samples"] == 2 and fit["selected_by"] == "relevance"
         assert fit["truth_validation_samples"] == 4  # the 4 unlabelled train samples test the kept epoch
         assert fit["val_relevance_best"] >= fit["val_relevance_init"]
@@ -127,9 +124,10 @@ def test_cfrag_assets_tables_checks_and_registered_versions(cfrag_config) -> Non
     users = np.ones((6, champion.user_dim), dtype=np.float32)
     scores = rerank_scores(champion, ["a heist movie"] * 6, texts, users, np.linspace(0.1, 0.3, 6, dtype=np.float32))
     assert len(set(np.round(scores, 6))) == 6, scores
-    used = _metadata(result, "cfrag_retrievals", "model_versions")[TASK]
-    assert used == {k: f"{KINDS[k]}/1" for k in ("retriever", "reranker", "reranker_no_eu")}
-    assert _metadata(result, "cfrag_user_embeddings", "per_task")[TASK]["encoder"] == f"{KINDS['user_encoder']}/1"
+    used = partition_metadata(result, "cfrag_retrievals")[TASK]
+    assert {k: used[f"models/{k}"] for k in KINDS if k != "user_encoder"} == {
+        k: f"{KINDS[k]}/1" for k in ("retriever", "reranker", "reranker_no_eu")}
+    assert partition_metadata(result, "cfrag_user_embeddings")[TASK]["encoder"] == f"{KINDS['user_encoder']}/1"
     assert (load_settings(cfrag_config).home_path / "models" / TASK / "user_encoder" / "model.safetensors").is_file()
 
     # benchmarks/cfrag_learning_curve.py (the README's evidence that training has little to teach) runs on this home
@@ -148,10 +146,10 @@ def test_cfrag_assets_tables_checks_and_registered_versions(cfrag_config) -> Non
     again = materialize_graph(cfrag_config, [TASK], selection=dg.AssetSelection.assets("feedback_labels",
                                                                                        "cfrag_retriever"))
     assert again.success and all(_checks(again).values())
-    stats = _metadata(again, "feedback_labels", "per_task")[TASK]
+    stats = partition_metadata(again, "feedback_labels")[TASK]
     assert stats["reused"] == len(labels) and stats["labelled_now"] == 0
     assert registry.model_aliases(target, KINDS["retriever"]) == {"champion": 1, "challenger": 2}
-    assert _metadata(again, "cfrag_retriever", "registered_versions") == {TASK: f"{KINDS['retriever']}/2"}
+    assert partition_metadata(again, "cfrag_retriever")[TASK]["registered"] == f"{KINDS['retriever']}/2"
 
 
 @pytest.fixture
@@ -194,7 +192,7 @@ def test_interrupted_feedback_keeps_finished_batches(metric_config, monkeypatch)
     monkeypatch.setattr(FakeGenerator, "generate", counting)
     rerun = materialize_graph(cfrag_config, [TASK], selection=only_feedback)
     assert rerun.success
-    stats = _metadata(rerun, "feedback_labels", "per_task")[TASK]
+    stats = partition_metadata(rerun, "feedback_labels")[TASK]
     assert stats["reused"] == batch and stats["labelled_now"] == stats["labels"] - batch
     assert counted["prompts"] == stats["labelled_now"]  # only the missing labels were generated
     with _db(cfrag_config) as con:
@@ -215,4 +213,4 @@ def test_all_degenerate_feedback_warns_without_blocking(metric_config, monkeypat
     evaluation = next(e for e in evaluations if e.check_name == "feedback_not_degenerate")
     assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN
     assert evaluation.partition == TASK and evaluation.metadata["labels"].value["degenerate_share"] == 1.0
-    assert _metadata(result, "cfrag_retriever", "registered_versions") == {TASK: f"{KINDS['retriever']}/1"}
+    assert partition_metadata(result, "cfrag_retriever")[TASK]["registered"] == f"{KINDS['retriever']}/1"

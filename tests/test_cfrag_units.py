@@ -377,3 +377,36 @@ def test_a_reranker_that_kept_its_initialisation_is_not_run() -> None:
         model.head[-1].bias.fill_(0.5)
     np.testing.assert_allclose(rerank_scores(model, *args), base + 0.5, atol=1e-6)
     assert calls
+
+
+def test_the_metadata_says_whether_the_retriever_term_can_change_a_top_k_pool() -> None:
+    """retriever_pool_changes: with α = 0.1 a personal direction orthogonal to the query reorders no user's top-2 of
+    near-ties far apart; a weight of 0.9 does. retriever_reason explains identical cfrag / w/o retriever tuning rows."""
+    import torch
+
+    from prag_models.config.settings import load_settings
+    from prag_models.methods.cfrag import inference
+    from prag_models.methods.cfrag.retriever import PersonalizedRetriever
+    from prag_models.methods.profiles import ProfileIndex
+
+    # user b's documents: cos(q, d) 1.0, 0.8, 0.6 along x; the personal direction y favours the last one
+    vectors = np.array([[1, 0, 0], [0.8, 0.6, 0], [0.6, 0.8, 0], [0.0, 0.0, 1]], dtype=np.float32)
+    vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    index = ProfileIndex(["d0", "d1", "d2", "d3"], ["b", "b", "b", "a"], ["t"] * 4, vectors, np.ones(4, bool))
+    query = inference.CfragQuery("s", "a", "q", np.array([1, 0, 0], np.float32), np.array([1.0, 0.0], np.float32))
+    settings = load_settings(environ={"PRAG__CFRAG__INFERENCE_DOCS_PER_USER": "2"})
+
+    def retriever(alpha: float) -> PersonalizedRetriever:
+        model = PersonalizedRetriever(2, 3, alpha)
+        with torch.no_grad():
+            model.proj.weight.copy_(torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]]))
+            model.proj.bias.zero_()
+        return model
+
+    users = {"a": ["a", "b"]}
+    assert inference.retriever_pool_changes(index, [query], users, {"retriever": retriever(0.1)}, settings) == 0.0
+    assert inference.retriever_pool_changes(index, [query], users, {"retriever": retriever(0.9)}, settings) == 1.0
+    assert inference.retriever_pool_changes(index, [query], users, {}, settings) is None
+    assert "too small" in inference.retriever_reason(0.0, 1.0, 0.1, 2)
+    assert "never put" in inference.retriever_reason(0.5, 1.0, 0.1, 2)
+    assert inference.retriever_reason(0.5, 0.9, 0.1, 2) is None

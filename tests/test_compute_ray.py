@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dagster as dg
 import pytest
-from conftest import materialize_graph, write_config
+from conftest import materialize_graph, partition_metadata, table_records, write_config
 from reliability.helpers import VOLATILE, table_checksums
 
 from prag_models.config.settings import load_settings
@@ -51,14 +51,13 @@ def _differing(tables: dict, reference: dict) -> list[str]:
 
 def _per_task_calls(result, asset: str, key: str) -> list[int]:
     """The stage's own model calls per task (0 when everything was cached before it ran)."""
-    metadata = [m.metadata for m in result.asset_materializations_for_node(asset)][-1]
-    per_task = metadata["per_task"].value
-    return [stats[key] for stats in per_task.values()] if asset != "pbr_lamp_retrievals" else [
-        metadata["generated_now"].value]
+    key = "generated_now" if asset == "pbr_lamp_retrievals" else key
+    return [stats[key] for stats in partition_metadata(result, asset).values()]
 
 
 def _cache_fill(result, asset: str) -> dict:
-    return [m.metadata["cache_fill"].value for m in result.asset_materializations_for_node(asset)][-1]
+    """The run's cache fill before the stage (one row: the whole run)."""
+    return table_records(next(iter(partition_metadata(result, asset).values()))["run_cache_fill"])[0]
 
 
 @pytest.fixture(scope="module")

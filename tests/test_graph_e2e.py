@@ -3,7 +3,7 @@ test, and pytest-xdist keeps a module on one worker)."""
 
 import duckdb
 import pytest
-from conftest import materialize_graph, write_config
+from conftest import materialize_graph, partition_metadata, write_config
 
 from prag_models.config.settings import ALL_TASKS, load_settings
 
@@ -63,8 +63,8 @@ def test_whole_graph_with_real_packaged_models(tmp_path):
 
     again = materialize_graph(config, list(ALL_TASKS))
     assert again.success
-    assert _metadata(again, "document_embeddings", "newly_embedded") == 0
-    per_task = _metadata(again, "generations", "per_task")
-    assert all(stats["model_calls_now"] == 0 for stats in per_task.values())
-    feedback = _metadata(again, "feedback_labels", "per_task")
+    assert all(m["newly_embedded"] == 0 for m in partition_metadata(again, "document_embeddings").values())
+    per_task = partition_metadata(again, "generations")
+    assert len(per_task) == 6 and all(stats["model_calls_now"] == 0 for stats in per_task.values())
+    feedback = partition_metadata(again, "feedback_labels")
     assert all(stats["labelled_now"] == 0 and stats["reused"] > 0 for stats in feedback.values())

@@ -32,11 +32,17 @@ def _tables(config):
     return duckdb.connect(str(load_settings(config).duckdb_path), read_only=True)
 
 
-def test_graph_plumbing_with_fake_generator(tiny_config):
-    """Fast run of two tasks with the deterministic fake LLM: every stage writes, every check passes."""
-    result = materialize_graph(tiny_config, ["LaMP-2", "LaMP-3"])
-    assert result.success and all(_checks(result).values())
-    with _tables(tiny_config) as con:
+def test_graph_plumbing_with_fake_generator(demo_home):
+    """The session's demo (two tasks, the deterministic fake LLM, the job prag_demo): every stage wrote, every check
+    passed."""
+    import dagster as dg
+
+    instance = demo_home.instance()
+    checks = [e.dagster_event.event_specific_data for e in
+              instance.all_logs(demo_home.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)]  # fmt: skip
+    assert instance.get_run_by_id(demo_home.run_id).status == dg.DagsterRunStatus.SUCCESS
+    assert checks and all(c.passed for c in checks), [c.check_name for c in checks if not c.passed]
+    with _tables(demo_home.config) as con:
         n_dev = con.execute("SELECT count(*) FROM lamp_samples WHERE split = 'dev' AND task = 'LaMP-2'").fetchone()[0]
         per_method = con.execute(
             "SELECT method, count(*) FROM generations WHERE task = 'LaMP-2' GROUP BY method").fetchall()
@@ -94,15 +100,15 @@ def test_malformed_lamp_folder_writes_nothing(tmp_path):
             assert not tables & {"lamp_samples", "profile_documents", "document_embeddings", "generations"}
 
 
-def test_dagster_cli_materializes_one_partition(tmp_path):
-    """`dagster asset materialize` with the project's dagster.yaml, as the README's main command runs it."""
+def test_run_graph_materializes_one_partition(tmp_path):
+    """prag_assets/run_graph.py (what `prag materialize` runs) with the project's dagster.yaml: one task's graph."""
     config = write_config(tmp_path / "prag.toml", tmp_path / "home", generator_backend="fake",
                           data={"tasks": ["LaMP-3"], "demo_users": 12, "demo_dev_samples": 2})
     env = {**os.environ, "PRAG_CONFIG": str(config), "DAGSTER_HOME": str(ROOT),
            "PRAG_DAGSTER_STORAGE": str(tmp_path / "dagster"), "PRAG_DAGSTER_LOGS": str(tmp_path / "dagster" / "logs")}
     proc = subprocess.run(
-        [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "prag_assets.definitions", "--select", "*",
-         "--partition", "LaMP-3"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        [sys.executable, "-m", "prag_assets.run_graph", "--select", "*", "--partition-range", "LaMP-3...LaMP-3"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "RUN_SUCCESS" in proc.stderr + proc.stdout
     with _tables(config) as con:

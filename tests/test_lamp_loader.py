@@ -150,7 +150,9 @@ def test_task_from_name() -> None:
 def test_profile_sorted_by_date_stable_with_undated_last(tmp_path: Path) -> None:
     dates = ["2015-03-01", None, "2012", "Mon Apr 06 22:19:45 PDT 2009", "2015-03-01", None, "not a date", "2014-07"]
     docs = [_doc("LaMP-7", f"d{i}", d) for i, d in enumerate(dates)]
-    qpath, _ = _write(tmp_path, "dev", "LaMP-7", [{"id": "1", "input": INPUTS["LaMP-7"], "profile": docs}], None)
+    qpath, _ = _write(
+        tmp_path, "dev", "LaMP-7", [{"id": "1", "input": INPUTS["LaMP-7"], "user_id": "u", "profile": docs}], None
+    )
     (sample,) = load_lamp_split(qpath, None, "LaMP-7", "dev", undated="keep")  # "not a date" kept as undated
     assert [d.doc_id for d in sample.profile] == ["d3", "d2", "d7", "d0", "d4", "d1", "d5", "d6"]
 
@@ -184,6 +186,34 @@ def test_original_split_derives_stable_user_ids(tmp_path: Path) -> None:
     assert a.user_id == b.user_id == derive_user_id(["x", "y"]) and a.user_id != c.user_id
     assert a.user_id.startswith("p") and len(a.user_id) == 13
     int(a.user_id[1:], 16)
+
+
+def test_time_split_question_without_user_id_is_an_error_naming_file_and_record(tmp_path: Path) -> None:
+    """A time split is keyed by user: a question without user_id would silently get a derived id and be cut from
+    the user's other questions and neighbours, so loading fails and names the file and the record."""
+    task = "LaMP-4"
+    qpath, _ = lamp_split_paths(tmp_path, task, "dev")
+    questions = [
+        {"id": "a", "input": INPUTS[task], "user_id": "u1", "profile": [_doc(task, "x")]},
+        {"id": "b", "input": INPUTS[task], "profile": [_doc(task, "y")]},
+    ]
+    _write(qpath.parent, "dev", task, questions, [{"id": i, "output": "h"} for i in "ab"])
+    with pytest.raises(LampDataError, match=r"dev_questions\.json: record id 'b': field 'user_id': is missing"):
+        load_lamp_task(tmp_path, task, splits=("dev",))
+
+
+def test_original_split_marks_derived_user_ids(tmp_path: Path) -> None:
+    """The original split asks for derived ids: each sample says whether its user id was derived (counted in the
+    lamp_samples metadata), a stated user_id is kept as is."""
+    task = "LaMP-4"
+    qpath, _ = lamp_split_paths(tmp_path, task, "dev", split_kind="original")
+    questions = [
+        {"id": "a", "input": INPUTS[task], "profile": [_doc(task, "x")]},
+        {"id": "b", "input": INPUTS[task], "user_id": "u9", "profile": [_doc(task, "y")]},
+    ]
+    _write(qpath.parent, "dev", task, questions, [{"id": i, "output": "h"} for i in "ab"])
+    a, b = load_lamp_task(tmp_path, task, splits=("dev",), split_kind="original")["dev"]
+    assert (a.derived_user_id, b.derived_user_id, b.user_id) == (True, False, "u9")
 
 
 def test_time_split_paths() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 import pytest
-from conftest import materialize_graph, real_data_dir, write_config
+from conftest import materialize_graph, partition_metadata, real_data_dir, write_config
 
 from prag_models.config.settings import load_settings
 
@@ -303,7 +303,7 @@ def test_pbr_lamp_option(tmp_path):
     result = materialize_graph(config, ["LaMP-2"], selection=selection)
     checks = _checks(result)
     assert result.success and checks["pbr_lamp_retrievals:docs_from_own_profile"] and all(checks.values()), checks
-    stats = _meta(result, "pbr_lamp_retrievals", "per_task")["LaMP-2"]
+    stats = partition_metadata(result, "pbr_lamp_retrievals")["LaMP-2"]
     assert stats["p_prf_prompts"] == 2 * 3 and stats["generated_now"] == stats["p_prf_prompts"]
     with _con(config) as con:
         rows = con.execute("SELECT method, sample_id, user_id, source_user_id, rank FROM pbr_lamp_retrievals").df()
@@ -321,15 +321,19 @@ def test_pbr_lamp_option(tmp_path):
 
 def test_cli_runs_the_group_in_a_second_run_when_configured(tmp_path, monkeypatch, capsys):
     """`prag materialize`: the LaMP graph with a task range, then group retrieval_eval (unpartitioned) if configured."""
-    from prag_assets import cli
+    from prag_assets import cli, run_summary
 
     calls = []
-    monkeypatch.setattr(cli.subprocess, "call", lambda cmd, env=None: calls.append(cmd) or 0)
+    def watch(settings, cmd, *_):
+        calls.append(cmd)
+        return 0, run_summary.RunSummary()
+
+    monkeypatch.setattr(run_summary, "watch", watch)
     monkeypatch.setenv("PRAG_CONFIG", str(_eval_config(tmp_path, tmp_path / "data")))
     assert cli.main(["materialize"]) == 0
     first, second = calls
     assert first[first.index("--select") + 1] == "not group:retrieval_eval" and "--partition-range" in first
-    assert second[-2:] == ["--select", "group:retrieval_eval"] and "--partition-range" not in second
+    assert second[second.index("--select") + 1] == "group:retrieval_eval" and "--partition-range" not in second
 
     calls.clear()
     monkeypatch.setenv("PRAG_CONFIG", str(write_config(tmp_path / "plain.toml", tmp_path / "home")))

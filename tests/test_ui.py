@@ -1,4 +1,6 @@
-"""The real Dagster UI: `dagster dev` with the project's workspace.yaml and dagster.yaml, a tmp prag home.
+"""The real Dagster UI: `dagster dev` with the project's workspace.yaml and dagster.yaml on a copy of the session's
+demo home (tests/conftest.py `demo_home`: the job prag_demo run over LaMP-2 and LaMP-3, its runs in the copied
+Dagster storage).
 
 Pages are rendered by headless Chromium (install it with scripts/install_chromium.sh; the tests skip without it);
 a materialization is launched through the webserver's GraphQL API and runs through the daemon's run queue.
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import ROOT, write_config
+from conftest import DEMO_TASKS, ROOT
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 STARTUP_S = 240
@@ -71,14 +73,13 @@ def _wait_until_loaded(base: str, proc: subprocess.Popen, log: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def ui(tmp_path_factory):
-    """`dagster dev` on a free port with a tmp PRAG_HOME; its process group is killed at the end."""
+def ui(tmp_path_factory, demo_home):
+    """`dagster dev` on a free port over a copy of the demo home; its process group is killed at the end."""
     tmp = tmp_path_factory.mktemp("ui")
-    config = write_config(tmp / "prag.toml", tmp / "home", generator_backend="fake",
-                          data={"tasks": ["LaMP-2"], "demo_users": 12, "demo_dev_samples": 2})
-    storage = tmp / "dagster"
-    (storage / "logs").mkdir(parents=True)
-    env = {**os.environ, "DAGSTER_HOME": str(ROOT), "PRAG_HOME": str(tmp / "home"), "PRAG_CONFIG": str(config),
+    demo = demo_home.copy(tmp / "demo")
+    config, storage = demo.config, demo.storage
+    (storage / "logs").mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "DAGSTER_HOME": str(ROOT), "PRAG_HOME": str(demo.home), "PRAG_CONFIG": str(config),
            "PRAG_DAGSTER_STORAGE": str(storage), "PRAG_DAGSTER_LOGS": str(storage / "logs"), "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "GX_ANALYTICS_ENABLED": "false",
            "MLFLOW_DISABLE_TELEMETRY": "true", "DAGSTER_DISABLE_TELEMETRY": "true"}
@@ -91,7 +92,7 @@ def ui(tmp_path_factory):
     try:
         base = f"http://127.0.0.1:{port}"
         _wait_until_loaded(base, proc, log)
-        yield {"base": base, "config": config, "tmp": tmp, "log": log}
+        yield {"base": base, "config": config, "tmp": tmp, "log": log, "home": demo.home, "run_id": demo.run_id}
     finally:
         _stop(proc)
 
@@ -173,7 +174,43 @@ def test_graphql_launches_a_materialization(ui):
         events = _graphql(ui["base"], EVENTS, {"id": run_id})["runOrError"]["eventConnection"]["events"]
         errors = [(e.get("message"), (e.get("error") or {}).get("message")) for e in events if e.get("error")]
         pytest.fail(f"run {run_id} ended {status} after at most {RUN_S} s: {errors}")
-    home = ui["tmp"] / "home" / "prag.duckdb"
+    home = ui["home"] / "prag.duckdb"
     with duckdb.connect(str(home), read_only=True) as con:
         n = con.execute("SELECT count(*) FROM profile_documents WHERE task = 'LaMP-2'").fetchall()[0][0]
     assert n > 0
+
+
+MATERIALIZATION = """query($key: AssetKeyInput!, $partition: String!) { assetOrError(assetKey: $key) { ... on Asset {
+  assetMaterializations(partitions: [$partition], limit: 1) { partition metadataEntries { label __typename
+    ... on IntMetadataEntry { intValue } ... on TableMetadataEntry { table { records } } } } } } }"""
+
+
+def test_task_partition_of_the_retrieval_evaluation_shows_only_that_task(ui):
+    """The LaMP-2 partition of lamp_retrieval_evaluation: its table holds LaMP-2 rows only, its row count is LaMP-2's
+    (the run covered LaMP-2 and LaMP-3), and the partition page renders them."""
+    task, other = DEMO_TASKS
+    found = _graphql(ui["base"], MATERIALIZATION, {"key": {"path": ["lamp_retrieval_evaluation"]}, "partition": task})
+    (materialization,) = found["assetOrError"]["assetMaterializations"]
+    entries = {e["label"]: e for e in materialization["metadataEntries"]}
+    tasks = {json.loads(r)["task"] for r in entries["table"]["table"]["records"]}
+    with duckdb.connect(str(ui["home"] / "prag.duckdb"), read_only=True) as con:
+        rows = con.execute("SELECT count(*) FROM lamp_retrieval_evaluation WHERE task = ?", [task]).fetchone()[0]
+    assert tasks == {task} and entries["dagster/row_count"]["intValue"] == rows and "per_task" not in entries
+    dom = _dom(ui, f"/assets/lamp_retrieval_evaluation?view=partitions&partition={task}",
+               ["primary_metric", "best_method", "reference"])
+    assert f"{other} " not in dom.split("primary_metric", 1)[1][:20000]  # no column of the other task
+
+
+def test_report_opens_with_the_verdict(ui):
+    """The report asset's page shows the verdict table (rendered: its gain columns) before the compact method x task
+    table and the chart (a markdown image; its PNG's path beside it)."""
+    dom = _dom(ui, "/assets/lamp_evaluation_report", ["primary_metric", "chart", "gain_low", "lamp_evaluation.png"])
+    positions = [dom.find(f">{label}<") for label in ("verdict", "gain_low", "primary_metric", "chart")]
+    assert -1 not in positions and positions == sorted(positions), positions
+
+
+def test_runs_are_listed_under_the_named_job(ui):
+    """The runs list filtered by the job prag_demo shows the demo's run with its data, tasks and settings tags (the
+    in-process run carries no code-location origin, so the location's own job page lists only runs launched there)."""
+    _dom(ui, "/runs?q%5B0%5D=job%3Aprag_demo",
+         [ui["run_id"][:8], "prag/tasks: LaMP-2,LaMP-3", "prag/data_source: demo", "prag/settings_hash"])

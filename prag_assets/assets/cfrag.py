@@ -9,7 +9,7 @@ from prag_assets.assets.cfrag_training import cfrag_reranker, cfrag_retriever
 from prag_assets.assets.cfrag_users import GROUP, cfrag_similar_users
 from prag_assets.assets.users import user_embeddings
 from prag_assets.cfrag_registry import load_challenger
-from prag_assets.common import table_metadata, task_run
+from prag_assets.common import report_partitions, task_run
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_assets.task_table import task_asset
@@ -49,11 +49,5 @@ def cfrag_retrievals(
             replace_many(con, [("cfrag_retrievals", frame, {"task": task}), (BUNDLE_TABLE, bundle, {"task": task})])
             stats[task] = {"models": versions, "loaded_by": {k: u["loaded_by"] for k, u in used.items()}, **task_stats}
             context.log.info(f"{task} CFRAG retrieval: {stats[task]}")
-        written = table_metadata(con, "cfrag_retrievals", list(stats))
-    return dg.MaterializeResult(
-        metadata={
-            "per_task": dg.MetadataValue.json(stats),
-            "model_versions": dg.MetadataValue.json({t: s["models"] for t, s in stats.items()}),
-            **written,
-        }
-    )
+        report_partitions(context, con, "cfrag_retrievals", stats)
+    return dg.MaterializeResult()

@@ -5,7 +5,7 @@ import dagster as dg
 
 from prag_assets.assets.cfrag import cfrag_retrievals
 from prag_assets.assets.evaluation import lamp_evaluation
-from prag_assets.common import table_metadata, task_run
+from prag_assets.common import report_partitions, task_run
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_assets.task_table import task_asset
@@ -35,5 +35,5 @@ def cfrag_model_evaluation(
                 context.log.warning(f"{task}: {stats[task]['skipped']}: nothing recorded")
                 continue
             context.log.info(f"{task}: recorded {stats[task]['metrics']} on {list(stats[task]['versions'].values())}")
-        written = table_metadata(con, EVAL_TABLE, list(stats))
-    return dg.MaterializeResult(metadata={"per_task": dg.MetadataValue.json(stats), **written})
+        report_partitions(context, con, EVAL_TABLE, stats)
+    return dg.MaterializeResult()

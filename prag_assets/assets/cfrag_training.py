@@ -9,7 +9,7 @@ from prag_assets.assets.cfrag_users import GROUP, cfrag_similar_users, cfrag_use
 from prag_assets.assets.lamp_data import lamp_samples
 from prag_assets.assets.users import user_embeddings
 from prag_assets.cfrag_registry import training_asset
-from prag_assets.common import table_metadata, task_run
+from prag_assets.common import keyed_table, report_partitions, task_run
 from prag_assets.ray_compute import fill_stage
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_assets.task_table import task_asset
@@ -23,7 +23,9 @@ from prag_models.methods.cfrag.training import train_task_rerankers, train_task_
     kinds={"duckdb"},
     description="LLM feedback (§2.5): for each selected TRAIN sample and each of its m·k candidates, the output "
     "generated with a prompt holding only that doc, scored against the gold (accuracy, -|error|, ROUGE-1). Keyed by "
-    "(task, sample, doc, generator, prompt version): existing labels are reused, each batch is written when done.",
+    "(task, sample, doc, generator, prompt version): existing labels are reused, each batch is written when done. "
+    "A probe of cfrag.feedback_probe_samples samples is labelled first: where the teacher's ranking shows no headroom "
+    "over cosine (truth NDCG, paired interval) labelling stops there (table feedback_probe says why).",
 )
 def feedback_labels(
     context: dg.AssetExecutionContext,
@@ -40,10 +42,10 @@ def feedback_labels(
         for task in tasks:
             stats[task] = label_task(con, task, settings, generator, context.log.info)
             context.log.info(f"{task} feedback: {stats[task]}")
-        written = table_metadata(con, FEEDBACK_TABLE, list(stats))
+        probe = {t: {"probe": f"{s['probe']['decision']}: {s['probe']['reason']}"} for t, s in stats.items()}
+        report_partitions(context, con, FEEDBACK_TABLE, stats, probe)
     return dg.MaterializeResult(
-        metadata={"per_task": dg.MetadataValue.json(stats), "generator": generator.model_id, **written,
-                  "cache_fill": dg.MetadataValue.json(filled)}  # fmt: skip
+        metadata={"generator": generator.model_id, "run_cache_fill": keyed_table({"run": filled}, "scope")}
     )
 
 

@@ -6,12 +6,14 @@ import dagster as dg
 import pandas as pd
 
 from prag_assets.assets.generation import generations
-from prag_assets.common import evaluation_table_metadata, table_metadata, task_run
+from prag_assets.assets.retrieval_evaluation import lamp_retrieval_evaluation
+from prag_assets.common import evaluation_table_metadata, frame_table, report_partitions, task_run
 from prag_assets.partitions import DUCKDB_POOL, single_run
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_assets.task_table import CODE_VERSION, task_asset
-from prag_models.evaluation.llm import EVALUATION_COLUMNS, compare_with_baselines, evaluate_generations
-from prag_models.evaluation.report import comparisons_markdown, evaluation_markdown, write_evaluation_report
+from prag_models.evaluation.llm import compare_with_baselines, evaluate_generations
+from prag_models.evaluation.report import comparisons_markdown, primary_by_task, write_evaluation_report
+from prag_models.evaluation.verdict import verdicts_from_store
 from prag_models.storage.store import read_rows, replace_many
 
 GROUP = "evaluation"
@@ -28,53 +30,73 @@ GROUP = "evaluation"
 def lamp_evaluation(
     context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
 ) -> dg.MaterializeResult:
-    """Score the generations of each task."""
-    frames, comparisons = [], []
+    """Score the generations of each task (each task partition shows its own rows)."""
     with task_run(context, prag_settings, duckdb) as (_, con, tasks):
+        shown = {}
         for task in tasks:
             gens = read_rows(con, "generations", {"task": task})
             frame, comparison = evaluate_generations(task, gens), compare_with_baselines(task, gens)
             where = {"task": task}
             replace_many(con, [("lamp_evaluation", frame, where), ("lamp_evaluation_comparisons", comparison, where)])
-            frames.append(frame)
-            comparisons.append(comparison)
-        written = table_metadata(con, "lamp_evaluation", tasks)
-    table = pd.concat(frames) if frames else pd.DataFrame(columns=EVALUATION_COLUMNS)
-    comparison = pd.concat(comparisons) if comparisons else pd.DataFrame()
-    return dg.MaterializeResult(
-        metadata={
-            "table": evaluation_table_metadata(table),
-            "markdown": dg.MetadataValue.md(evaluation_markdown(table)),
-            "comparisons": dg.MetadataValue.md(comparisons_markdown(comparison)),
-            **written,
-        }
-    )
+            shown[task] = {"primary_metric": frame_table(primary_by_task(frame)),
+                           "table": evaluation_table_metadata(frame),
+                           "comparisons": dg.MetadataValue.md(comparisons_markdown(comparison))}  # fmt: skip
+        report_partitions(context, con, "lamp_evaluation", {task: {} for task in shown}, shown)
+    return dg.MaterializeResult()
+
+
+#: What the verdict table's columns say (prag_models/evaluation/verdict.py, docs/methods.md §6.5).
+VERDICT_DESCRIPTIONS = {
+    "verdict": "ship: the gain's 95 % interval lies above 0; otherwise keep the baseline (dense_global)",
+    "method": "the best personalized method (reference methods excluded)",
+    "gain": "cross-fitted paired gain over dense_global (positive = better)",
+    "gain_low": "95 % interval of the gain, low",
+    "gain_high": "95 % interval of the gain, high",
+    "baseline_value": "dense_global on the same samples",
+    "evidence": "the evaluation that decides: LLM-free retrieval, else the LLM evaluation",
+    "llm_gain": "the LLM evaluation's difference for the same method (a confirmation, decides nothing)",
+}
+VERDICT_FIRST = [
+    "task", "verdict", "method", "metric", "value", "baseline_value", "gain", "gain_low", "gain_high", "n_samples",
+    "evidence", "llm_metric", "llm_gain", "llm_gain_low", "llm_gain_high", "llm_n_samples",
+]  # fmt: skip
+
+
+def verdict_table(verdicts: pd.DataFrame) -> dg.MetadataValue:
+    """The verdict rows as a typed Dagster table, the deciding columns first."""
+    columns = [c for c in VERDICT_FIRST if c in verdicts] + [c for c in verdicts if c not in VERDICT_FIRST]
+    return frame_table(verdicts[columns], VERDICT_DESCRIPTIONS)
 
 
 @dg.asset(
     group_name=GROUP,
-    deps=[lamp_evaluation],
+    deps=[lamp_evaluation, lamp_retrieval_evaluation],
     backfill_policy=single_run,
     pool=DUCKDB_POOL,
     kinds={"duckdb"},
     code_version=CODE_VERSION,
-    description="The evaluation of every task as one markdown table and a bar chart of each task's primary metric.",
+    description="The answer first: the verdict per task (which method to ship, its gain over dense_global with a "
+    "95 % interval), then each method's primary metric ± interval per task (oracle_community as the reference "
+    "ceiling), then the chart; the long format stays in tables lamp_evaluation and lamp_retrieval_evaluation.",
 )
 def lamp_evaluation_report(
     context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
 ) -> dg.MaterializeResult:
-    """Summarise the evaluation table across tasks (markdown + PNG chart under the prag home)."""
+    """Summarise the evaluation across tasks: verdict, compact table, chart (markdown + PNG under the prag home)."""
     settings = prag_settings.get()
     with duckdb.connect() as con:
-        table, markdown, chart = write_evaluation_report(con, settings.data.tasks, settings.home_path / "reports")
+        table, _, chart = write_evaluation_report(con, settings.data.tasks, settings.home_path / "reports")
+        verdicts = verdicts_from_store(con)
     image = base64.b64encode(chart.read_bytes()).decode()
     context.log.info(f"evaluation table written to {chart.parent / 'lamp_evaluation.md'}")
     return dg.MaterializeResult(
-        metadata={
-            "table": evaluation_table_metadata(table),
-            "markdown": dg.MetadataValue.md(markdown),
-            "chart": dg.MetadataValue.md(f"![evaluation](data:image/png;base64,{image})"),
+        metadata={  # in the order the UI shows them: the answer first
+            "verdict": verdict_table(verdicts),
+            "primary_metric": frame_table(primary_by_task(table)),
+            "chart": dg.MetadataValue.md(f"![primary metric per task and method, 95 % intervals]"
+                                         f"(data:image/png;base64,{image})"),  # fmt: skip
             "chart_path": dg.MetadataValue.path(str(chart)),
+            "report_path": dg.MetadataValue.path(str(chart.parent / "lamp_evaluation.md")),
             "tasks": len(table["task"].unique()),
         }
     )

@@ -10,7 +10,7 @@ import dagster as dg
 import pandas as pd
 
 from prag_assets.assets.users import similar_users, user_clusters, user_embeddings
-from prag_assets.common import preview, run_tasks, table_metadata
+from prag_assets.common import preview, report_partitions, run_tasks
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_assets.task_table import CODE_VERSION
@@ -78,10 +78,10 @@ def profile_history(
         published = publish_if_consent_changed(con, before)  # withdrawn consent reaches the readers now
         if published is not None:
             context.log.info(f"consent statements ingested: readers' snapshot republished ({published})")
-        last = latest_history(con)
-        table = table_metadata(con, "profile_history", list(stats))
+        last = latest_history(con, 500)
+        shown = {task: {"latest_rows": preview(last[last["task"] == task])} for task in stats}
+        report_partitions(context, con, "profile_history", stats, shown)
     return dg.MaterializeResult(
-        metadata={"per_task": dg.MetadataValue.json(stats), "latest_rows": preview(last), **table},
         check_results=[
             dg.AssetCheckResult(
                 check_name="inbox_files_valid",
@@ -116,17 +116,8 @@ def cluster_drift(
             rows.append(row)
             context.log.info(f"{task}: drift {stats[task]}")
         append_drift(con, rows)
-        table = table_metadata(con, "cluster_drift", list(stats))
-    shares = [s["changed_share"] for s in stats.values() if s["changed_share"] is not None]
-    rands = [s["adjusted_rand"] for s in stats.values() if s["adjusted_rand"] is not None]
-    return dg.MaterializeResult(
-        metadata={
-            "per_task": dg.MetadataValue.json(stats),
-            "max_changed_share": max(shares) if shares else None,
-            "min_adjusted_rand": min(rands) if rands else None,
-            **table,
-        }
-    )
+        report_partitions(context, con, "cluster_drift", stats)
+    return dg.MaterializeResult()
 
 
 @dg.asset(
@@ -148,8 +139,8 @@ def cluster_state(
         ensure_tables(con)
         for task in run_tasks(context, settings):
             stats[task] = snapshot_clustering(con, task)
-        table = table_metadata(con, "cluster_state", list(stats))
-    return dg.MaterializeResult(metadata={"users_per_task": dg.MetadataValue.json(stats), **table})
+        report_partitions(context, con, "cluster_state", {task: {"users": n} for task, n in stats.items()})
+    return dg.MaterializeResult()
 
 
 @dg.asset(
@@ -172,7 +163,7 @@ def incremental_user_clusters(
     """Apply pending history documents to the changed users of each task."""
     settings = prag_settings.get()
     stats: dict[str, dict] = {}
-    updated = []
+    updated: dict[str, pd.DataFrame] = {}
 
     def embed(texts):
         return models.embedder().embed(texts)  # loads the model only when a text is not in the cache
@@ -190,20 +181,14 @@ def incremental_user_clusters(
                 continue
             stats[task], frame = update_summary(report)
             if len(frame):
-                updated.append(frame)
+                updated[task] = frame
                 _record_rewrites(context, task, UPDATED_TABLES, f"incremental update of {len(frame)} users (run "
                                  f"{context.run_id})", {"users_updated": len(frame)})  # fmt: skip
             context.log.info(f"{task}: {stats[task]}")
-        table = table_metadata(con, "incremental_updates", list(stats))
-    rows = pd.concat(updated, ignore_index=True) if updated else pd.DataFrame()
-    return dg.MaterializeResult(
-        metadata={
-            "per_task": dg.MetadataValue.json(stats),
-            "users_updated": len(rows),
-            "preview": preview(rows.drop(columns=["run_id"], errors="ignore"), 10),
-            **table,
-        }
-    )
+        shown = {task: {"preview": preview(frame.drop(columns=["run_id"], errors="ignore"), 10)}
+                 for task, frame in updated.items()}  # fmt: skip
+        report_partitions(context, con, "incremental_updates", stats, shown)
+    return dg.MaterializeResult()
 
 
 @dg.asset(
@@ -229,5 +214,5 @@ def incremental_similar_users(
             if stats[task]["users"]:
                 _record_rewrites(context, task, ("similar_users",),
                                  f"incremental refresh of {stats[task]['clusters']} clusters", stats[task])  # fmt: skip
-        table = table_metadata(con, "similar_users", list(stats))
-    return dg.MaterializeResult(metadata={"per_task": dg.MetadataValue.json(stats), **table})
+        report_partitions(context, con, "similar_users", stats)
+    return dg.MaterializeResult()

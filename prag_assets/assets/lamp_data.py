@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from prag_assets.common import preview, run_tasks, table_metadata
+from prag_assets.common import preview, report_partitions, run_tasks
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_assets.task_table import CODE_VERSION
@@ -33,7 +33,8 @@ GROUP = "lamp_data"
     "(every task's files before anything is written), each user's sharing consent and the documents' visibility "
     "(tables user_sharing, document_visibility; docs/privacy.md); for the demo also its planted truth (tables "
     "relevance_labels, planted_communities). Users erased by `prag forget` are skipped (erasure_audit). Metadata "
-    "counts the undated profile documents and the skipped erased users per task.",
+    "counts, on each task partition, the samples per split, the undated profile documents, the skipped erased users "
+    "and the user ids derived from the profile (original split only; a time split must name every question's user).",
 )
 def lamp_samples(
     context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
@@ -44,11 +45,13 @@ def lamp_samples(
     with duckdb.connect() as con:
         erased = {task: erased_users(con, task) for task in tasks}
     loaded = {task: load_task_samples(settings, task) for task in tasks}
-    counts: dict[str, int] = {}
+    counts: dict[str, dict[str, int]] = {}
     skipped: dict[str, int] = {}
     undated = {
         task: undated_documents(s for samples in splits.values() for s in samples) for task, splits in loaded.items()
     }
+    derived = {task: sum(s.derived_user_id for samples in splits.values() for s in samples)
+               for task, splits in loaded.items()}  # fmt: skip
     writes = []  # every table of every task, built (and validated) before anything is written
     for task in list(loaded):
         relevance, communities = demo_truth_frames(settings, task)
@@ -65,23 +68,15 @@ def lamp_samples(
             ("relevance_labels", relevance, where),
             ("planted_communities", communities, where),
         ]
-        counts.update({f"{task}/{split}": len(samples) for split, samples in splits.items()})
+        counts[task] = {split: len(samples) for split, samples in splits.items()}
+    stats = {task: {"samples": counts[task], "undated_documents": undated[task], "erased_users_skipped": skipped[task],
+                    "derived_user_ids": derived[task]} for task in loaded}  # fmt: skip
     with duckdb.connect() as con:
         replace_many(con, writes)  # one transaction: all of it lands, or none
-        table = table_metadata(con, "lamp_samples", list(loaded))
+        previews = {task: {"preview": preview(samples_frame(task, splits))} for task, splits in loaded.items()}
+        report_partitions(context, con, "lamp_samples", stats, previews)
     context.log.info(f"loaded samples: {counts}")
-    last = samples_frame(*next(reversed(loaded.items()))) if loaded else None
-    return dg.MaterializeResult(
-        metadata={
-            "samples": dg.MetadataValue.json(counts),
-            "source": settings.data.source,
-            "undated_documents": dg.MetadataValue.json(undated),
-            "undated_policy": settings.data.undated,
-            "erased_users_skipped": dg.MetadataValue.json(skipped),
-            "preview": preview(last) if last is not None else "_no task_",
-            **table,
-        }
-    )
+    return dg.MaterializeResult(metadata={"source": settings.data.source, "undated_policy": settings.data.undated})
 
 
 @dg.asset(
@@ -106,5 +101,5 @@ def profile_documents(
             frame = user_profiles(read_rows(con, "lamp_sample_profiles", {"task": task}))
             replace_rows(con, "profile_documents", frame, {"task": task})
             stats[task] = {"documents": len(frame), "users": int(frame["user_id"].nunique())}
-        table = table_metadata(con, "profile_documents", list(stats))
-    return dg.MaterializeResult(metadata={"per_task": dg.MetadataValue.json(stats), **table})
+        report_partitions(context, con, "profile_documents", stats)
+    return dg.MaterializeResult()

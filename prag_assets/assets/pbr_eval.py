@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import dagster as dg
 import pandas as pd
 
-from prag_assets.common import frame_table, preview, progress_logger, table_metadata
+from prag_assets.common import frame_table, keyed_table, preview, progress_logger, table_metadata
 from prag_assets.partitions import DUCKDB_POOL, single_run
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_assets.task_table import CODE_VERSION
@@ -59,7 +59,7 @@ def personal_corpora(
     with duckdb.connect() as con:
         replace_many(con, writes)
     yield dg.MaterializeResult(metadata={**_written(duckdb, "personal_segments"),
-                                         "per_dataset": dg.MetadataValue.json(stats),
+                                         "per_dataset": keyed_table(stats, "dataset"),
                                          "root": str(build.real_data_root(settings)),
                                          "questions_preview": preview(questions.drop(columns="gold_json"))})
 
@@ -85,7 +85,7 @@ def segment_embeddings(
             writes.append(("segment_embeddings", frame, {"dataset": dataset}))
         replace_many(con, writes)
     yield dg.MaterializeResult(metadata={**_written(duckdb, "segment_embeddings"),
-                                         "per_dataset": dg.MetadataValue.json(stats),
+                                         "per_dataset": keyed_table(stats, "dataset"),
                                          "newly_embedded": sum(s["newly_embedded"] for s in stats.values()),
                                          "embedder": settings.embedder.model})
 
@@ -118,7 +118,7 @@ def query_expansions(
             context.log.info(f"{dataset}: {stats[dataset]}")
         replace_many(con, writes)
     yield dg.MaterializeResult(metadata={**_written(duckdb, "query_expansions"),
-                                         "per_dataset": dg.MetadataValue.json(stats), "generator": gen.model_id,
+                                         "per_dataset": keyed_table(stats, "dataset"), "generator": gen.model_id,
                                          "generated_now": sum(s["generated_now"] for s in stats.values())})
 
 
@@ -144,7 +144,7 @@ def retrieval_runs(
             writes.append(("retrieval_runs", frame, {"dataset": dataset}))
         replace_many(con, writes)
     yield dg.MaterializeResult(metadata={**_written(duckdb, "retrieval_runs"),
-                                         "per_dataset": dg.MetadataValue.json(stats)})
+                                         "per_dataset": keyed_table(stats, "dataset")})
 
 
 @dg.asset(deps=[retrieval_runs], kinds={"duckdb"}, description="R@K (PersonaBench best-combination recall, "

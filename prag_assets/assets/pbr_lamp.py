@@ -18,7 +18,7 @@ import pandas as pd
 from dagster_ray import RayResource
 
 from prag_assets.assets.embeddings import document_embeddings, query_embeddings
-from prag_assets.common import progress_logger, run_tasks, table_metadata
+from prag_assets.common import keyed_table, progress_logger, report_partitions, run_tasks
 from prag_assets.ray_compute import fill_stage
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_assets.task_table import task_asset
@@ -92,13 +92,7 @@ def pbr_lamp_retrievals(
                 "parse_fallbacks": dict(Counter(e.parse_fallback for e in expansions.values())),
             }
             context.log.info(f"{task}: {stats[task]}")
-        written = table_metadata(con, TABLE, list(stats))
+        report_partitions(context, con, TABLE, stats)
     return dg.MaterializeResult(
-        metadata={
-            **written,
-            "per_task": dg.MetadataValue.json(stats),
-            "generator": gen.model_id if gen else "none",
-            "generated_now": sum(s["generated_now"] for s in stats.values()),
-            "cache_fill": dg.MetadataValue.json(filled),
-        }
+        metadata={"generator": gen.model_id if gen else "none", "run_cache_fill": keyed_table({"run": filled}, "scope")}
     )

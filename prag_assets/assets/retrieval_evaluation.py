@@ -6,10 +6,11 @@ import pandas as pd
 from prag_assets.assets.cfrag import cfrag_retrievals
 from prag_assets.assets.pbr_lamp import pbr_lamp_retrievals
 from prag_assets.assets.retrieval import baseline_retrievals, clusterrag_retrievals
-from prag_assets.common import evaluation_table_metadata, run_tasks, table_metadata
+from prag_assets.common import evaluation_table_metadata, frame_table, report_partitions, run_tasks
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_assets.task_table import task_asset
 from prag_models.evaluation import retrieval as rev
+from prag_models.evaluation.report import primary_by_task
 from prag_models.stages.retrieval_evaluation import retrieval_evaluation_tables
 from prag_models.storage.store import replace_many
 
@@ -30,7 +31,7 @@ def lamp_retrieval_evaluation(
     """Score the retrieval tables of each task (tables lamp_retrieval_{evaluation,comparisons,sample_scores})."""
     settings = prag_settings.get()
     k = settings.retrieval.k
-    summaries, comparisons, stats = [], [], {}
+    summaries, comparisons, stats, shown = [], [], {}, {}
     tasks = run_tasks(context, settings)
     with duckdb.connect() as con:
         for task in tasks:
@@ -46,19 +47,13 @@ def lamp_retrieval_evaluation(
             summaries.append(summary)
             comparisons.append(comparison)
             stats[task] = task_stats
-        written = table_metadata(con, "lamp_retrieval_evaluation", tasks)
+            shown[task] = {"primary_metric": frame_table(primary_by_task(summary)),
+                           "table": evaluation_table_metadata(summary),
+                           "markdown": dg.MetadataValue.md(rev.summary_markdown(summary, comparison))}  # fmt: skip
+        report_partitions(context, con, "lamp_retrieval_evaluation", stats, shown)
     summary = pd.concat(summaries) if summaries else pd.DataFrame(columns=rev.SUMMARY_COLUMNS)
     comparison = pd.concat(comparisons) if comparisons else pd.DataFrame(columns=rev.COMPARISON_COLUMNS)
-    markdown = rev.summary_markdown(summary, comparison)
     report = settings.home_path / "reports" / "lamp_retrieval_evaluation.md"
     report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text(markdown + "\n", encoding="utf-8")
-    return dg.MaterializeResult(
-        metadata={
-            "per_task": dg.MetadataValue.json(stats),
-            "table": evaluation_table_metadata(summary),
-            "markdown": dg.MetadataValue.md(markdown),
-            **written,
-            "report_path": dg.MetadataValue.path(str(report)),
-        }
-    )
+    report.write_text(rev.summary_markdown(summary, comparison) + "\n", encoding="utf-8")
+    return dg.MaterializeResult(metadata={"report_path": dg.MetadataValue.path(str(report))})

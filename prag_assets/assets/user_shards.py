@@ -10,13 +10,18 @@ finished shard into their cache table — DuckDB stays the single writer — and
 tables equal the unsharded run's. The order follows the data: embedding_shards before the embedding assets,
 feedback and PBR shards once the CFRAG neighbours and the embeddings exist, generation_shards once the retrievals do.
 Their own code location keeps the task-partitioned graph's `--select '*'` runs free of a second partitioning; the
-UI draws their dependencies across the two locations.
+UI draws their dependencies across the two locations. A single machine gains nothing from them: the location holds
+them only when compute.engine = "ray" (prag_assets/shard_definitions.py), and a catalog that shows them expects most
+partitions unmaterialized until a backfill runs.
 """
 
+
+from typing import Any
 
 import dagster as dg
 from dagster_ray import RayResource
 
+from prag_assets.common import keyed_table
 from prag_assets.partitions import task_partitions
 from prag_assets.ray_compute import compute_engine
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
@@ -25,6 +30,7 @@ from prag_models.config.settings import ConfigError, load_settings
 
 GROUP = "user_shards"
 SHARD = "user_shard"
+SHARDS_FINISHED = "shard_folders_finished"
 
 #: name -> (prag_models.stages.cache_work stages, task assets of the code location prag it reads, description)
 SHARD_ASSETS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
@@ -70,7 +76,11 @@ def shard_asset(name: str, n: int) -> dg.AssetsDefinition:
         backfill_policy=dg.BackfillPolicy.multi_run(1),
         deps=[dg.AssetDep(d, partition_mapping=dg.MultiToSingleDimensionPartitionMapping("task")) for d in deps],
         kinds={"parquet", "ray"},
-        description=description,
+        description=description + " Only a partitioned backfill fills it (docs/deployment.md): partitions stay "
+        "unmaterialized until one runs.",
+        check_specs=[dg.AssetCheckSpec(SHARDS_FINISHED, asset=name, description="Every Parquet shard folder this "
+                                       "run wrote is finished (its _SUCCESS marker is there), so the task asset will "
+                                       "load it.")],  # fmt: skip
     )
     def _asset(
         context: dg.AssetExecutionContext,
@@ -103,11 +113,28 @@ def shard_asset(name: str, n: int) -> dg.AssetsDefinition:
                 "users": len(users),
                 "engine": engine.name,
                 "computed": sum(s["computed"] for s in stats.values()),
-                "per_stage": dg.MetadataValue.json(stats),
-            }
+                "per_stage": keyed_table(stats, "stage"),
+            },
+            check_results=[finished_check(settings, stats)],
         )
 
     return _asset
+
+
+def finished_check(settings: Any, stats: dict[str, dict]) -> dg.AssetCheckResult:
+    """Whether every shard folder of the run is among the store's finished folders of its cache table."""
+    from prag_models.compute.shards import ShardStore, shard_root
+    from prag_models.stages.cache_work import STAGE_CACHE
+
+    store = ShardStore(shard_root(settings))
+    written = {stage: s.get("shard_folders", []) for stage, s in stats.items()}
+    finished = {stage: {f.uri for f in store.pending(STAGE_CACHE[stage])} for stage in written}
+    missing = [uri for stage, uris in written.items() for uri in uris if uri not in finished[stage]]
+    return dg.AssetCheckResult(
+        check_name=SHARDS_FINISHED,
+        passed=not missing,
+        metadata={"folders": sum(len(u) for u in written.values()), "unfinished": ", ".join(missing) or "none"},
+    )
 
 
 def shard_assets(n: int) -> list[dg.AssetsDefinition]:
@@ -115,5 +142,11 @@ def shard_assets(n: int) -> list[dg.AssetsDefinition]:
     return [shard_asset(name, n) for name in SHARD_ASSETS]
 
 
-#: compute.user_shards as the definitions load (the environment and prag.toml of the code location).
-user_shard_assets = shard_assets(load_settings().compute.user_shards)
+def configured_shard_assets() -> list[dg.AssetsDefinition]:
+    """The shard assets over compute.user_shards as the definitions load (the environment and prag.toml of the code
+    location) when compute.engine is ray; none on a single machine, where they would only show empty partitions."""
+    compute = load_settings().compute
+    return shard_assets(compute.user_shards) if compute.engine == "ray" else []
+
+
+user_shard_assets = configured_shard_assets()

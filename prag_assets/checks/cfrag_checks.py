@@ -12,6 +12,7 @@ from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_models.methods.cfrag import probes, tables, variants
 from prag_models.methods.cfrag import table_rules as rules
+from prag_models.methods.cfrag.feedback_probe import probe_stop_reason
 from prag_models.storage.validation import between, min_rows, not_null, unique
 
 #: Largest allowed difference between the scores of a trained model and of its copy loaded back from MLflow.
@@ -83,7 +84,10 @@ def _model_problems(
         "loss_end": round(end, 5),
     }
     problems = []
-    if not len(curve) or not np.isfinite(curve).all():
+    untrained = probe_stop_reason(con, task) if kind != "user_encoder" and not len(curve) else ""
+    if untrained:  # the feedback probe found no teacher headroom: the initialisation is registered, not trained
+        info["untrained"] = untrained
+    elif not len(curve) or not np.isfinite(curve).all():
         problems.append(f"loss curve empty or not finite ({len(curve)} steps)")
     elif must_decrease and not end < start:
         problems.append(f"loss did not decrease: start {start:.4f}, end {end:.4f}")

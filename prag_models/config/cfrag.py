@@ -56,10 +56,22 @@ class CfragSettings(Section):
     # 16 samples x 6 candidates (m = 6 users x k = 1) = 96 scored prompts per task (12 train + 4 validation at
     # validation_share 0.25, so 3 steps per epoch at batch 4); the paper labels every training sample.
     max_feedback_samples: int = 16
+    # Measure before spending (issue 28): label this many of those samples first (a seeded subset) and compare the
+    # teacher's ranking of their candidates with cosine by truth NDCG (paired 95 % interval). Where the interval is not
+    # above 0 the teacher has no headroom: labelling stops there, and the retriever and rerankers register their
+    # initialisation instead of training towards it (0 = no probe: the whole budget, as does feedback_force).
+    feedback_probe_samples: int = Field(8, ge=0)
+    feedback_force: bool = False
     # The teacher signal of a (sample, candidate) label: "gold_loglik" = the generator's log-probability of the gold
     # output given the prompt with that one document (one scored continuation; labels differ even when the task
-    # metric ties), or "metric" = the task metric of the generated output (the paper's signal).
-    feedback_signal: Literal["gold_loglik", "metric"] = "gold_loglik"
+    # metric ties), or "metric" = the task metric of the generated output (the paper's signal), or "oracle" = a
+    # teacher of known quality that needs no LLM: the task's truth for the (sample, document) pair (the demo's
+    # planted relevance, else the document's label against the gold) with a share teacher_noise of labels replaced
+    # by a uniform random score (benchmarks/cfrag_teacher.py: does the training loop learn from a good teacher?).
+    feedback_signal: Literal["gold_loglik", "metric", "oracle"] = "gold_loglik"
+    # feedback_signal = "oracle": the share of labels that are a seeded uniform draw in [0, 1] instead of the truth
+    # (0 = a perfect teacher, 1 = a teacher that knows nothing).
+    teacher_noise: float = Field(0.0, ge=0.0, le=1.0)
     # Cap on new tokens per feedback generation (paper 64); the task's own generation budget (generator.
     # max_new_tokens / label_max_new_tokens) applies when smaller, so labels score what the evaluation generates.
     feedback_max_new_tokens: int = 64

@@ -22,6 +22,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from prag_models.config.cfrag import CfragSettings as CfragSettings  # re-exported: one import path for settings
 from prag_models.config.compute import ComputeSettings as ComputeSettings  # re-exported as well
 from prag_models.config.privacy import PrivacySettings as PrivacySettings  # re-exported as well
+from prag_models.config.run import RunSettings as RunSettings  # re-exported as well
 from prag_models.config.sources import ConfigError as ConfigError  # re-exported: callers catch config.ConfigError
 from prag_models.config.sources import Section as Section
 from prag_models.config.sources import load_context, settings_sources, validation_message
@@ -78,7 +79,8 @@ class DataSettings(Section):
     # Which kind of world the demo plants (docs/demo_data.md "Families"): communities (communities decide labels) |
     # split_taste (users who write about the same things judge them differently) | no_community (own history only)
     demo_family: str = "communities"
-    # Dev samples per task the LLM evaluation (generations, PBR's P-PRF) uses: the first N by sample id (0 = all).
+    # Dev samples per task the LLM evaluation (generations, PBR's P-PRF) uses: the first N of a fixed seeded order of
+    # the sample ids, so a larger N only adds samples (0 = all); `prag materialize` lowers it to fit run.llm_budget_s.
     # Every dev sample is still retrieved and scored by the LLM-free retrieval evaluation.
     llm_eval_samples: int = 8
     # The verdict's LLM column says confirms / not shown / contradicts only from this many paired samples on (below:
@@ -285,6 +287,7 @@ class Settings(BaseSettings):
     pbr: PbrSettings = Field(default_factory=PbrSettings)
     privacy: PrivacySettings = Field(default_factory=PrivacySettings)
     compute: ComputeSettings = Field(default_factory=ComputeSettings)
+    run: RunSettings = Field(default_factory=RunSettings)
 
     @property
     def home_path(self) -> Path:

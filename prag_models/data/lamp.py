@@ -70,6 +70,7 @@ class LampSample:
     gold: str | None
     profile: tuple[ProfileDoc, ...]
     share: bool | None = None  # the user's sharing consent when the record states it (docs/privacy.md)
+    derived_user_id: bool = False  # True when user_id was derived from the profile (original split, no user_id)
 
 
 #: Profile fields that carry the task's label: a LaMP-2 tag, a LaMP-3 score (1–5); anything else is an error.
@@ -266,11 +267,18 @@ def _golds(path: Path, task: str) -> dict[str, str]:
 
 
 def load_lamp_split(
-    questions_path: str | Path, outputs_path: str | Path | None, task: str, split: str, undated: str = "error"
+    questions_path: str | Path,
+    outputs_path: str | Path | None,
+    task: str,
+    split: str,
+    undated: str = "error",
+    derive_user_ids: bool = False,
 ) -> list[LampSample]:
     """Load and validate one split (questions + optional outputs); LampDataError on any malformed input.
 
     ``undated``: what an unparseable profile date does, ``error`` (the default) or ``keep`` (the document is undated).
+    ``derive_user_ids``: a question without ``user_id`` gets an id derived from its profile (LaMP's original split
+    has none) instead of failing; such samples say so (``derived_user_id``).
     """
     if undated not in UNDATED_POLICIES:
         raise ValueError(f"undated must be one of {list(UNDATED_POLICIES)}, got {undated!r}")
@@ -314,13 +322,18 @@ def load_lamp_split(
             if user_id is None:
                 raise _fail(qpath, where, "user_id", f"must be a non-empty string or int, got {question['user_id']!r}")
             _text(qpath, where, "user_id", user_id)
-        else:
+        elif derive_user_ids:
             user_id = derive_user_id(d.doc_id for d in profile)
+        else:  # a derived id would cut the user from his other questions and his neighbours
+            raise _fail(qpath, where, "user_id", "is missing (a time split names each question's user)")
         gold = golds.get(sid) if golds is not None else None
         share = question.get("share")
         if share is not None and not isinstance(share, bool):
             raise _fail(qpath, where, "share", f"must be true or false, got {share!r}")
-        samples.append(LampSample(task, split, sid, user_id, text, extract_query(task, text), gold, profile, share))
+        derived = question.get("user_id") is None
+        samples.append(
+            LampSample(task, split, sid, user_id, text, extract_query(task, text), gold, profile, share, derived)
+        )
     if golds is not None:
         _check_ids(qpath, Path(str(outputs_path)), seen, set(golds))
     return samples
@@ -358,12 +371,15 @@ def load_lamp_task(
     undated: str = "error",
 ) -> dict[str, list[LampSample]]:
     """Load several splits of one task; a split without an outputs file is unlabeled (gold None). A sample id in
-    two splits is an error naming both files."""
+    two splits is an error naming both files. The original split derives missing user ids; the time split requires
+    them."""
     out: dict[str, list[LampSample]] = {}
     first: dict[str, Path] = {}  # sample id -> questions file of the split that has it
     for split in splits:
         questions, outputs = lamp_split_paths(root, task, split, split_kind)
-        out[split] = load_lamp_split(questions, outputs if outputs.exists() else None, task, split, undated)
+        out[split] = load_lamp_split(
+            questions, outputs if outputs.exists() else None, task, split, undated, split_kind == "original"
+        )
         for sample in out[split]:
             if sample.sample_id in first:
                 problem = f"duplicate sample id: also in {first[sample.sample_id]}"

@@ -153,8 +153,18 @@ def demo_truth_frames(settings: Settings, task: str) -> tuple[pd.DataFrame, pd.D
     return relevance, communities
 
 
+#: Seed of the order the LLM-evaluation samples are taken in.
+LLM_EVAL_SEED = 0
+
+
 def llm_eval_sample_ids(sample_ids: Iterable[str], settings: Settings) -> list[str]:
-    """The dev samples the LLM evaluation uses: the first data.llm_eval_samples by sample id (0 = all)."""
+    """The dev samples the LLM evaluation uses: the first data.llm_eval_samples of a fixed seeded order of the ids
+    (0 = all), sorted; a larger count only adds samples."""
+    import numpy as np
+
     ids = sorted(str(s) for s in sample_ids)
     n = settings.data.llm_eval_samples
-    return ids[:n] if n > 0 else ids
+    if n <= 0 or n >= len(ids):
+        return ids
+    order = np.random.default_rng(LLM_EVAL_SEED).permutation(len(ids))
+    return sorted(ids[int(i)] for i in order[:n])

@@ -13,6 +13,39 @@ from prag_models.metrics.lamp import HIGHER_IS_BETTER
 
 CHART_WIDTH_IN, CHART_DPI = 9.0, 100  # 900 px wide: fits the Dagster UI's metadata panel
 
+#: Methods that see the planted truth: a ceiling to read the others against, never "the best method".
+REFERENCE_METHODS = ("oracle_community",)
+BASELINES = ("zero_shot", "random", "recency", "bm25", "dense", "dense_global")
+
+
+def method_role(method: str) -> str:
+    """reference (sees the truth), baseline (not personalized) or personalized; a variant (`dense_global@consent50`)
+    has its method's role."""
+    base = method.split("@", 1)[0]
+    if base in REFERENCE_METHODS:
+        return "reference"
+    return "baseline" if base in BASELINES else "personalized"
+
+
+def primary_by_task(table: pd.DataFrame) -> pd.DataFrame:
+    """The compact view: one row per method (its role beside it), one column per task holding the primary metric as
+    ``value ± half-width``; the header names the metric and n (reference rows last)."""
+    primary = table[table["is_primary"].astype(bool)] if "is_primary" in table else table
+    if primary.empty:
+        return pd.DataFrame(columns=["method", "role"])
+    cells = primary.assign(cell=primary.apply(_cell, axis=1))
+    columns = {}
+    for task, part in cells.groupby("task", sort=True):
+        n = part["n_samples"].max() if "n_samples" in part else None
+        header = f"{task} {part['metric'].iloc[0]}" + (f" (n={int(n)})" if n is not None and n == n else "")
+        columns[header] = part.set_index("method")["cell"]
+    wide = pd.DataFrame(columns).fillna("")
+    wide.index.name = "method"
+    wide = wide.reset_index()
+    wide.insert(1, "role", wide["method"].map(method_role))
+    order = wide["role"].map({"personalized": 0, "baseline": 1, "reference": 2})
+    return wide.assign(_order=order).sort_values(["_order", "method"]).drop(columns="_order").reset_index(drop=True)
+
 
 def _cell(row: pd.Series) -> str:
     """``value ± half-width`` (the value alone for rows without an interval)."""

@@ -32,6 +32,7 @@ from prag_models.methods.cfrag.feedback_labels import (
     gold_loglik_key,
     gold_prompts,
 )
+from prag_models.methods.cfrag.feedback_probe import candidate_gains, probe_sample_ids
 from prag_models.methods.pbr import expansion_prompts
 from prag_models.stages.embeddings import DOCUMENT_SOURCE, QUERY_SOURCE
 from prag_models.stages.generation import generation_jobs
@@ -101,9 +102,15 @@ def _batch(settings: Settings, default: int) -> int:
 
 
 def feedback_work(con: Any, task: str, settings: Settings, models: Models, shard: Shard = None) -> Work:
-    """The feedback prompts of a task's unlabelled (sample, candidate) pairs, as feedback_scores caches them."""
+    """The feedback prompts of a task's unlabelled (sample, candidate) pairs, as feedback_scores caches them (none for
+    the oracle teacher, which calls no LLM)."""
+    if settings.cfrag.feedback_signal == "oracle":
+        return []
     generator = models.generator()
     inputs, todo = feedback_todo(con, task, settings, generator.model_id, shard_users(con, task, shard))
+    probe = probe_sample_ids(inputs.samples["sample_id"].tolist(), candidate_gains(con, task, inputs), settings)
+    if probe is not None and not settings.cfrag.feedback_force:  # the rest only if the probe shows headroom
+        todo = [pair for pair in todo if pair[0].sample_id in set(probe)]
     prompts, golds = feedback_prompts(task, inputs, todo, generator, settings)
     if settings.cfrag.feedback_signal == "gold_loglik":
         work = BatchWork("gold_loglik", settings.generator, gold_loglik_key(generator),

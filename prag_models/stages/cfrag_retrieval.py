@@ -96,6 +96,13 @@ def cfrag_retrieval_rows(con, task: str, settings: Settings, models: dict) -> tu
         full = VARIANTS[:1]
         rows += retrieve_variants(settings, task, restricted, samples, user_emb, neighbours, models, full, suffix)
     frame = pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)
+    queries = [inference.CfragQuery(s.sample_id, s.user_id, s.query, np.asarray(s.embedding, dtype=np.float32),
+                                    np.asarray(user_emb[s.user_id], dtype=np.float32))
+               for s in samples.itertuples(index=False)]  # fmt: skip
+    changed = inference.retriever_pool_changes(index, queries, neighbours["encoder"], models, settings)
+    alpha = getattr(models.get("retriever"), "alpha", settings.cfrag.alpha)
+    why = inference.retriever_reason(changed, agreement(frame, "cfrag", "cfrag_no_retriever_tuning"), alpha,
+                                     inference.docs_per_user(settings))  # fmt: skip
     stats = {
         "samples": int(frame["sample_id"].nunique()),
         "docs_per_sample": round(len(frame) / max(frame["sample_id"].nunique() * frame["method"].nunique(), 1), 2),
@@ -106,5 +113,8 @@ def cfrag_retrieval_rows(con, task: str, settings: Settings, models: dict) -> tu
             for (a, b), why in coincidences(models).items()
         },
         "inference_docs_per_user": inference.docs_per_user(settings),
+        # whether the trained retriever's personalized term changes any similar user's top-k pool (vs cos(q, d))
+        "retriever_pool_changed_share": None if changed is None else round(changed, 3),
+        **({"why_cfrag_equals_no_retriever_tuning": why} if why else {}),
     }
     return frame, stats

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import materialize_graph, write_config
+from conftest import materialize_graph, partition_metadata, write_config
 
 from reliability.helpers import copy_tree, table_checksums, write_lamp_folder
 
@@ -253,6 +253,6 @@ def test_undated_keep_policy_keeps_and_counts(good: dict, tmp_path: Path) -> Non
     data = {"source": "lamp", "lamp_dir": str(lamp), "tasks": TASKS, "undated": "keep"}
     config = write_config(tmp_path / "keep.toml", tmp_path / "home", generator_backend="fake", data=data)
     result = materialize_graph(config, TASKS, selection=["lamp_samples"])
-    metadata = result.asset_materializations_for_node("lamp_samples")[0].metadata  # one per task, same metadata
-    assert metadata["undated_policy"].value == "keep"
-    assert metadata["undated_documents"].value == {"LaMP-2": 1, "LaMP-3": 0}
+    by_task = partition_metadata(result, "lamp_samples")  # each task partition its own counts
+    assert {task: m["undated_policy"] for task, m in by_task.items()} == {"LaMP-2": "keep", "LaMP-3": "keep"}
+    assert {task: m["undated_documents"] for task, m in by_task.items()} == {"LaMP-2": 1, "LaMP-3": 0}

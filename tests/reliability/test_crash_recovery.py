@@ -45,7 +45,8 @@ train_epochs = 2
 
 def _materialize(home: Path, fault: str | None = None, select: str = SELECT):
     """Start `prag materialize --select <select>` on a home, with PRAG_FAULT armed when given."""
-    return start_prag(home, CONFIG, "materialize", "--select", select, extra={"PRAG_FAULT": fault} if fault else None)
+    extra = {"PRAG_FAULT": fault} if fault else None
+    return start_prag(home, CONFIG, "materialize", "--verbose", "--select", select, extra=extra)  # the event log too
 
 
 def _tables(home: Path) -> dict[str, tuple[int, str]]:

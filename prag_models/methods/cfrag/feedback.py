@@ -24,6 +24,7 @@ from prag_models.methods.cfrag.feedback_labels import (
     feedback_scores,
 )
 from prag_models.methods.cfrag.tables import model_row, neighbour_lists
+from prag_models.methods.cfrag.teacher import ORACLE_OUTPUT, oracle_scores
 from prag_models.methods.cfrag.training_set import TrainingSet, training_set
 from prag_models.methods.profiles import ProfileIndex, Retrieved
 from prag_models.methods.task_tables import profile_index
@@ -146,18 +147,74 @@ def feedback_prompts(
 def label_task(
     con, task: str, settings: Settings, generator: Any, log: Callable[[str], None] = lambda _: None
 ) -> dict[str, Any]:
-    """Generate and score the missing feedback labels of one task, a batch at a time; returns its statistics."""
-    batch = max(1, settings.generator.batch_size)
+    """Generate and score the missing feedback labels of one task, a batch at a time; with a probe
+    (cfrag.feedback_probe_samples) the probe's samples first, and the rest only where the probe shows the teacher's
+    headroom over cosine (or cfrag.feedback_force); returns its statistics and the probe's decision."""
+    from prag_models.methods.cfrag import feedback_probe as fp
+
     inputs, todo = feedback_todo(con, task, settings, generator.model_id)
     version = feedback_prompt_version(task, settings)
-    max_new = feedback_max_new_tokens(task, settings)
     total = sum(len(v) for v in inputs.candidates.values())
     log(f"{task} feedback: {total - len(todo)}/{total} labels exist, {len(todo)} to generate")
+    gains = fp.candidate_gains(con, task, inputs)
+    probe = fp.probe_sample_ids(inputs.samples["sample_id"].tolist(), gains, settings)
+    base = {"task": task, "generator_id": generator.model_id, "prompt_version": version,
+            "probe_samples": len(probe or []), "budget_samples": len(inputs.samples)}  # fmt: skip
+    started, generated, labelled = time.perf_counter(), 0, 0
+    if probe is None:
+        result = fp.ProbeResult(**base, decision=fp.NO_PROBE, reason="no probe (cfrag.feedback_probe_samples): "
+                                "whole budget")  # fmt: skip
+    else:
+        first = [p for p in todo if p[0].sample_id in set(probe)]
+        todo = [p for p in todo if p[0].sample_id not in set(probe)]
+        generated, labelled = _label_pairs(con, task, settings, generator, inputs, first, log)
+        have = existing_labels(con, task, generator.model_id, version)
+        result = fp.decide(base, fp.measure_headroom(inputs, have, gains, probe, settings),
+                           settings.cfrag.feedback_force)  # fmt: skip
+        log(f"{task} feedback probe ({len(probe)} samples): {result.decision}: {result.reason}")
+        if result.decision == fp.STOPPED:
+            todo = []
+    fp.write_probe(con, result)
+    more, now = _label_pairs(con, task, settings, generator, inputs, todo, log)
+    generated, labelled = generated + more, labelled + now
+    seconds = time.perf_counter() - started
+    kept = set(probe) if result.decision == fp.STOPPED else set(inputs.samples["sample_id"])
+    labels = existing_labels(con, task, generator.model_id, version)
+    labels = labels[labels["sample_id"].isin(kept)]
+    degenerate, n_samples = degenerate_samples(labels)
+    return {
+        "samples": len(kept),
+        "budget_samples": len(inputs.samples),
+        "candidates_per_sample": round(total / max(len(inputs.samples), 1), 2),
+        "labels": len(labels),
+        "reused": len(labels) - labelled,
+        "labelled_now": labelled,
+        "llm_generations_now": generated,
+        "seconds": round(seconds, 2),
+        "labels_per_second": round(labelled / seconds, 2) if labelled and seconds > 0 else None,
+        "mean_score": round(float(labels["score"].mean()), 4) if len(labels) else None,
+        "degenerate_share": round(degenerate / n_samples, 3) if n_samples else None,
+        "prompt_version": version,
+        "signal": settings.cfrag.feedback_signal,
+        "probe": result.metadata(),
+    }
+
+
+def _label_pairs(
+    con, task: str, settings: Settings, generator: Any, inputs: FeedbackInputs, todo: list, log: Callable[[str], None]
+) -> tuple[int, int]:
+    """Label (sample, candidate) pairs a batch at a time, each batch written when done; (model calls, labels)."""
+    batch = max(1, settings.generator.batch_size)
+    version = feedback_prompt_version(task, settings)
+    max_new = feedback_max_new_tokens(task, settings)
     started, generated = time.perf_counter(), 0
     for start in range(0, len(todo), batch):
         chunk = todo[start : start + batch]
-        prompts, golds = feedback_prompts(task, inputs, chunk, generator, settings)
-        scores, outputs, new = feedback_scores(task, generator, prompts, golds, settings, con, max_new)
+        if settings.cfrag.feedback_signal == "oracle":  # a teacher of known quality: the truth, no LLM call
+            scores, outputs, new = oracle_scores(con, task, chunk, settings), [ORACLE_OUTPUT] * len(chunk), 0
+        else:
+            prompts, golds = feedback_prompts(task, inputs, chunk, generator, settings)
+            scores, outputs, new = feedback_scores(task, generator, prompts, golds, settings, con, max_new)
         generated += new
         rows = [
             (task, s.sample_id, c.doc_id, c.source_user_id, generator.model_id, version, out, score)
@@ -167,24 +224,7 @@ def label_task(
         finished = start + len(chunk)
         rate = finished / max(time.perf_counter() - started, 1e-9)
         log(f"{task} feedback: {finished}/{len(todo)} new labels ({rate:.2f} labels/s)")
-    seconds = time.perf_counter() - started
-    labels = existing_labels(con, task, generator.model_id, version)
-    labels = labels[labels["sample_id"].isin(set(inputs.samples["sample_id"]))]
-    degenerate, n_samples = degenerate_samples(labels)
-    return {
-        "samples": len(inputs.samples),
-        "candidates_per_sample": round(total / max(len(inputs.samples), 1), 2),
-        "labels": total,
-        "reused": total - len(todo),
-        "labelled_now": len(todo),
-        "llm_generations_now": generated,
-        "seconds": round(seconds, 2),
-        "labels_per_second": round(len(todo) / seconds, 2) if todo and seconds > 0 else None,
-        "mean_score": round(float(labels["score"].mean()), 4) if len(labels) else None,
-        "degenerate_share": round(degenerate / n_samples, 3) if n_samples else None,
-        "prompt_version": version,
-        "signal": settings.cfrag.feedback_signal,
-    }
+    return generated, len(todo)
 
 
 def load_training_set(

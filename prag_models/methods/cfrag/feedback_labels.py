@@ -31,6 +31,8 @@ def feedback_prompt_version(task: str, settings: Settings) -> str:
     p = settings.prompt
     if settings.cfrag.feedback_signal == "gold_loglik":
         answer = "gll"
+    elif settings.cfrag.feedback_signal == "oracle":  # the teacher's noise and seed decide its labels
+        answer = f"or{settings.cfrag.teacher_noise:g}s{settings.cfrag.seed}"
     elif answer_mode(task, settings.generator) == LABEL_SCORING:
         answer = "lsc" if settings.generator.label_calibration else "ls"
     else:
@@ -40,9 +42,11 @@ def feedback_prompt_version(task: str, settings: Settings) -> str:
 
 def score_range(task: str, signal: str = "metric") -> tuple[float, float]:
     """Range of a feedback score: accuracy / ROUGE-1 in [0, 1], negated absolute rating error in [-4, 0]; a gold
-    log-likelihood in (-inf, 0]."""
+    log-likelihood in (-inf, 0]; an oracle label in [0, 1]."""
     if signal == "gold_loglik":
         return (-math.inf, 0.0)
+    if signal == "oracle":
+        return (0.0, 1.0)
     return (-4.0, 0.0) if TASK_KIND[task] == "rating" else (0.0, 1.0)
 
 

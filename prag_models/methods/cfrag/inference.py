@@ -111,3 +111,32 @@ def retrieve(
             scores = np.asarray([reranked[(v.reranker, q.sample_id, x.row)] for x in found], dtype=np.float32)
         out[(q.sample_id, v.method)] = top_final(found, scores, k)
     return out
+
+
+def retriever_pool_changes(
+    index: ProfileIndex, queries: Sequence[CfragQuery], users_of: Mapping[str, list[str]], models: Mapping,
+    settings: Settings,
+) -> float | None:
+    """Share of queries whose retriever pool (k per similar user) under the trained S differs from cosine's: whether
+    the personalized term α·cos(W·e_u, d) can change a top-k list at all (None without a retriever or queries)."""
+    if models.get("retriever") is None or not queries:
+        return None
+    trained, base = VARIANTS[0], next(v for v in VARIANTS if v.retriever == "base")
+    changed = 0
+    for q in queries:
+        users = users_of.get(q.user_id, [q.user_id])
+        a = {x.row for x in candidates(index, trained, q, users, settings, models)}
+        changed += a != {x.row for x in candidates(index, base, q, users, settings, models)}
+    return changed / len(queries)
+
+
+def retriever_reason(pool_changed: float | None, same_lists: float | None, alpha: float, k: int) -> str | None:
+    """Why ``cfrag`` retrieves what ``cfrag_no_retriever_tuning`` does on every sample (None when they differ)."""
+    if same_lists is None or same_lists < 1.0 or pool_changed is None:
+        return None
+    if pool_changed == 0:
+        return (f"the trained retriever's personalized term (α = {alpha:g}) reorders no similar user's top-{k} "
+                "documents: within one user's documents it is too small against (1 − α)·cos(q, d), so the reranker "
+                "sees cosine's pool")  # fmt: skip
+    return (f"the trained retriever changed the pool of {pool_changed:.0%} of the samples, but the reranker never put "
+            "a changed document into the final list")  # fmt: skip

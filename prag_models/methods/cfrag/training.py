@@ -22,7 +22,7 @@ from prag_models.methods.cfrag.feedback import (
     truth_validation_set,
 )
 from prag_models.methods.cfrag.probes import torch_threads
-from prag_models.methods.cfrag.tables import history_version, task_histories
+from prag_models.methods.cfrag.tables import history_version, model_row, task_histories
 from prag_models.methods.cfrag.training_set import TrainingSet, concat_sets, new_reranker, rerank_samples
 from prag_models.storage.hashing import data_version
 
@@ -54,6 +54,7 @@ class Trained:
     fitted: Any = None  # a FitResult (per-epoch validation record) for the retriever and rerankers
     run_id: str = ""  # the MLflow run opened around the fit ("" = none: the registration opens one)
     rows: Any = None  # the training rows (a DataFrame) for the run's dataset input
+    skipped: str = ""  # why the initialisation is registered untrained (the feedback probe showed no headroom)
 
     def summary(self) -> dict[str, Any]:
         """The fit's summary (selection, gate, headroom); {} for a model trained without a validation record."""
@@ -61,7 +62,7 @@ class Trained:
 
     def registry_tags(self, task: str) -> dict[str, str]:
         """MLflow tags of the registered version: task, kind and ``training.<key>`` for each summary entry."""
-        tags = {"task": task, "kind": self.kind}
+        tags = {"task": task, "kind": self.kind} | ({"training.skipped": self.skipped} if self.skipped else {})
         return tags | {f"training.{k}": str(v).lower() if isinstance(v, bool) else str(v) for k, v in
                        self.summary().items()}
 
@@ -147,6 +148,9 @@ def train_task_retriever(
     from prag_models.methods.cfrag.retriever import train_retriever
 
     c = settings.cfrag
+    skipped = untrained_models(con, task, settings, generator_id, ("retriever",))
+    if skipped:
+        return skipped[0]
     inputs, labelled, used, encoder = load_training_set(con, task, settings, generator_id)
     ts, relevance, truth_only, _ = with_truth_validation(con, task, settings, inputs, labelled)
     started = time.perf_counter()
@@ -170,11 +174,15 @@ def train_task_retriever(
 
 
 def train_task_rerankers(
-    con, task: str, settings: Settings, generator_id: str, track: Tracker = no_tracking
+    con, task: str, settings: Settings, generator_id: str, track: Tracker = no_tracking,
+    kinds: tuple[str, ...] = ("reranker", "reranker_no_eu"),
 ) -> list[Trained]:  # fmt: skip
-    """The personalized reranker of one task and its ablation without e_u (§2.7, §2.8)."""
+    """The personalized reranker of one task and its ablation without e_u (§2.7, §2.8), of the given kinds."""
     from prag_models.methods.cfrag.reranker import train_reranker
 
+    skipped = untrained_models(con, task, settings, generator_id, ("reranker", "reranker_no_eu"))
+    if skipped:
+        return skipped
     inputs, labelled, used, encoder = load_training_set(con, task, settings, generator_id)
     ts, relevance, truth_only, extra_queries = with_truth_validation(con, task, settings, inputs, labelled)
     queries = dict(zip(inputs.samples["sample_id"], inputs.samples["query"], strict=True)) | extra_queries
@@ -182,6 +190,8 @@ def train_task_rerankers(
     truth_rows = None if relevance is None else [relevance[i, : len(r)] for i, r in enumerate(ts.rows)]
     out = []
     for kind, use_eu in (("reranker", True), ("reranker_no_eu", False)):
+        if kind not in kinds:
+            continue
         c = settings.cfrag.model_copy(update={"reranker_use_user_embedding": use_eu})
         started = time.perf_counter()
         with track(kind) as run_id:
@@ -205,3 +215,45 @@ def train_task_rerankers(
         out.append(Trained(kind, fitted.model, fitted.curve, params, version, seconds, fitted, run_id,
                            sample_rows(ts, truth_only)))  # fmt: skip
     return out
+
+
+def untrained_models(con, task: str, settings: Settings, generator_id: str, kinds: tuple[str, ...]) -> list[Trained]:
+    """The initialisations of the given kinds, when the feedback probe stopped labelling for this generator (no teacher
+    headroom over cosine: training would distil a teacher no better than the start), tagged why; [] otherwise."""
+    import torch
+
+    from prag_models.methods.cfrag.feedback_labels import feedback_prompt_version
+    from prag_models.methods.cfrag.feedback_probe import probe_stop_reason
+    from prag_models.methods.cfrag.retriever import PersonalizedRetriever, init_projection
+
+    reason = probe_stop_reason(con, task, generator_id, feedback_prompt_version(task, settings))
+    if not reason:
+        return []
+    c, started = settings.cfrag, time.perf_counter()
+    e, z = projection_targets(con, task) if "retriever" in kinds else (user_vectors(con, task), None)
+    encoder = model_row(con, task, "user_encoder")
+    encoder_version = f"{encoder['registered_name']}/{encoder['version']}"
+    out = []
+    for kind in kinds:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(c.seed)
+            if kind == "retriever":
+                model = PersonalizedRetriever(e.shape[1], z.shape[1], c.alpha, c.retriever_projection)
+                init_projection(model, e, z)  # as train_retriever starts it
+            else:
+                kc = c.model_copy(update={"reranker_use_user_embedding": kind == "reranker"})
+                model = new_reranker(kc, int(e.shape[1]))
+        params = {k: getattr(c, k) for k in _TRAIN_PARAMS} | {
+            "task": task, "samples": 0, "generator": generator_id, "user_encoder": encoder_version,
+            "untrained": reason}  # fmt: skip
+        version = data_version(reason, encoder_version, generator_id, kind)
+        out.append(Trained(kind, model, [], params, version, time.perf_counter() - started, skipped=reason))
+    return out
+
+
+def user_vectors(con, task: str) -> np.ndarray:
+    """The e_u of a task's users (the rerankers' user dimension)."""
+    from prag_models.storage.store import column_to_matrix
+
+    rows = con.execute("SELECT embedding FROM cfrag_user_embeddings WHERE task = ? ORDER BY user_id", [task]).fetchall()
+    return column_to_matrix([r[0] for r in rows])

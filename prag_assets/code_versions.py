@@ -1,0 +1,100 @@
+"""Code versions derived from what changes an asset's rows, so that Dagster marks an asset stale after such a change.
+
+An asset's version hashes the source of the prag_assets module that defines it, the source of the prag_models stage
+modules that module calls (storage and config plumbing excluded) and the settings sections its group reads. A
+change to a helper that a stage module imports in turn is not seen: bump the stage module (or its settings) then.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from types import ModuleType
+from typing import Any
+
+import dagster as dg
+
+#: The settings sections that change the rows of each group's assets (data.tasks only chooses partitions).
+GROUP_SECTIONS: dict[str, tuple[str, ...]] = {
+    "lamp_data": ("data", "privacy"),
+    "embeddings": ("embedder",),
+    "users": ("clustering",),
+    "history": ("clustering", "embedder"),
+    "retrieval": ("retrieval", "clustering", "pbr", "privacy"),
+    "cfrag": ("cfrag", "retrieval", "generator"),
+    "generation": ("generator", "prompt", "retrieval"),
+    "evaluation": ("retrieval",),
+    "retrieval_eval": ("pbr", "embedder", "retrieval"),
+    "user_shards": ("embedder", "generator", "pbr", "cfrag"),
+}
+
+#: prag_models packages whose changes do not change what a stage computes (where and how rows are stored).
+PLUMBING = ("prag_models.storage", "prag_models.config")
+
+#: Who answers for the assets (Dagster owners: shown and filterable in the catalog).
+OWNERS = ["team:prag"]
+
+
+def stage_modules(module: ModuleType) -> list[ModuleType]:
+    """The prag_models modules an asset module calls: imported modules and the modules of imported functions."""
+    found: dict[str, ModuleType] = {}
+    for value in vars(module).values():
+        name = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", None)
+        if not isinstance(name, str) or not name.startswith("prag_models.") or name.startswith(PLUMBING):
+            continue
+        if name in sys.modules:
+            found[name] = sys.modules[name]
+    return [found[n] for n in sorted(found)]
+
+
+def settings_sections(settings: Any, sections: Iterable[str]) -> dict[str, Any]:
+    """The named settings sections as plain data (data.tasks left out: it chooses partitions, not rows)."""
+    out = {}
+    for name in sections:
+        values = getattr(settings, name).model_dump(mode="json")
+        if name == "data":
+            values.pop("tasks", None)
+        out[name] = values
+    return out
+
+
+def code_version(module: ModuleType, sections: dict[str, Any]) -> str:
+    """A short hash of an asset module's source, its stage modules' sources and its settings sections."""
+    digest = hashlib.sha256()
+    for part in [module, *stage_modules(module)]:
+        digest.update(part.__name__.encode() + b"\0" + inspect.getsource(part).encode() + b"\0")
+    digest.update(json.dumps(sections, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:12]
+
+
+def defining_module(name: str, modules: Sequence[ModuleType]) -> ModuleType | None:
+    """The module that defines the asset of this name (a function of that name or an assignment to it)."""
+    pattern = re.compile(rf"^(?:def {name}\(|{name} = )", re.M)
+    return next((m for m in modules if pattern.search(inspect.getsource(m))), None)
+
+
+def versioned(assets: Sequence[Any], modules: Sequence[ModuleType], settings: Any) -> list[Any]:
+    """The assets with derived code versions and the owners (assets of no listed module keep their version)."""
+    out = []
+    for asset in assets:
+        if not isinstance(asset, dg.AssetsDefinition):
+            out.append(asset)
+            continue
+        versions = {}
+        for key in asset.keys:
+            module = defining_module(key.path[-1], modules)
+            group = asset.specs_by_key[key].group_name or ""
+            if module is not None:
+                sections = GROUP_SECTIONS.get(group, ())
+                read = settings_sections(settings, sections) if settings is not None else {"settings": "unreadable"}
+                versions[key] = code_version(module, read)
+
+        def _spec(spec: dg.AssetSpec, versions: dict = versions) -> dg.AssetSpec:
+            return spec.replace_attributes(code_version=versions.get(spec.key, spec.code_version), owners=OWNERS)
+
+        out.extend(dg.map_asset_specs(_spec, [asset]))
+    return out

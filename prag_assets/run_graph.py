@@ -1,0 +1,55 @@
+"""The run behind `prag materialize`: an in-process materialization of an asset selection with the prag home's
+Dagster instance (runs and event logs in its storage, so the Dagster UI shows them), in place of the superseded
+`dagster asset materialize` command. Started by prag_assets/cli.py in its own process:
+
+    python -m prag_assets.run_graph --select '<selection>' [--partition-range A...B | --partition P] [--tag k=v]
+
+Exit code 0 when the run succeeded, 1 when it failed. The process ends with os._exit after flushing its output:
+native libraries (DuckDB's nanobind bindings, llama.cpp) otherwise print reference-leak reports at interpreter exit
+about objects that are freed with the process anyway."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+#: Tags of a single run over a task range (assets with BackfillPolicy.single_run, as `dagster asset materialize`).
+RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
+
+
+def run(select: str, partition_range: str | None, tags: dict[str, str], partition: str | None = None) -> bool:
+    """Materialize the selection (with its asset checks) in this process, recorded in the configured instance."""
+    import dagster as dg
+
+    from prag_assets.definitions import defs
+    from prag_assets.resource_set import default_resources
+
+    if partition_range:
+        start, _, end = partition_range.partition("...")
+        tags = {**tags, RANGE_START: start, RANGE_END: end}
+    assets = [*defs.assets, *defs.asset_checks]
+    selection = dg.AssetSelection.from_coercible(select.split(","))
+    with dg.DagsterInstance.get() as instance:
+        result = dg.materialize(assets, instance=instance, selection=selection, tags=tags, partition_key=partition,
+                                resources=default_resources(), raise_on_error=False)  # fmt: skip
+    return result.success
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the arguments and run; the exit code says whether the run succeeded."""
+    parser = argparse.ArgumentParser(prog="python -m prag_assets.run_graph", description=__doc__)
+    parser.add_argument("--select", required=True, help="Dagster asset selection")
+    parser.add_argument("--partition-range", help="task range START...END, run as one run")
+    parser.add_argument("--partition", help="one partition (a task)")
+    parser.add_argument("--tag", action="append", default=[], help="run tag key=value")
+    args = parser.parse_args(argv)
+    tags = dict(t.split("=", 1) for t in args.tag)
+    return 0 if run(args.select, args.partition_range, tags, args.partition) else 1
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,122 @@
+"""Measure before spending (issue 28): the CFRAG feedback stage labels a seeded probe of its samples first and
+compares the teacher's ranking of their candidates with cosine's, by truth NDCG@k with a paired 95 % interval (the
+same figure the training records as the teacher's headroom, prag_models.methods.cfrag.fit.teacher_headroom). Where
+the interval is not above 0, distilling the teacher cannot beat the initialisation: labelling stops after the probe
+and the retriever and rerankers register their initialisation (``feedback_probe`` rows say why)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from prag_models.config.settings import Settings
+from prag_models.data.truth import load_truth
+from prag_models.methods.cfrag.candidates import select_feedback_samples
+from prag_models.methods.cfrag.training_set import training_set
+from prag_models.storage.store import read_rows, replace_rows, table_exists
+
+PROBE_TABLE = "feedback_probe"
+#: decision values: the probe showed no headroom and labelling stopped; it showed headroom (or could not be
+#: measured: no truth) and the whole budget was labelled; the whole budget was forced; no probe was configured
+STOPPED, CONTINUED, FORCED, NO_PROBE = "stopped", "continued", "forced", "no_probe"
+
+
+@dataclass
+class ProbeResult:
+    """What the probe measured and decided for one task."""
+
+    task: str
+    generator_id: str
+    prompt_version: str
+    decision: str
+    reason: str
+    probe_samples: int
+    budget_samples: int
+    headroom: float | None = None
+    headroom_low: float | None = None
+    headroom_high: float | None = None
+    headroom_n: int = 0
+    teacher_truth_ndcg: float | None = None
+    cosine_truth_ndcg: float | None = None
+
+    def metadata(self) -> dict:
+        """The probe as a JSON-able dict (asset metadata, the table row)."""
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def candidate_gains(con, task: str, inputs) -> dict[str, np.ndarray]:  # noqa: ANN001 - FeedbackInputs
+    """The 0/1 truth of each selected sample's candidates (NaN unknown), known without an LLM."""
+    truth = load_truth(con, task, "train")
+    out = {}
+    for sample_id, cands in inputs.candidates.items():
+        gains = [truth.gain(sample_id, c.doc_id) for c in cands]
+        out[sample_id] = np.array([np.nan if g is None else g for g in gains], dtype=np.float32)
+    return out
+
+
+def probe_sample_ids(sample_ids: Sequence[str], gains: dict[str, np.ndarray], settings: Settings) -> list[str] | None:
+    """The probe: a seeded choice of cfrag.feedback_probe_samples among the selected samples whose candidates differ
+    in truth (only those can show a ranking better than cosine's); None when there is no probe (0, or it would hold
+    every selected sample)."""
+    n = settings.cfrag.feedback_probe_samples
+    informative = [s for s in sample_ids if len(gains.get(s, [])) and np.ptp(np.nan_to_num(gains[s], nan=0.0)) > 0]
+    if n <= 0 or min(n, len(informative)) >= len(sample_ids):
+        return None
+    return select_feedback_samples(informative, n, settings.cfrag.seed + 1)
+
+
+def measure_headroom(inputs, labels: pd.DataFrame, gains: dict[str, np.ndarray], probe: Sequence[str],  # noqa: ANN001
+                     settings: Settings):  # noqa: ANN201 - teacher_headroom's tuple or None
+    """Truth NDCG@k of the teacher's ranking of the probe's candidates minus cosine's, paired interval (value, low,
+    high, n, teacher mean, cosine mean); None where no probe sample has labelled candidates of different truth."""
+    from prag_models.methods.cfrag.fit import teacher_headroom
+
+    samples = inputs.samples[inputs.samples["sample_id"].isin(set(probe))]
+    ts = training_set(inputs.index, samples, inputs.candidates, labels, {u: np.zeros(1) for u in samples["user_id"]})
+    if not ts.sample_ids:
+        return None
+    cosine = np.einsum("ncd,nd->nc", ts.docs, ts.queries)
+    truth = np.full(ts.mask.shape, np.nan, dtype=np.float32)
+    for i, (sample_id, rows) in enumerate(zip(ts.sample_ids, ts.rows, strict=True)):
+        of_row = {c.row: g for c, g in zip(inputs.candidates[sample_id], gains[sample_id], strict=True)}
+        truth[i, : len(rows)] = [of_row[r] for r in rows]
+    return teacher_headroom(ts.teacher, cosine, truth, ts.mask, max(1, settings.cfrag.final_k or 3))
+
+
+def decide(base: dict, headroom, force: bool) -> ProbeResult:  # noqa: ANN001 - teacher_headroom's tuple or None
+    """The probe's decision from its measured headroom: labelling continues only where the interval is above 0."""
+    if headroom is None:
+        reason = "headroom not measurable (no probe candidates of different truth): whole budget"
+        return ProbeResult(**base, decision=FORCED if force else CONTINUED, reason=reason)
+    value, low, high, n, teacher, cosine = headroom
+    figures = dict(headroom=value, headroom_low=low, headroom_high=high, headroom_n=n, teacher_truth_ndcg=teacher,
+                   cosine_truth_ndcg=cosine)  # fmt: skip
+    what = f"teacher's truth NDCG minus cosine's {value:+.4f} [{low:+.4f}, {high:+.4f}] (n={n})"
+    if force:
+        return ProbeResult(**base, **figures, decision=FORCED, reason=f"cfrag.feedback_force: whole budget; {what}")
+    if n > 1 and low > 0:
+        return ProbeResult(**base, **figures, decision=CONTINUED, reason=f"teacher headroom shown: {what}")
+    reason = f"no teacher headroom: {what} is not above 0; labelling stopped after the probe"
+    return ProbeResult(**base, **figures, decision=STOPPED, reason=reason)
+
+
+def write_probe(con, result: ProbeResult) -> None:
+    """Replace the task's ``feedback_probe`` row."""
+    floats = ["headroom", "headroom_low", "headroom_high", "teacher_truth_ndcg", "cosine_truth_ndcg"]
+    row = pd.DataFrame([result.metadata()]).astype({c: "float64" for c in floats})  # None -> NaN, typed columns
+    replace_rows(con, PROBE_TABLE, row, {"task": result.task})
+
+
+def probe_stop_reason(con, task: str, generator_id: str | None = None, prompt_version: str | None = None) -> str:
+    """Why the task's retriever and rerankers are not trained: the probe's reason when it stopped labelling (for this
+    generator and prompt version, when given), else ""."""
+    if not table_exists(con, PROBE_TABLE):
+        return ""
+    rows = read_rows(con, PROBE_TABLE, {"task": task})
+    if generator_id is not None:
+        rows = rows[(rows["generator_id"] == generator_id) & (rows["prompt_version"] == prompt_version)]
+    stopped = rows[rows["decision"] == STOPPED]
+    return str(stopped["reason"].iloc[0]) if len(stopped) else ""

@@ -1,0 +1,62 @@
+"""CFRAG's teacher of known quality (cfrag.feedback_signal = "oracle", docs/methods.md §2.5): labels are the truth,
+a share teacher_noise of them random, keyed apart from LLM labels and needing no LLM work."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import duckdb
+import numpy as np
+
+
+def _world() -> duckdb.DuckDBPyConnection:
+    """A task with 40 train samples, 5 documents each, the first document of each relevant."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE lamp_samples (task VARCHAR, sample_id VARCHAR, input VARCHAR, gold VARCHAR, "
+                "split VARCHAR)")  # fmt: skip
+    con.execute("CREATE TABLE relevance_labels (task VARCHAR, sample_id VARCHAR, doc_id VARCHAR)")
+    for i in range(40):
+        con.execute("INSERT INTO lamp_samples VALUES ('LaMP-4', ?, 'x', 'y', 'train')", [f"s{i}"])
+        con.execute("INSERT INTO relevance_labels VALUES ('LaMP-4', ?, ?)", [f"s{i}", f"s{i}d0"])
+    return con
+
+
+def _pairs() -> list:
+    return [(SimpleNamespace(sample_id=f"s{i}"), SimpleNamespace(doc_id=f"s{i}d{j}")) for i in range(40)
+            for j in range(5)]  # fmt: skip
+
+
+def test_the_oracle_teacher_labels_the_truth_with_the_configured_noise() -> None:
+    from prag_models.config.settings import load_settings
+    from prag_models.methods.cfrag.feedback_labels import feedback_prompt_version, score_range
+    from prag_models.methods.cfrag.teacher import oracle_scores
+
+    con, pairs = _world(), _pairs()
+    truth = np.array([float(c.doc_id.endswith("d0")) for _, c in pairs])
+
+    def settings(noise: float):  # noqa: ANN202
+        return load_settings(environ={"PRAG__CFRAG__FEEDBACK_SIGNAL": "oracle",
+                                      "PRAG__CFRAG__TEACHER_NOISE": str(noise)})  # fmt: skip
+
+    clean = np.array(oracle_scores(con, "LaMP-4", pairs, settings(0.0)))
+    np.testing.assert_array_equal(clean, truth)
+    half = np.array(oracle_scores(con, "LaMP-4", pairs, settings(0.5)))
+    replaced = half != truth
+    assert 0.35 < replaced.mean() < 0.65 and ((half >= 0) & (half <= 1)).all()
+    # a label depends on its pair only: the same in any order or batch
+    np.testing.assert_array_equal(np.array(oracle_scores(con, "LaMP-4", pairs[::-1], settings(0.5)))[::-1], half)
+    noisy = np.array(oracle_scores(con, "LaMP-4", pairs, settings(1.0)))
+    assert (noisy != truth).mean() > 0.95  # a teacher that knows nothing
+    versions = {feedback_prompt_version("LaMP-4", settings(n)) for n in (0.0, 0.5, 1.0)}
+    assert len(versions) == 3 and feedback_prompt_version("LaMP-4", load_settings(environ={})) not in versions
+    assert score_range("LaMP-4", "oracle") == (0.0, 1.0)
+
+
+def test_the_oracle_teacher_needs_no_llm_work() -> None:
+    """The cache-fill stage plans no LLM prompts for oracle labels (the generator is never built)."""
+    from prag_models.config.settings import load_settings
+    from prag_models.stages.cache_work import feedback_work
+
+    settings = load_settings(environ={"PRAG__CFRAG__FEEDBACK_SIGNAL": "oracle"})
+    models = SimpleNamespace(generator=lambda: (_ for _ in ()).throw(AssertionError("generator built")))
+    assert feedback_work(None, "LaMP-4", settings, models) == []

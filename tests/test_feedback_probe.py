@@ -1,0 +1,127 @@
+"""Measure before spending (issue 28): the CFRAG feedback stage labels a probe first and spends the rest of the budget
+only where the teacher's ranking beats cosine on the truth; otherwise it stops, says why, and the retriever and
+rerankers register their initialisation (tagged why) instead of being trained towards a teacher with no headroom."""
+
+from __future__ import annotations
+
+import hashlib
+
+import dagster as dg
+import duckdb
+import numpy as np
+import pytest
+from conftest import materialize_graph, write_config
+
+from prag_models.config.settings import load_settings
+from prag_models.llm.fake import FakeGenerator
+
+TASK = "LaMP-2"
+PROBE = 8
+#: the budget: all 12 of the tiny demo's train samples (6 users x 1 doc each); the probe: 8 of them whose candidates
+#: differ in truth
+CFRAG = {"epochs": 2, "reranker_layers": 1, "reranker_max_length": 32, "max_feedback_samples": 12,
+         "feedback_probe_samples": PROBE, "train_epochs": 2}  # fmt: skip
+
+
+class KnownTeacher(FakeGenerator):
+    """A teacher of known quality: the gold log-likelihood of a feedback prompt is the truth of its one document
+    (1 relevant, 0 not) times ``signal`` plus seeded Gaussian noise of sd ``noise`` (pure noise at signal 0)."""
+
+    def __init__(self, gains: dict[str, float], signal: float, noise: float, name: str) -> None:
+        super().__init__()
+        self.gains, self.signal, self.noise, self.model_id = gains, signal, noise, f"teacher:{name}"
+
+    def score_choices(self, prompts, choices):  # noqa: ANN001, ANN201 - the Generator interface
+        """relevance x signal + noise for each prompt (one choice: the gold)."""
+        out = []
+        for p in prompts:
+            seed = int(hashlib.sha256(f"{self.model_id}{p}".encode()).hexdigest()[:8], 16)
+            noise = float(np.random.default_rng(seed).normal()) * self.noise
+            out.append([self.gains[p] * self.signal + noise - 10.0 for _ in choices])
+        return out
+
+
+def _gains(con, settings) -> dict[str, float]:
+    """The truth (0/1) of every (sample, candidate) feedback prompt of the task's feedback budget."""
+    from prag_models.data.truth import load_truth
+    from prag_models.methods.cfrag.feedback import feedback_prompts, load_feedback_inputs
+
+    inputs = load_feedback_inputs(con, TASK, settings)
+    pairs = [(s, c) for s in inputs.samples.itertuples(index=False) for c in inputs.candidates[s.sample_id]]
+    prompts, _ = feedback_prompts(TASK, inputs, pairs, FakeGenerator(), settings)
+    truth = load_truth(con, TASK, "train")
+    return {p: truth.gain(s.sample_id, c.doc_id) or 0.0 for p, (s, c) in zip(prompts, pairs, strict=True)}
+
+
+def _labelled(con, generator_id: str) -> int:
+    """Samples with labels of this generator."""
+    sql = "SELECT count(DISTINCT sample_id) FROM feedback_labels WHERE task = ? AND generator_id = ?"
+    return con.execute(sql, [TASK, generator_id]).fetchall()[0][0]
+
+
+@pytest.fixture
+def probe_home(tmp_path):
+    """The tiny demo up to the CFRAG similar users, and the truth of every feedback prompt."""
+    config = write_config(tmp_path / "prag.toml", tmp_path / "home", generator_backend="fake",
+                          data={"tasks": [TASK]}, cfrag=CFRAG)  # fmt: skip
+    upto = dg.AssetSelection.assets("cfrag_similar_users", "user_embeddings").upstream()
+    assert materialize_graph(config, [TASK], selection=upto).success
+    settings = load_settings(config)
+    with duckdb.connect(str(settings.duckdb_path)) as con:
+        gains = _gains(con, settings)
+    return config, settings, gains
+
+
+def test_probe_stops_without_headroom_and_spends_the_budget_with_it(probe_home) -> None:
+    """No headroom (a pure-noise teacher): the probe's 8 samples only, decision and reason recorded; forced: all 12;
+    a teacher that knows the truth (relevance + small noise): all 12."""
+    from prag_models.methods.cfrag.feedback import label_task
+
+    config, settings, gains = probe_home
+    noise = KnownTeacher(gains, signal=0.0, noise=1.0, name="noise")
+    good = KnownTeacher(gains, signal=3.0, noise=0.3, name="good")
+    forced = settings.model_copy(update={"cfrag": settings.cfrag.model_copy(update={"feedback_force": True})})
+    with duckdb.connect(str(settings.duckdb_path)) as con:
+        stopped = label_task(con, TASK, settings, noise)
+        assert stopped["probe"]["decision"] == "stopped", stopped["probe"]
+        assert not stopped["probe"]["headroom_low"] > 0 and "no teacher headroom" in stopped["probe"]["reason"]
+        assert _labelled(con, noise.model_id) == stopped["samples"] == PROBE and stopped["budget_samples"] == 12
+        assert stopped["labelled_now"] == PROBE * stopped["candidates_per_sample"]
+        row = con.execute("SELECT decision, probe_samples FROM feedback_probe WHERE task = ?", [TASK]).fetchall()
+        assert row == [("stopped", PROBE)]
+
+        spent = label_task(con, TASK, forced, noise)
+        assert spent["probe"]["decision"] == "forced" and _labelled(con, noise.model_id) == 12
+        assert spent["reused"] == stopped["labels"]  # the probe's labels are not generated twice
+
+        known = label_task(con, TASK, settings, good)
+        probe = known["probe"]
+        assert probe["decision"] == "continued" and probe["headroom_low"] > 0, str(probe)
+        assert probe["teacher_truth_ndcg"] > probe["cosine_truth_ndcg"]
+        assert _labelled(con, good.model_id) == known["samples"] == 12
+
+
+def test_no_headroom_registers_the_initialisation_tagged_why(probe_home, monkeypatch) -> None:
+    """In the graph: feedback_labels stops after the probe (metadata says why), the retriever and both rerankers
+    register their untrained initialisation with MLflow tag training.skipped, and their blocking checks pass."""
+    from prag_assets import resources
+    config, settings, gains = probe_home
+    noise = KnownTeacher(gains, signal=0.0, noise=1.0, name="noise")
+    monkeypatch.setattr(resources, "_generator", lambda _settings: noise)
+    selection = dg.AssetSelection.assets("feedback_labels", "cfrag_retriever", "cfrag_reranker")
+    result = materialize_graph(config, [TASK], selection=selection)
+    assert result.success
+    checks = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert checks and all(c.passed for c in checks)
+    probe = [m.metadata["probe"].value for m in result.asset_materializations_for_node("feedback_labels")][-1]
+    assert probe[TASK].startswith("stopped: no teacher headroom")
+    with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
+        models = con.execute("SELECT kind, steps, registered_name, version FROM cfrag_models WHERE kind != "
+                             "'user_encoder' ORDER BY kind").fetchall()  # fmt: skip
+    assert [(k, s) for k, s, _, _ in models] == [("reranker", 0), ("reranker_no_eu", 0), ("retriever", 0)]
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=settings.mlflow_uri, registry_uri=settings.mlflow_uri)
+    for _, _, name, version in models:
+        tags = client.get_model_version(name, str(version)).tags
+        assert tags["training.skipped"].startswith("no teacher headroom"), tags

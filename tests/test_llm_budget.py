@@ -1,0 +1,52 @@
+"""A time budget for LLM work (issue 28): the LLM-evaluation samples in a fixed seeded order (a larger count only adds
+samples), the count the budget pays for, and the plan stored and reused by later runs."""
+
+from __future__ import annotations
+
+from prag_models.config.settings import load_settings
+from prag_models.data.source import llm_eval_sample_ids
+from prag_models.generation.budget import Throughput, measure, plan, plan_run
+from prag_models.llm.fake import FakeGenerator
+
+
+def _settings(**data):
+    return load_settings(environ={}, data={"tasks": ["LaMP-2", "LaMP-5"], **data})
+
+
+def test_a_larger_count_only_adds_samples_in_a_seeded_order() -> None:
+    ids = [f"s{i:03d}" for i in range(40)]
+    taken = [llm_eval_sample_ids(ids, _settings(llm_eval_samples=n)) for n in (1, 3, 8, 40, 0)]
+    assert [len(t) for t in taken] == [1, 3, 8, 40, 40]
+    assert all(set(a) <= set(b) for a, b in zip(taken, taken[1:], strict=False))
+    assert taken[2] == sorted(taken[2]) and taken[2] != ids[:8]  # seeded, not the first ids
+    assert llm_eval_sample_ids(reversed(ids), _settings(llm_eval_samples=8)) == taken[2]
+
+
+def test_the_budget_sizes_the_count_and_never_exceeds_the_configured_one() -> None:
+    t = Throughput(scored_s=0.5, generated_s=1.0, prompt_tokens_per_s=1000.0, measured_in_s=3.0)
+    s = _settings(llm_eval_samples=8)
+    methods = len(s.retrieval.methods)
+    # LaMP-2 is label-scored with llama.cpp, LaMP-5 generated; P-PRF = 2 generations per task when pbr is configured
+    per_sample = methods * 0.5 + methods * 1.0 + (4 * 1.0 if "pbr" in s.retrieval.methods else 0.0)
+    chosen = [plan(s.model_copy(update={"run": s.run.model_copy(update={"llm_budget_s": b})}), t) for b in
+              (1.0, 3 * per_sample, 5.5 * per_sample, 1000 * per_sample)]  # fmt: skip
+    assert abs(chosen[0].per_sample_s - per_sample) < 1e-9
+    assert [p.chosen for p in chosen] == [1, 3, 5, 8]  # at least one, at most data.llm_eval_samples
+    assert chosen[1].cut and not chosen[3].cut and "cut from 8" in chosen[1].line()
+
+
+def test_the_plan_is_measured_once_and_reused_while_the_settings_stay(tmp_path) -> None:
+    s = _settings(llm_eval_samples=4)
+    t = measure(FakeGenerator(), s)
+    assert t.generated_s >= 0 and t.measured_in_s < 5
+    loaded = []
+
+    def make():
+        loaded.append(1)
+        return FakeGenerator()
+
+    first, reused = plan_run(s, tmp_path / "plan.json", make)
+    again, reused_again = plan_run(s, tmp_path / "plan.json", make)
+    assert (reused, reused_again, len(loaded)) == (False, True, 1) and again.chosen == first.chosen == 4
+    other = _settings(llm_eval_samples=3)
+    assert plan_run(other, tmp_path / "plan.json", make)[0].chosen == 3 and len(loaded) == 2

@@ -1,0 +1,53 @@
+"""`prag materialize` as a person reads it (issue 28): one line per stage, no Dagster DEBUG events, no native-library
+leak reports or deprecation warnings, the time per stage adding up to the wall time, and the verdict at the end; the
+full event log is in the run's log file and the instance (the Dagster UI)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+from conftest import ROOT, write_config
+
+TASK = "LaMP-2"
+
+
+def test_materialize_prints_stages_times_and_the_verdict(tmp_path) -> None:
+    home = tmp_path / "home"
+    config = write_config(tmp_path / "prag.toml", home, generator_backend="fake",
+                          data={"tasks": [TASK], "llm_eval_samples": 2},
+                          cfrag={"epochs": 2, "train_epochs": 2, "reranker_max_length": 32})  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PRAG_", "DAGSTER_"))}
+    env |= {"PRAG_CONFIG": str(config), "HF_HUB_OFFLINE": "1"}
+    started = time.time()
+    proc = subprocess.run([sys.executable, "-m", "prag_assets.cli", "materialize"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    wall = time.time() - started
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    lines = out.rstrip().splitlines()
+    assert len(lines) < 150, len(lines)
+    for noise in ("DEBUG", "STEP_START", "nanobind", "leaked", "SupersessionWarning", "Warning:"):
+        assert noise not in out, noise
+    budget = [ln for ln in lines if ln.startswith("[prag] LLM budget")]
+    assert len(budget) == 1 and "take 2 samples per task" in budget[0]  # the fake is fast: the configured 2 fit
+    stages = [ln for ln in lines if re.match(r"\[prag\] +\d+:\d\d  \S+ +[\d.]+ s +\(\d+/\d+ steps\)$", ln)]
+    assert {"lamp_samples", "feedback_labels", "generations", "lamp_evaluation"} <= {ln.split()[2] for ln in stages}
+
+    # the closing table: every stage and the rest add up to the total, which is the command's wall time
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("[prag] time per stage"))
+    table = lines[start + 1 : next(i for i in range(start + 1, len(lines)) if not lines[i].startswith("  "))]
+    seconds = [float(ln.rsplit(None, 2)[-2]) for ln in table]
+    *parts, total = seconds
+    assert table[-1].split()[0] == "total" and abs(sum(parts) - total) < 0.5, table
+    assert 0.85 * wall <= total <= wall, (total, wall)
+
+    # ends with the verdict (after where to look next); the full event log is in the run's log file
+    verdict = next(i for i, ln in enumerate(lines) if ln.startswith("## Verdict"))
+    assert any(ln.startswith("[prag] next:") for ln in lines[:verdict])
+    assert lines[-1].startswith(f"| {TASK} |") and verdict > start
+    logs = list((home / "dagster" / "logs").glob("materialize-*.log"))
+    assert len(logs) == 1 and "STEP_START" in logs[0].read_text(encoding="utf-8")

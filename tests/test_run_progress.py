@@ -1,0 +1,41 @@
+"""The progress lines of `prag materialize` (prag_assets/run_progress.py) from a run's events: a line per finished
+stage, checks counted not listed, and for a long stage its latest progress with the time left."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+from prag_assets.run_progress import RunWatcher, clock
+
+
+def _event(kind: str, step: str | None, when: float, **data):
+    """A stand-in for an EventLogEntry (a Dagster event, or a log message when kind is "")."""
+    event = NS(event_type_value=kind, event_specific_data=NS(**data), step_failure_data=data.get("failure")) if kind \
+        else None  # fmt: skip
+    return NS(dagster_event=event, step_key=step, timestamp=when, user_message=data.get("message", ""))
+
+
+def test_stage_lines_checks_and_time_left() -> None:
+    lines: list[str] = []
+    watcher = RunWatcher(None, "token", ["LaMP-1", "LaMP-2"], out=lines.append, progress_every=60.0, started=0.0)
+    watcher.planned = 3
+    for entry in [_event("STEP_START", "feedback_labels", 10.0),
+                  _event("", "feedback_labels", 10.0, message="LaMP-1 feedback: 0/100 labels exist, 100 to generate"),
+                  _event("", "feedback_labels", 20.0, message="LaMP-1 feedback: 10/100 new labels (1.00 labels/s)"),
+                  _event("", "feedback_labels", 60.0, message="LaMP-1 feedback: 50/100 new labels (1.00 labels/s)")]:
+        watcher._handle(entry)  # noqa: SLF001 - feeding events without an instance
+    watcher._progress(75.0)  # noqa: SLF001
+    # the part: 50 labels in 65 s since its first message, 50 left -> 65 s; then LaMP-2 at the stage's mean per task
+    # so far (65 s for half a task)
+    assert lines == [f"[prag] {clock(75):>6}  ... feedback_labels running for 1:05: LaMP-1 feedback 50/100, about "
+                     f"{clock(65 + 130)} left"]  # fmt: skip
+    watcher._progress(80.0)  # noqa: SLF001 - not again within a minute
+    assert len(lines) == 1
+    check = {"passed": True, "asset_check_key": None, "check_name": "ok"}
+    for entry in [_event("STEP_SUCCESS", "feedback_labels", 100.0), _event("STEP_START", "x_check", 100.0),
+                  _event("ASSET_CHECK_EVALUATION", "x_check", 101.0, **check),
+                  _event("STEP_SUCCESS", "x_check", 102.0)]:
+        watcher._handle(entry)  # noqa: SLF001
+    assert lines[1].split() == ["[prag]", "1:40", "feedback_labels", "90.0", "s", "(1/3", "steps)"]
+    assert len(lines) == 2 and watcher.summary.checks == 1 and watcher.summary.check_seconds == 2.0
+    assert watcher.summary.stages == [("feedback_labels", 90.0)]

@@ -76,15 +76,15 @@ def stats_metadata(stats: Mapping[str, Any], prefix: str = "") -> dict[str, dg.M
     out: dict[str, dg.MetadataValue] = {}
     for key, value in stats.items():
         name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
+        if isinstance(value, dg.MetadataValue):  # before the tuple test: some metadata values are tuples
+            out[name] = value
+        elif isinstance(value, Mapping):
             out.update(stats_metadata(value, f"{name}/"))
         elif isinstance(value, (list, tuple)) and value and all(isinstance(v, Mapping) for v in value):
             out[name] = frame_table(pd.DataFrame(list(value)))
         elif isinstance(value, (list, tuple)):
             flat = all(not isinstance(v, (Mapping, list, tuple)) for v in value)
             out[name] = dg.MetadataValue.text(", ".join(map(str, value))) if flat else dg.MetadataValue.json(value)
-        elif isinstance(value, dg.MetadataValue):
-            out[name] = value
         else:
             out[name] = _scalar(value)
     return out

@@ -107,6 +107,8 @@ def write_config(path: Path, home: Path, generator_backend: str = "llama_cpp", *
         "clustering": {"similar_users": 2},
         # the tiny demo's 12 train samples: the whole feedback budget (tests of the probe set it themselves)
         "cfrag": {"feedback_probe_samples": 0},
+        # tuning spends up to 30 s per task; only tests/test_tuning.py needs it
+        "tuning": {"enabled": False},
     }
     for name, values in sections.items():
         base.setdefault(name, {}).update(values)
@@ -224,6 +226,8 @@ def build_demo_home(root: Path) -> str:
     config = write_config(root / "prag.toml", root / "home", generator_backend="fake", data={"tasks": DEMO_TASKS})
     home = DemoHome(root, "")
     (home.storage / "logs").mkdir(parents=True, exist_ok=True)
+    # no telemetry: without a DAGSTER_HOME its files would land in the working directory (the repository)
+    (home.storage / "dagster.yaml").write_text("telemetry:\n  enabled: false\n", encoding="utf-8")
     job_defs = dg.Definitions(
         assets=list(defs.assets), asset_checks=list(defs.asset_checks), jobs=[demo_job(load_settings(config))],
         resources=default_resources(config_file=str(config)), executor=dg.in_process_executor,

@@ -114,7 +114,7 @@ def test_no_headroom_registers_the_initialisation_tagged_why(probe_home, monkeyp
     checks = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
     assert checks and all(c.passed for c in checks)
     probe = [m.metadata["probe"].value for m in result.asset_materializations_for_node("feedback_labels")][-1]
-    assert probe[TASK].startswith("stopped: no teacher headroom")
+    assert probe.startswith("stopped: no teacher headroom")
     with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
         models = con.execute("SELECT kind, steps, registered_name, version FROM cfrag_models WHERE kind != "
                              "'user_encoder' ORDER BY kind").fetchall()  # fmt: skip

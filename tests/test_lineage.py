@@ -54,7 +54,7 @@ def test_training_materializations_link_run_and_version_and_mlflow_carries_dagst
     for asset, kind in TRAINING_ASSETS.items():
         meta = _materialization(result, asset)
         name = registry.registered_name(kind, TASK)
-        stats = meta["per_task"].value[TASK]
+        stats = {k: v.value for k, v in meta.items()}
         version = int(stats["registered"].split("/")[-1])
         run_id = stats["mlflow_run_id"]
         run_link, version_link = meta[f"mlflow_run {TASK}"], meta[f"mlflow_version {TASK}"]
@@ -115,7 +115,7 @@ def test_mlflow_server_rest_api_shows_the_dagster_tags(trained, tmp_path) -> Non
     try:
         base = f"http://127.0.0.1:{port}"
         _wait_ready(f"{base}/health", proc, log)
-        stats = _materialization(result, "cfrag_retriever")["per_task"].value[TASK]
+        stats = {k: v.value for k, v in _materialization(result, "cfrag_retriever").items()}
         name, version = stats["registered"].rsplit("/", 1)
         run = _get(f"{base}/api/2.0/mlflow/runs/get?run_id={stats['mlflow_run_id']}")["run"]
         query = urllib.parse.urlencode({"name": name, "version": version})

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dagster as dg
 import numpy as np
 import pytest
-from conftest import materialize_graph, write_config
+from conftest import materialize_graph, partition_metadata, write_config
 
 from prag_models.config.settings import ConfigError, load_settings
 from prag_models.users.pool_quality import adjusted_rand, cluster_pool_precision, neighbour_pool_precision
@@ -97,7 +97,7 @@ def test_user_similarity_setting_is_validated(tmp_path) -> None:
 
 
 def _metadata(result, asset: str) -> dict:
-    return [m.metadata["per_task"].value for m in result.asset_materializations_for_node(asset)][-1]
+    return partition_metadata(result, asset)
 
 
 @pytest.mark.parametrize("task", ["LaMP-2", "LaMP-4"])

@@ -25,7 +25,7 @@ def graph(tmp_path_factory: pytest.TempPathFactory):
     home = tmp / "home"
     data = {"demo_users": 48, "demo_communities": 4, "demo_dev_samples": 12, "tasks": [TASK], "llm_eval_samples": 2}
     config = write_config(tmp / "prag.toml", home, generator_backend="fake", data=data,
-                          tuning={"budget_s": 20.0, "max_trials": 10})  # fmt: skip
+                          tuning={"enabled": True, "budget_s": 20.0, "max_trials": 10})  # fmt: skip
     selection = dg.AssetSelection.assets("lamp_retrieval_evaluation").upstream()
     result = materialize_graph(config, [TASK], selection=selection)
     assert result.success

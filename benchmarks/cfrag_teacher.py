@@ -3,8 +3,12 @@ quality (cfrag.feedback_signal = "oracle": the demo's planted relevance, a share
 replaced by random scores) and print, per task and teacher noise, the truth NDCG@3 of the trained model against its
 untrained initialisation on held-out dev samples (paired 95 % interval, n), for the retriever and the reranker.
 
-    python benchmarks/cfrag_teacher.py [--users 48] [--communities 4] [--dev 32] [--tasks LaMP-2 LaMP-4]
-                                       [--noise 0 0.25 0.5 1] [--home DIR]
+    python benchmarks/cfrag_teacher.py [--users 160] [--communities 4] [--dev 32] [--tasks LaMP-2 LaMP-4]
+                                       [--noise 0 0.25 0.5 1] [--kinds retriever reranker] [--home DIR]
+
+Oracle labels cost no LLM call, so the benchmark labels every train sample (cfrag.max_feedback_samples = 0; 128 with
+160 users and 32 dev samples) and cfrag.inference_docs_per_user candidates of each similar user (the pool the models
+rank at inference), where the graph's LLM budget labels 16 samples x 1 document per user.
 
 Builds a demo world in a fresh home (the graph up to the CFRAG neighbours, in-process, with the fake generator),
 then for each noise level labels the training samples through the feedback_labels table and trains with the
@@ -117,28 +121,39 @@ def initial_retriever(con, task: str, settings, dims: tuple[int, int]):
     return model
 
 
-def run_task(con, task: str, settings, noise: float) -> dict:
-    """Label with the oracle at this noise, train both models as the training stage does, score on dev."""
+def oracle_settings(settings, noise: float):
+    """The settings of a run with the oracle teacher at this noise: every train sample labelled, the inference pool's
+    documents per user as training candidates (labels are free)."""
+    c = settings.cfrag
+    return settings.model_copy(update={"cfrag": c.model_copy(update={
+        "feedback_signal": "oracle", "teacher_noise": noise, "max_feedback_samples": 0,
+        "docs_per_user": c.inference_docs_per_user or c.docs_per_user})})  # fmt: skip
+
+
+def run_task(con, task: str, settings, noise: float, kinds: tuple[str, ...] = ("retriever", "reranker")) -> dict:
+    """Label with the oracle at this noise, train the models as the training stage does, score on dev."""
     from prag_models.llm.fake import FakeGenerator
     from prag_models.methods.cfrag.feedback import label_task
     from prag_models.methods.cfrag.training import train_task_rerankers, train_task_retriever
     from prag_models.metrics.intervals import paired_difference
 
-    s = settings.model_copy(update={"cfrag": settings.cfrag.model_copy(
-        update={"feedback_signal": "oracle", "teacher_noise": noise})})  # fmt: skip
+    s = oracle_settings(settings, noise)
     generator = FakeGenerator()
     label_task(con, task, s, generator)
     started = time.perf_counter()
     retriever = train_task_retriever(con, task, s, generator.model_id)
-    reranker = train_task_rerankers(con, task, s, generator.model_id, kinds=("reranker",))[0]
+    reranker = train_task_rerankers(con, task, s, generator.model_id, kinds=("reranker",))[0] if (
+        "reranker" in kinds) else None
     seconds = time.perf_counter() - started
     pools = dev_pools(con, task, s)
     k = max(1, s.cfrag.final_k or s.retrieval.k)
     dims = (retriever.model.user_dim, retriever.model.doc_dim)
-    trained = model_ndcgs(pools, retriever.model, reranker.model, k)
+    trained = model_ndcgs(pools, retriever.model, reranker.model if reranker else None, k)
     init = model_ndcgs(pools, initial_retriever(con, task, s, dims), None, k)
-    out = {"seconds": seconds}
+    out = {"seconds": seconds, "alpha": retriever.model.effective_alpha()}
     for kind, fitted in (("retriever", retriever), ("reranker", reranker)):
+        if fitted is None:
+            continue
         est = paired_difference(trained[kind], init[kind])
         summary = fitted.summary()
         why = summary.get("gate", "") or f"no epoch beat epoch 0 on validation ({summary['epochs_run']} run)"
@@ -150,12 +165,13 @@ def main() -> None:
     """Print one row per task, teacher noise and model."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--home", default="", help="folder for the world (default: a temporary one)")
-    parser.add_argument("--users", type=int, default=48)
+    parser.add_argument("--users", type=int, default=160)
     parser.add_argument("--communities", type=int, default=4)
     parser.add_argument("--dev", type=int, default=32)
     parser.add_argument("--tasks", nargs="*", default=["LaMP-1", "LaMP-2", "LaMP-3", "LaMP-4", "LaMP-5", "LaMP-7"])
     parser.add_argument("--noise", nargs="*", type=float, default=list(NOISE))
     parser.add_argument("--epochs", type=int, default=0, help="cfrag.train_epochs (0 = the default)")
+    parser.add_argument("--kinds", nargs="*", default=["retriever", "reranker"], choices=["retriever", "reranker"])
     args = parser.parse_args()
     cfrag = {"reranker_max_length": 64} | ({"train_epochs": args.epochs} if args.epochs else {})
     with tempfile.TemporaryDirectory() as tmp:
@@ -171,17 +187,21 @@ def main() -> None:
         print(f"demo world: {d.demo_users} users, {d.demo_communities} communities, {d.demo_dev_samples} dev samples; "
               f"teacher = oracle (planted relevance) with noise; NDCG@{settings.cfrag.final_k or settings.retrieval.k}"
               " on held-out dev samples, trained − initialisation with its paired 95 % interval\n")  # fmt: skip
+        print(f"every train sample labelled, {settings.cfrag.inference_docs_per_user} documents per similar user; "
+              f"retriever α starts at {settings.cfrag.alpha:g} (learnt: cfrag.learn_alpha)\n")
         print("| task | teacher noise | model | trained | initialisation | trained − init [95 %] | n | gate |")
         print("|---|---|---|---|---|---|---|---|")
         con = duckdb.connect(str(settings.duckdb_path))
         try:
             for task in args.tasks:
                 for noise in args.noise:
-                    row = run_task(con, task, settings, noise)
-                    for kind in ("retriever", "reranker"):
+                    row = run_task(con, task, settings, noise, tuple(args.kinds))
+                    for kind in args.kinds:
                         trained, init, est, gate = row[kind]
+                        learnt = f" (α {row['alpha']:.2f})" if kind == "retriever" else ""
                         print(f"| {task} | {noise:g} | {kind} | {trained:.3f} | {init:.3f} | {est.value:+.3f} "
-                              f"[{est.low:+.3f}, {est.high:+.3f}] | {est.n} | {gate.split(':')[0]} |", flush=True)
+                              f"[{est.low:+.3f}, {est.high:+.3f}] | {est.n} | {gate.split(':')[0]}{learnt} |",
+                              flush=True)
         finally:
             con.close()
 

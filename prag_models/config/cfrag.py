@@ -50,6 +50,11 @@ class CfragSettings(Section):
     # (k per user at inference, i.e. m * k candidates; 0 = docs_per_user).
     inference_docs_per_user: int = 4
     alpha: float = 0.1
+    # α is where training starts; learn_alpha lets the distillation move it (the paper fixes it, but with frozen text
+    # encoders a fixed α = 0.1 is too small for the personalized term to reorder a list: docs/methods.md §2.6).
+    learn_alpha: bool = True
+    # α's shift and the student's scale are single numbers: at train_lr a few dozen steps barely move them.
+    retriever_scalar_lr: float = Field(0.05, ge=0.0)
     retriever_projection: str = "linear"  # linear (code) | mlp (paper)
     # §2.5-2.6 LLM feedback and training
     # TRAIN samples per task that get feedback labels and train the retriever/reranker (0 = all). Demo budget:
@@ -95,6 +100,9 @@ class CfragSettings(Section):
     # selected it (the demo: 32 held-out samples instead of 4).
     truth_validation: bool = True
     train_lr: float = 1e-3
+    # The reranker's cross-encoder trains at this rate, its fresh heads (W₂, MLP) at train_lr: at 1e-3 the encoder
+    # overfits a dozen samples within a few epochs (docs/methods.md §2.6). 0 = freeze the encoder.
+    reranker_encoder_lr: float = Field(2e-5, ge=0.0)
     train_epochs: int = 30
     train_batch_size: int = 4  # samples per optimizer step for retriever/reranker training
     validation_share: float = 0.25
@@ -108,6 +116,10 @@ class CfragSettings(Section):
     # bge-reranker-base). With the residual design the cut encoder only learns a correction; 1 of MiniLM's 6 layers
     # keeps training (12 models) and the wide inference pool within the demo's 15-minute budget on 2 CPU cores.
     reranker_layers: int = 1
+    # The pair's vector: "cls" = the [CLS] position (the paper; right for a cross-encoder trained so, such as
+    # bge-reranker), "mean" = the mean over the pair's tokens. MiniLM was trained with mean pooling: its [CLS] after
+    # the kept layer hardly depends on the text (std across candidates 2e-4), so the heads had nothing to learn from.
+    reranker_pooling: Literal["cls", "mean"] = "mean"
     reranker_use_user_embedding: bool = True  # False = ablation "w/o e_u in reranker" (§2.8)
     # Residual reranker: score = cos(E(q), E(d)) of the frozen embedder + the learned MLP correction, whose last layer
     # starts at zero, so the untrained reranker ranks exactly like dense retrieval and training moves from there.

@@ -73,12 +73,12 @@ def coincidences(models: dict) -> dict[tuple[str, str], str]:
     if rerankers[0] is not None and rerankers[0] in kept:
         found[("cfrag", "cfrag_no_reranker_tuning")] = (
             "the reranker kept its untrained initialisation (no epoch's validation gain was shown), so full CFRAG "
-            "reranks by cos(q, d) exactly as the untuned reranker does"
+            "ranks by the retriever's score exactly as the untuned reranker does"
         )
     if len(kept) == 2:
         found[("cfrag", "cfrag_no_reranker_eu")] = (
             "both rerankers kept their untrained initialisation (no training epoch beat it on the validation "
-            "samples), so both score cos(q, d) and e_u has nothing to act on"
+            "samples), so both keep the retriever's score and e_u has nothing to act on"
         )
     return found
 
@@ -100,7 +100,8 @@ def cfrag_retrieval_rows(con, task: str, settings: Settings, models: dict) -> tu
                                     np.asarray(user_emb[s.user_id], dtype=np.float32))
                for s in samples.itertuples(index=False)]  # fmt: skip
     changed = inference.retriever_pool_changes(index, queries, neighbours["encoder"], models, settings)
-    alpha = getattr(models.get("retriever"), "alpha", settings.cfrag.alpha)
+    retriever = models.get("retriever")
+    alpha = retriever.effective_alpha() if hasattr(retriever, "effective_alpha") else settings.cfrag.alpha
     why = inference.retriever_reason(changed, agreement(frame, "cfrag", "cfrag_no_retriever_tuning"), alpha,
                                      inference.docs_per_user(settings))  # fmt: skip
     stats = {

@@ -37,10 +37,14 @@ class EpochRecord:
     val_kl_samples: tuple[float, ...] = field(default=(), repr=False, compare=False)
 
     def better_than(self, other: EpochRecord, by: str) -> bool:
-        """Whether this epoch beats ``other`` on the selection metric (higher relevance NDCG, or lower KL)."""
+        """Whether this epoch beats ``other`` on the selection metric (higher relevance NDCG, or lower KL); a tie in
+        relevance NDCG (a step function on a few validation samples) is broken by the KL, so training can go on
+        through a plateau instead of stopping early with epoch 0."""
+        lower_kl = self.val_kl < other.val_kl - 1e-9
         if by == "relevance":
-            return self.val_relevance > other.val_relevance + 1e-9
-        return self.val_kl < other.val_kl - 1e-9
+            tie = abs(self.val_relevance - other.val_relevance) <= 1e-9
+            return self.val_relevance > other.val_relevance + 1e-9 or (tie and lower_kl)
+        return lower_kl
 
 
 @dataclass
@@ -196,8 +200,7 @@ def fit(
     judge = val_idx if len(val_idx) else train_idx
 
     rng = np.random.default_rng(settings.seed)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(params, lr=settings.train_lr)
+    optimizer = torch.optim.Adam(_param_groups(model, settings))
     batch = max(1, settings.train_batch_size)
     steps_per_epoch = -(-len(train_idx) // batch)
     total = settings.train_epochs * steps_per_epoch
@@ -254,6 +257,23 @@ def fit(
         result.best_epoch = 0
         model.load_state_dict(init_state)
     return result
+
+
+def _param_groups(model: torch.nn.Module, settings: CfragSettings) -> list[dict]:
+    """Adam's parameter groups: a model's pretrained ``encoder`` (the reranker's cross-encoder) at
+    cfrag.reranker_encoder_lr (frozen at 0), single numbers (the retriever's α shift and scale) at
+    cfrag.retriever_scalar_lr, everything else at cfrag.train_lr."""
+    encoder = getattr(model, "encoder", None)
+    pretrained = {id(p) for p in encoder.parameters()} if isinstance(encoder, torch.nn.Module) else set()
+    rest = [p for p in model.parameters() if p.requires_grad and id(p) not in pretrained]
+    groups = [{"params": [p for p in rest if p.dim() > 0], "lr": settings.train_lr}]
+    scalars = [p for p in rest if p.dim() == 0]
+    if scalars:
+        groups.append({"params": scalars, "lr": settings.retriever_scalar_lr})
+    if pretrained and settings.reranker_encoder_lr > 0:
+        groups.append({"params": [p for p in encoder.parameters() if p.requires_grad],
+                       "lr": settings.reranker_encoder_lr})  # fmt: skip
+    return groups
 
 
 def _kl_samples(model: torch.nn.Module, evaluate: Callable, idx: Sequence[int]) -> tuple[float, ...]:

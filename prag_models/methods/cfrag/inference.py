@@ -88,27 +88,31 @@ def retrieve(
             plans.append((q, v, found))
             if v.reranker not in ("none", "initial"):
                 needed.setdefault(v.reranker, {}).update({(q.sample_id, x.row): q for x in found})
+    # A residual reranker's score is its base plus a correction that does not depend on the base: the correction is
+    # computed once per pair (base 0) and added to each variant's first-stage score (the trained S, or cosine).
     reranked: dict[tuple[str, str, int], float] = {}
+    residual: dict[str, bool] = {}
     for kind, pairs in needed.items():
         keys = list(pairs)
+        residual[kind] = bool(getattr(models[kind], "residual", False))
         scores = rerank_scores(
             models[kind],
             [pairs[k].text for k in keys],
             [index.texts[row] for _, row in keys],
             np.stack([pairs[k].e_u for k in keys]),
-            np.asarray([float(index.vectors[row] @ pairs[k].vector) for k in keys for row in [k[1]]]),
+            np.zeros(len(keys), dtype=np.float32) if residual[kind] else None,
             batch_size=64,
         )
         reranked.update({(kind, sid, row): float(s) for (sid, row), s in zip(keys, scores, strict=True)})
     out: dict[tuple[str, str], list[Retrieved]] = {}
     k = final_k(settings)
     for q, v, found in plans:
-        if v.reranker == "none":
-            scores = np.asarray([x.score for x in found], dtype=np.float32)
-        elif v.reranker == "initial":  # the untrained residual reranker's score: the cosine it is given as its base
-            scores = np.asarray([float(index.vectors[x.row] @ q.vector) for x in found], dtype=np.float32)
+        first = np.asarray([x.score for x in found], dtype=np.float32)
+        if v.reranker in ("none", "initial"):  # initial: the untrained residual reranker adds zero to its base
+            scores = first
         else:
-            scores = np.asarray([reranked[(v.reranker, q.sample_id, x.row)] for x in found], dtype=np.float32)
+            correction = np.asarray([reranked[(v.reranker, q.sample_id, x.row)] for x in found], dtype=np.float32)
+            scores = first + correction if residual[v.reranker] else correction
         out[(q.sample_id, v.method)] = top_final(found, scores, k)
     return out
 
@@ -135,7 +139,7 @@ def retriever_reason(pool_changed: float | None, same_lists: float | None, alpha
     if same_lists is None or same_lists < 1.0 or pool_changed is None:
         return None
     if pool_changed == 0:
-        return (f"the trained retriever's personalized term (α = {alpha:g}) reorders no similar user's top-{k} "
+        return (f"the trained retriever's personalized term (α = {alpha:.3g}) reorders no similar user's top-{k} "
                 "documents: within one user's documents it is too small against (1 − α)·cos(q, d), so the reranker "
                 "sees cosine's pool")  # fmt: skip
     return (f"the trained retriever changed the pool of {pool_changed:.0%} of the samples, but the reranker never put "

@@ -31,6 +31,9 @@ from prag_models.methods.cfrag.fit import FitResult, fit, ndcg, relevance_ndcg_s
 from prag_models.methods.cfrag.retriever import kl_loss
 
 ProgressFn = Callable[[int, int], None]
+#: how the pair's vector is read from the cross-encoder: its [CLS] position (a cross-encoder trained so, e.g.
+#: bge-reranker) or the mean over the pair's tokens (a sentence encoder trained with mean pooling, e.g. MiniLM)
+POOLINGS: tuple[str, ...] = ("cls", "mean")
 
 
 class PersonalizedReranker(nn.Module):
@@ -45,8 +48,12 @@ class PersonalizedReranker(nn.Module):
         pretrained: bool = True,
         source_model: str = "",
         residual: bool = False,
+        pooling: str = "cls",
     ) -> None:
         super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        self.pooling = pooling
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         from transformers import AutoConfig, AutoModel, AutoTokenizer
@@ -88,7 +95,19 @@ class PersonalizedReranker(nn.Module):
             "max_length": self.max_length,
             "source_model": self.source_model,
             "residual": self.residual,
+            "pooling": self.pooling,
         }
+
+    def pair_vectors(self, queries: Sequence[str], docs: Sequence[str]) -> torch.Tensor:
+        """The cross-encoder's vector (n, hidden) of each (query, doc) pair, pooled by ``pooling``; differentiable."""
+        enc = self.tokenizer(
+            list(queries), list(docs), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
+        hidden = self.encoder(**enc).last_hidden_state
+        if self.pooling == "cls":
+            return hidden[:, 0]
+        weights = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
 
     def score(
         self,
@@ -101,10 +120,7 @@ class PersonalizedReranker(nn.Module):
         the frozen embedder's cos(q, d) of each pair (n,); differentiable."""
         if self.residual and base is None:
             raise ValueError("a residual reranker needs base = cos(E(q), E(d)) for every pair")
-        enc = self.tokenizer(
-            list(queries), list(docs), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
-        )
-        cls = self.encoder(**enc).last_hidden_state[:, 0]
+        cls = self.pair_vectors(queries, docs)
         if self.use_user_embedding:
             u = torch.as_tensor(np.asarray(user_emb, dtype=np.float32)) if not torch.is_tensor(user_emb) else user_emb
             user_part = self.user_proj(u.float().reshape(len(cls), self.user_dim))
@@ -153,6 +169,7 @@ def build_reranker(settings: CfragSettings, user_dim: int) -> PersonalizedRerank
             max_length=settings.reranker_max_length,
             source_model=settings.reranker_model,
             residual=settings.reranker_residual,
+            pooling=settings.reranker_pooling,
         )
 
 

@@ -25,7 +25,13 @@ PROJECTIONS: tuple[str, ...] = ("linear", "mlp")
 
 
 class PersonalizedRetriever(nn.Module):
-    """S(q, d, u) = (1−α)·cos(q, d) + α·cos(W·e_u, d) over candidate documents (§2.4)."""
+    """S(q, d, u) = (1−α)·cos(q, d) + α·cos(W·e_u, d) over candidate documents (§2.4).
+
+    α starts at the configured value and is learnable (``alpha_shift`` moves its logit; kept at 0 when
+    ``cfrag.learn_alpha`` is off), so training can give the personalized term the weight that reorders a list. α = 0
+    (the w/o S_u,d ablation) stays 0. ``log_scale`` sharpens the student's distribution in the distillation loss only
+    (softmax(e^s·S/T)): it lets the student match a sharp teacher without bending the ranking, which it cannot change.
+    """
 
     def __init__(self, user_dim: int, doc_dim: int, alpha: float = 0.1, projection: str = "linear") -> None:
         super().__init__()
@@ -39,7 +45,23 @@ class PersonalizedRetriever(nn.Module):
             self.proj = nn.Sequential(
                 nn.Linear(self.user_dim, self.doc_dim), nn.Tanh(), nn.Linear(self.doc_dim, self.doc_dim)
             )
+        self.alpha_shift = nn.Parameter(torch.zeros(()))
+        self.log_scale = nn.Parameter(torch.zeros(()))
         self.eval()
+
+    def mixing_weight(self) -> torch.Tensor:
+        """The α in use: the configured α moved by the learnt shift of its logit (an α of 0 or 1 stays fixed)."""
+        if not 0.0 < self.alpha < 1.0:
+            return torch.tensor(self.alpha)
+        return torch.sigmoid(torch.logit(torch.tensor(self.alpha)) + self.alpha_shift)
+
+    def effective_alpha(self) -> float:
+        """The α the retriever ranks with, as a number (metadata, registry tags)."""
+        return float(self.mixing_weight().detach())
+
+    def distill_scores(self, queries: torch.Tensor, docs: torch.Tensor, user_emb: torch.Tensor) -> torch.Tensor:
+        """The student's scores in the distillation loss: e^s · S (the same ranking as ``forward``)."""
+        return self(queries, docs, user_emb) * self.log_scale.exp()
 
     def config(self) -> dict[str, Any]:
         """Constructor arguments, stored next to the weights by the serializer."""
@@ -52,7 +74,8 @@ class PersonalizedRetriever(nn.Module):
         u = F.normalize(self.proj(user_emb), dim=-1)
         relevance = torch.einsum("nd,ncd->nc", q, d)
         personal = torch.einsum("nd,ncd->nc", u, d)
-        return (1.0 - self.alpha) * relevance + self.alpha * personal
+        alpha = self.mixing_weight()
+        return (1.0 - alpha) * relevance + alpha * personal
 
 
 def retriever_scores(
@@ -132,20 +155,21 @@ def train_retriever(
             )
             if init_targets is not None:
                 init_projection(model, *init_targets)
+        model.alpha_shift.requires_grad_(settings.learn_alpha)
         q_t, d_t, u_t = _tensor(queries), _tensor(docs), _tensor(user_emb)
         m_t, t_t = torch.as_tensor(np.asarray(mask, dtype=bool)), _tensor(teacher_scores)
         temperature = settings.retriever_temperature
 
         def batch_loss(m: nn.Module, idx) -> torch.Tensor:  # noqa: ANN001 - index list
             i = torch.as_tensor(list(idx))
-            return kl_loss(m(q_t[i], d_t[i], u_t[i]), t_t[i], m_t[i], temperature)
+            return kl_loss(m.distill_scores(q_t[i], d_t[i], u_t[i]), t_t[i], m_t[i], temperature)
 
         def evaluate(m: nn.Module, idx) -> tuple[float, float, np.ndarray]:  # noqa: ANN001 - index list
             if not len(idx):
                 return float("nan"), float("nan"), np.array([])
             i = torch.as_tensor(list(idx))
             scores = m(q_t[i], d_t[i], u_t[i])
-            kl = float(kl_loss(scores, t_t[i], m_t[i], temperature))
+            kl = float(kl_loss(m.distill_scores(q_t[i], d_t[i], u_t[i]), t_t[i], m_t[i], temperature))
             k, mask_i = max(1, settings.final_k or 3), m_t[i].numpy()
             gains = None if relevance is None else np.asarray(relevance, dtype=np.float32)[list(idx)]
             return (kl, ndcg(scores.numpy(), t_t[i].numpy(), mask_i, k),

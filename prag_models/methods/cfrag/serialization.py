@@ -24,6 +24,7 @@ from prag_models.methods.cfrag.user_encoder import UserEncoder
 
 FORMAT_VERSION = 1
 CONFIG_FILE = "config.json"
+_LEARNT_SINCE = ("alpha_shift", "log_scale")  # retriever parameters a model saved before 2026-11-26 lacks
 WEIGHTS_FILE = "model.safetensors"
 #: A user encoder's document-row map: (user_id, doc_id) of each row of its document table, in row order.
 DOC_ROWS_FILE = "doc_rows.parquet"
@@ -86,6 +87,8 @@ def load_model(folder: str | Path) -> nn.Module:
     else:
         model = PersonalizedReranker(str(src / ENCODER_DIR), pretrained=False, **cfg)
     state = load_file(str(src / WEIGHTS_FILE))
+    if meta["kind"] == "retriever":  # saved before α and the student scale were learnable: they start at 0
+        state = {name: t for name, t in model.state_dict().items() if name in _LEARNT_SINCE} | state
     model.load_state_dict(state, strict=True)
     model.eval()
     if (src / DOC_ROWS_FILE).is_file():

@@ -30,7 +30,7 @@ _ENCODER_PARAMS = ("max_history", "heads", "dropout", "finetune_doc_embeddings",
                    "reorder_ratio", "tau", "lr", "weight_decay", "batch_size", "epochs", "seed")  # fmt: skip
 _TRAIN_PARAMS = ("alpha", "retriever_projection", "train_lr", "train_epochs", "train_batch_size", "validation_share",
                  "early_stopping_patience", "feedback_signal", "selection_metric", "truth_validation", "seed",
-                 "top_m_users", "docs_per_user", "max_feedback_samples")  # fmt: skip
+                 "top_m_users", "docs_per_user", "max_feedback_samples", "learn_alpha")  # fmt: skip
 
 #: kind -> a context around that kind's fit yielding its MLflow run id (``mlops.runs.RunTracker`` in the graph).
 Tracker = Callable[[str], AbstractContextManager[str]]
@@ -161,6 +161,7 @@ def train_task_retriever(
         )  # fmt: skip
     params = {k: getattr(c, k) for k in _TRAIN_PARAMS} | {
         "temperature": c.retriever_temperature,
+        "trained_alpha": round(fitted.model.effective_alpha(), 4),
         "task": task,
         "samples": len(labelled.sample_ids),
         "truth_validation_samples": truth_only,
@@ -197,12 +198,13 @@ def train_task_rerankers(
         with track(kind) as run_id:
             fitted = train_reranker(samples, c, model=new_reranker(c, int(ts.user_emb.shape[1])),
                                     relevance=truth_rows, truth_only=truth_only)  # fmt: skip
-        params = {k: getattr(c, k) for k in _TRAIN_PARAMS if k not in ("alpha", "retriever_projection")}
+        params = {k: getattr(c, k) for k in _TRAIN_PARAMS if k not in ("alpha", "retriever_projection", "learn_alpha")}
         params |= {
             "temperature": c.reranker_temperature,
             "reranker_model": c.reranker_model,
             "max_length": c.reranker_max_length,
             "layers": c.reranker_layers,
+            "encoder_lr": c.reranker_encoder_lr,
             "use_user_embedding": use_eu,
             "task": task,
             "samples": len(labelled.sample_ids),

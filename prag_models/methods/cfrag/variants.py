@@ -18,8 +18,8 @@ class Variant:
     method: str
     users: str  # encoder: top-m by the CFRAG user encoder | own: only the user | mean: top-m by mean doc embeddings
     retriever: str  # trained: S with the trained W | base: cos(q, d) | no_sud: α = 0
-    # reranker | reranker_no_eu: reranker trained without e_u | initial: the reranker untrained, i.e. cos(q, d) (its
-    # residual correction starts at zero) | none: top final_k by retriever score (what the retriever alone serves)
+    # reranker | reranker_no_eu: reranker trained without e_u | initial: the reranker untrained, i.e. the first
+    # stage's score (its residual correction starts at zero) | none: top final_k by retriever score
     reranker: str
 
 

@@ -89,4 +89,4 @@ def test_the_training_loop_learns_from_a_perfect_teacher_and_not_from_noise(tmp_
     assert gate.startswith("epoch") and est.low > 0 and trained > init, (est, gate)
     assert clean["alpha"] != pytest.approx(settings.cfrag.alpha, abs=1e-3)
     trained, init, est, gate = noise["retriever"]
-    assert trained == init and "initialisation kept" in gate, gate
+    assert trained == init and est.value == 0.0, gate  # the gate (or selection) kept the initialisation

@@ -71,10 +71,10 @@ def _run_materialize(settings: Settings, tasks: list[str], select: str, everythi
 
 
 def _llm_budget(settings: Settings) -> Settings:
-    """The settings of the run with data.llm_eval_samples sized to run.llm_budget_s (prag_models/generation/
-    budget.py; the plan is stored under the home and reused while the settings stay the same), said on one line;
+    """The settings of the run with data.llm_eval_samples sized to run.llm_budget_s (prag_models/evaluation/
+    llm_budget.py; the plan is stored under the home and reused while the settings stay the same), said on one line;
     the child process gets the count through PRAG__DATA__LLM_EVAL_SAMPLES (_launch)."""
-    from prag_models.generation.budget import plan_run
+    from prag_models.evaluation.llm_budget import plan_run
     from prag_models.llm.factory import make_generator
 
     if settings.run.llm_budget_s <= 0:

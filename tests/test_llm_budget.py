@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prag_models.config.settings import load_settings
 from prag_models.data.source import llm_eval_sample_ids
-from prag_models.generation.budget import Throughput, measure, plan, plan_run
+from prag_models.evaluation.llm_budget import Throughput, measure, plan, plan_run, probe_prompts
 from prag_models.llm.fake import FakeGenerator
 
 
@@ -23,7 +23,7 @@ def test_a_larger_count_only_adds_samples_in_a_seeded_order() -> None:
 
 
 def test_the_budget_sizes_the_count_and_never_exceeds_the_configured_one() -> None:
-    t = Throughput(scored_s=0.5, generated_s=1.0, prompt_tokens_per_s=1000.0, measured_in_s=3.0)
+    t = Throughput(scored_s=0.5, generated_s=1.0, prompt_tokens_per_s=1000.0, measured_in_s=3.0, pbr_s=1.0)
     s = _settings(llm_eval_samples=8)
     methods = len(s.retrieval.methods)
     # LaMP-2 is label-scored with llama.cpp, LaMP-5 generated; P-PRF = 2 generations per task when pbr is configured
@@ -50,3 +50,27 @@ def test_the_plan_is_measured_once_and_reused_while_the_settings_stay(tmp_path) 
     assert (reused, reused_again, len(loaded)) == (False, True, 1) and again.chosen == first.chosen == 4
     other = _settings(llm_eval_samples=3)
     assert plan_run(other, tmp_path / "plan.json", make)[0].chosen == 3 and len(loaded) == 2
+
+
+def test_the_probe_times_the_tasks_own_prompts_not_the_maximal_length(tmp_path) -> None:
+    """The estimate was an upper bound (every prompt at prompt.max_prompt_tokens: 130 s a sample against 44 s
+    measured on the demo, which cut the LLM evaluation to one sample); the probe now builds each task's prompts from
+    its dev samples as the evaluation does."""
+    data = {"tasks": ["LaMP-2", "LaMP-4"], "demo_users": 16, "demo_dev_samples": 4}
+    s = load_settings(environ={}, home=str(tmp_path), data=data)
+    generator = FakeGenerator()
+    prompts = probe_prompts(generator, s)
+    assert prompts.realistic and set(prompts.answers) == {"LaMP-2", "LaMP-4"}
+    for task, (prompt,) in prompts.answers.items():
+        assert "please select the tag" in prompt if task == "LaMP-2" else "headline" in prompt
+        assert generator.count_tokens(prompt) < s.prompt.max_prompt_tokens
+    assert all(len(p) == 2 for p in prompts.pbr.values())  # P-PRF: utterances and reasoning
+    t = measure(generator, s, prompts)
+    assert t.realistic and t.pbr_s >= 0 and "the tasks' own prompts" in plan(s, t).line()
+
+
+def test_without_readable_data_the_probe_times_the_bound_and_says_so(tmp_path) -> None:
+    s = load_settings(environ={}, home=str(tmp_path),
+                      data={"tasks": ["LaMP-2"], "source": "lamp", "lamp_dir": str(tmp_path / "missing")})  # fmt: skip
+    t = measure(FakeGenerator(), s)
+    assert not t.realistic and "synthetic prompts of the maximal length" in plan(s, t).line()

@@ -96,7 +96,7 @@ def generation_rows(
         "model_calls_now": ran,
         "methods": int(frame["method"].nunique()),
         "samples": len(samples),
-        # the count run.llm_budget_s left (prag_models/generation/budget.py), with the budget it was sized to
+        # the count run.llm_budget_s left (prag_models/evaluation/llm_budget.py), with the budget it was sized to
         "llm_eval_samples": settings.data.llm_eval_samples,
         "llm_budget_s": settings.run.llm_budget_s,
         "generator": generator.model_id,

@@ -26,22 +26,11 @@ METRICS = ("label_hit@3", "ndcg@3")
 RERUN = ("user_clusters", "similar_users", "cfrag_similar_users", "clusterrag_retrievals", "cfrag_retrievals")
 
 
-def _toml(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    return json.dumps(str(value))
-
-
 def write_config(path: Path, sections: dict[str, dict]) -> Path:
     """A prag.toml with the given sections (home = the config's folder / home)."""
-    lines = [f"home = {_toml(str(path.parent / 'home'))}"]
-    for name, values in sections.items():
-        lines += [f"[{name}]", *(f"{k} = {_toml(v)}" for k, v in values.items())]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    import tomli_w
+
+    path.write_text(tomli_w.dumps({"home": str(path.parent / "home"), **sections}), encoding="utf-8")
     return path
 
 

@@ -46,17 +46,6 @@ PLACEBO = " placebo"  # suffix of the sign-flip worlds of a family: collaboratio
 WILSON_GOAL = 0.05
 
 
-def _toml(value: object) -> str:
-    """A TOML literal for a str, bool, number or list."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def write_world_config(path: Path, home: Path, family: str, seed: int, args: argparse.Namespace) -> Path:
     """A prag.toml for one small world: the family (when this build knows the setting), the seed, the fake generator."""
     from prag_models.config.settings import DataSettings
@@ -71,10 +60,9 @@ def write_world_config(path: Path, home: Path, family: str, seed: int, args: arg
     }  # fmt: skip
     if args.user_similarity:
         sections["clustering"] = {"user_similarity": args.user_similarity}
-    lines = [f"home = {_toml(str(home))}"]
-    for name, values in sections.items():
-        lines += [f"[{name}]"] + [f"{k} = {_toml(v)}" for k, v in values.items()]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    import tomli_w
+
+    path.write_text(tomli_w.dumps({"home": str(home), **sections}), encoding="utf-8")
     return path
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import tomli_w
 
 os.environ.pop("PRAG_HOME", None)
 os.environ.pop("PRAG_CONFIG", None)
@@ -105,30 +106,17 @@ def write_config(path: Path, home: Path, generator_backend: str = "llama_cpp", *
         "generator": {"backend": generator_backend, "max_new_tokens": 16, "threads": 1},
         "retrieval": {"k": 2},
         "clustering": {"similar_users": 2},
-        # the tiny demo's 12 train samples: the whole feedback budget (tests of the probe set it themselves)
-        "cfrag": {"feedback_probe_samples": 0},
+        # the tiny demo's 12 train samples: the whole feedback budget (tests of the probe set it themselves); 4 epochs
+        # of retriever/reranker training (30 by default: on a dozen samples the validation gate keeps one of the
+        # first few; tests/test_cfrag_teacher.py shows learning with its own settings)
+        "cfrag": {"feedback_probe_samples": 0, "train_epochs": 4},
         # tuning spends up to 30 s per task; only tests/test_tuning.py needs it
         "tuning": {"enabled": False},
     }
     for name, values in sections.items():
         base.setdefault(name, {}).update(values)
-    lines = [f'home = "{home}"']
-    for name, values in base.items():
-        lines.append(f"[{name}]")
-        for key, value in values.items():
-            lines.append(f"{key} = {_toml(value)}")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path.write_text(tomli_w.dumps({"home": str(home), **base}), encoding="utf-8")
     return path
-
-
-def _toml(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def range_tags(tasks: list[str]) -> dict[str, str]:

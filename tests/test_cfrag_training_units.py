@@ -184,3 +184,30 @@ def test_full_cfrag_ranks_by_the_trained_retriever_plus_the_reranker_correction(
                                {"retriever": retriever, "reranker": reranker}, settings, chosen)  # fmt: skip
     assert [x.doc_id for x in found[("s", "cfrag")]] == ["d2"]
     assert [x.doc_id for x in found[("s", "cfrag_no_retriever_tuning")]] == ["d0"]
+
+
+def test_the_user_pair_term_starts_at_zero_trains_and_survives_saving(tmp_path) -> None:
+    """cfrag.reranker_user_rank > 0 adds (U e_u)·(V pair): untrained it adds nothing (the reranker still ranks like
+    cosine and is skipped); once V moves it changes scores per user; save and load keep it."""
+    import torch
+
+    from prag_models.methods.cfrag.reranker import rerank_scores
+    from prag_models.methods.cfrag.serialization import load_reranker, save_model
+    from prag_models.methods.cfrag.training_set import new_reranker
+
+    model = new_reranker(CfragSettings(reranker_layers=1, reranker_max_length=32, reranker_user_rank=4), user_dim=8)
+    assert model.user_rank == 4 and model.kept_initialisation()
+    base = np.array([0.3, 0.1, 0.2], dtype=np.float32)
+    texts = ["a", "b", "c"]
+    np.testing.assert_array_equal(rerank_scores(model, ["q"] * 3, texts, _vectors(3, 8, 0), base), base)
+    with torch.no_grad():
+        model.pair_factor.weight.normal_(0, 1.0)
+    assert not model.kept_initialisation()
+    one, other = (np.tile(_vectors(1, 8, seed), (3, 1)) for seed in (1, 2))
+    first = rerank_scores(model, ["q"] * 3, texts, one, base)
+    assert not np.allclose(first, rerank_scores(model, ["q"] * 3, texts, other, base))
+    loaded = load_reranker(save_model(model, tmp_path / "reranker"))
+    assert loaded.user_rank == 4
+    np.testing.assert_allclose(rerank_scores(loaded, ["q"] * 3, texts, one, base), first, atol=1e-5)
+    no_eu = CfragSettings(reranker_layers=1, reranker_user_rank=4, reranker_use_user_embedding=False)
+    assert new_reranker(no_eu, user_dim=8).user_rank == 0  # the ablation without e_u has no user term

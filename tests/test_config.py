@@ -30,6 +30,11 @@ def test_toml_then_env_override(tmp_path):
         ({"PRAG__DATA__TASKS": "LaMP-6"}, "unknown task(s) ['LaMP-6']"),
         ({"PRAG__GENERATOR__BACKEND": "gpt"}, "generator.backend unknown"),
         ({"PRAG__DATA__SOURCE": "lamp"}, "needs data.lamp_dir"),
+        ({"PRAG__CFRAG__RERANKER_POOLING": "max"}, "settings.cfrag.reranker_pooling"),
+        ({"PRAG__CFRAG__RERANKER_ENCODER_LR": "-1e-5"}, "settings.cfrag.reranker_encoder_lr"),
+        ({"PRAG__CFRAG__RETRIEVER_SCALAR_LR": "fast"}, "settings.cfrag.retriever_scalar_lr"),
+        ({"PRAG__CFRAG__RERANKER_USER_RANK": "-2"}, "settings.cfrag.reranker_user_rank"),
+        ({"PRAG__RUN__LLM_BUDGET_S": "soon"}, "settings.run.llm_budget_s"),
     ],
 )
 def test_bad_values_are_named(env, message):

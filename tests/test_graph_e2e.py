@@ -36,7 +36,7 @@ def _tables(config):
 def test_whole_graph_with_real_packaged_models(tmp_path):
     """Real MiniLM embedder and SmolLM2 GGUF through llama.cpp, all six tasks and every method, then a cached re-run."""
     config = write_config(tmp_path / "prag.toml", tmp_path / "home", cfrag={"max_feedback_samples": 4},
-                          data={"demo_dev_samples": 3})
+                          data={"demo_dev_samples": 3, "llm_eval_samples": 1})
     result = materialize_graph(config, list(ALL_TASKS))
     assert result.success
     checks = _check_results(result)

@@ -64,8 +64,9 @@ class CfragSettings(Section):
     # Measure before spending (issue 28): label this many of those samples first (a seeded subset) and compare the
     # teacher's ranking of their candidates with cosine by truth NDCG (paired 95 % interval). Where the interval is not
     # above 0 the teacher has no headroom: labelling stops there, and the retriever and rerankers register their
-    # initialisation instead of training towards it (0 = no probe: the whole budget, as does feedback_force).
-    feedback_probe_samples: int = Field(8, ge=0)
+    # initialisation instead of training towards it (0 = no probe: the whole budget, as does feedback_force). 4 samples
+    # x 6 candidates = 24 scored prompts a task: 150 s of the demo's main job on 2 AVX2-only cores at 8 samples.
+    feedback_probe_samples: int = Field(4, ge=0)
     feedback_force: bool = False
     # The teacher signal of a (sample, candidate) label: "gold_loglik" = the generator's log-probability of the gold
     # output given the prompt with that one document (one scored continuation; labels differ even when the task
@@ -120,6 +121,9 @@ class CfragSettings(Section):
     # bge-reranker), "mean" = the mean over the pair's tokens. MiniLM was trained with mean pooling: its [CLS] after
     # the kept layer hardly depends on the text (std across candidates 2e-4), so the heads had nothing to learn from.
     reranker_pooling: Literal["cls", "mean"] = "mean"
+    # prag's addition: rank of a user × pair term (U e_u)·(V pair) added to the MLP's score (0 = the paper's MLP only;
+    # docs/methods.md §2.7: from a noiseless teacher the MLP alone did not find the user × text interaction)
+    reranker_user_rank: int = Field(16, ge=0)
     reranker_use_user_embedding: bool = True  # False = ablation "w/o e_u in reranker" (§2.8)
     # Residual reranker: score = cos(E(q), E(d)) of the frozen embedder + the learned MLP correction, whose last layer
     # starts at zero, so the untrained reranker ranks exactly like dense retrieval and training moves from there.

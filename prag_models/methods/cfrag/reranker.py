@@ -49,6 +49,7 @@ class PersonalizedReranker(nn.Module):
         source_model: str = "",
         residual: bool = False,
         pooling: str = "cls",
+        user_rank: int = 0,
     ) -> None:
         super().__init__()
         if pooling not in POOLINGS:
@@ -80,12 +81,22 @@ class PersonalizedReranker(nn.Module):
         if self.residual:  # the correction starts at exactly zero
             nn.init.zeros_(self.head[-1].weight)
             nn.init.zeros_(self.head[-1].bias)
+        # prag's addition (docs/methods.md §2.7): a low-rank user × pair term (U e_u)·(V pair), so that how much a
+        # user likes what a pair reads like is one product away instead of an interaction the MLP must discover
+        self.user_rank = int(user_rank) if self.use_user_embedding else 0
+        if self.user_rank:
+            self.user_factor = nn.Linear(self.user_dim, self.user_rank, bias=False)
+            self.pair_factor = nn.Linear(hidden, self.user_rank, bias=False)
+            nn.init.zeros_(self.pair_factor.weight)  # the term starts at zero too
         self.eval()
 
     def kept_initialisation(self) -> bool:
         """True for a residual reranker whose correction is still exactly zero (it ranks like dense retrieval)."""
         last = self.head[-1]
-        return self.residual and not bool(last.weight.detach().any()) and not bool(last.bias.detach().any())
+        zero = not bool(last.weight.detach().any()) and not bool(last.bias.detach().any())
+        if self.user_rank:
+            zero = zero and not bool(self.pair_factor.weight.detach().any())
+        return self.residual and zero
 
     def config(self) -> dict[str, Any]:
         """Constructor arguments (except paths), stored next to the weights by the serializer."""
@@ -96,6 +107,7 @@ class PersonalizedReranker(nn.Module):
             "source_model": self.source_model,
             "residual": self.residual,
             "pooling": self.pooling,
+            "user_rank": self.user_rank,
         }
 
     def pair_vectors(self, queries: Sequence[str], docs: Sequence[str]) -> torch.Tensor:
@@ -127,6 +139,9 @@ class PersonalizedReranker(nn.Module):
         else:
             user_part = torch.zeros_like(cls)
         out = self.head(torch.cat([cls, user_part], dim=-1)).squeeze(-1)
+        if self.user_rank:
+            u = torch.as_tensor(np.asarray(user_emb, dtype=np.float32)) if not torch.is_tensor(user_emb) else user_emb
+            out = out + (self.user_factor(u.float().reshape(len(cls), self.user_dim)) * self.pair_factor(cls)).sum(-1)
         if self.residual:
             out = out + torch.as_tensor(np.asarray(base, dtype=np.float32)).reshape(len(out))
         return out
@@ -170,6 +185,7 @@ def build_reranker(settings: CfragSettings, user_dim: int) -> PersonalizedRerank
             source_model=settings.reranker_model,
             residual=settings.reranker_residual,
             pooling=settings.reranker_pooling,
+            user_rank=settings.reranker_user_rank,
         )
 
 

@@ -169,7 +169,8 @@ def version_description(
         finite = [float(v) for v in epoch_metrics["val_ndcg"] if v == v]
         lines.append(f"Validation NDCG {sig(finite[0])} -> {sig(finite[-1])}.")
     if tags.get("training.gate"):
-        lines.append(f"Gate: {tags['training.gate']}.")
+        # a code span: the MLflow UI renders descriptions as Markdown, and "[low, high] (n=3)" reads as a link there
+        lines.append(f"Gate: `{tags['training.gate']}`.")
     if pyfunc:
         lines.append("pyfunc model: predict(task, user_id, query) -> ranked documents with scores.")
     lines.append("Everything else: the version's tags and its run.")

@@ -20,5 +20,5 @@ NO_MKDOCS_2_WARNING=1 "$PRAG_VENV/bin/mkdocs" build --strict
 # Two workers (one per core; a test module stays on one worker, so its module fixtures are built once, and the files
 # that read the session's demo home share one worker: tests/conftest.py DEMO_FILES); the slowest tests are listed so
 # that a slow one is seen. PRAG_TEST_WORKERS=0 runs in one process.
-"$PRAG_VENV/bin/python" -m pytest -q -p no:cacheprovider -n "${PRAG_TEST_WORKERS:-2}" --dist loadfile --durations=60 \
+"$PRAG_VENV/bin/python" -m pytest -q -p no:cacheprovider -n "${PRAG_TEST_WORKERS:-2}" --dist loadfile --durations=25 \
   "${fast[@]}" "$@"

@@ -74,3 +74,20 @@ def test_without_readable_data_the_probe_times_the_bound_and_says_so(tmp_path) -
                       data={"tasks": ["LaMP-2"], "source": "lamp", "lamp_dir": str(tmp_path / "missing")})  # fmt: skip
     t = measure(FakeGenerator(), s)
     assert not t.realistic and "synthetic prompts of the maximal length" in plan(s, t).line()
+
+
+def test_a_plan_stored_by_the_maximal_length_measurement_is_measured_again(tmp_path) -> None:
+    """A home keeps its plan while the settings stay; a plan of the old measurement (key without PLAN_VERSION, 130 s
+    a sample on the demo) must not keep cutting the evaluation to one sample after an upgrade."""
+    import json
+
+    from prag_models.evaluation.llm_budget import plan_key, stored_plan
+
+    s = _settings(llm_eval_samples=4)
+    t = Throughput(scored_s=2.0, generated_s=1.9, prompt_tokens_per_s=421.0, measured_in_s=5.3)
+    old_key = json.dumps(json.loads(plan_key(s))[1:], sort_keys=True)
+    path = tmp_path / "llm_budget.json"
+    path.write_text(json.dumps({**plan(s, t).metadata(), "key": old_key}), encoding="utf-8")
+    assert stored_plan(path, s) is None
+    path.write_text(json.dumps(plan(s, t).metadata()), encoding="utf-8")
+    assert stored_plan(path, s) is not None

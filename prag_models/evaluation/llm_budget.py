@@ -26,11 +26,14 @@ log = logging.getLogger(__name__)
 PROBE_PROMPTS = 1
 #: P-PRF prompts timed in all (their shown history is capped at pbr.lamp_history_tokens, so tasks differ little)
 PBR_PROBE_PROMPTS = 4
+#: Bump when the measurement changes: a plan stored by an older one is measured again (v2: the tasks' own prompts;
+#: a v1 plan timed prompts of the maximal length and would keep cutting the evaluation to one sample).
+PLAN_VERSION = "v2"
 
 
 @dataclass(frozen=True)
 class Throughput:
-    """Measured seconds per prompt of the configured length: label-scored, generated (task budget), prompt tokens/s."""
+    """Measured seconds per label-scored, generated (task budget) and P-PRF prompt, and prompt tokens/s."""
 
     scored_s: float
     generated_s: float
@@ -189,8 +192,9 @@ def plan(settings: Settings, t: Throughput) -> LlmPlan:
 
 
 def plan_key(settings: Settings) -> str:
-    """What a plan depends on besides the machine: budget, limit, tasks, methods, generator and prompt settings."""
-    parts = [settings.run.llm_budget_s, settings.data.llm_eval_samples, list(settings.data.tasks),
+    """What a plan depends on besides the machine: how it is measured, budget, limit, tasks, methods, generator and
+    prompt settings."""
+    parts = [PLAN_VERSION, settings.run.llm_budget_s, settings.data.llm_eval_samples, list(settings.data.tasks),
              list(settings.retrieval.methods), settings.generator.model_dump(mode="json"),
              settings.prompt.model_dump(mode="json")]  # fmt: skip
     return json.dumps(parts, sort_keys=True)

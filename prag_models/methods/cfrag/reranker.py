@@ -135,13 +135,13 @@ class PersonalizedReranker(nn.Module):
         cls = self.pair_vectors(queries, docs)
         if self.use_user_embedding:
             u = torch.as_tensor(np.asarray(user_emb, dtype=np.float32)) if not torch.is_tensor(user_emb) else user_emb
-            user_part = self.user_proj(u.float().reshape(len(cls), self.user_dim))
+            u = u.float().reshape(len(cls), self.user_dim)
+            user_part = self.user_proj(u)
         else:
             user_part = torch.zeros_like(cls)
         out = self.head(torch.cat([cls, user_part], dim=-1)).squeeze(-1)
-        if self.user_rank:
-            u = torch.as_tensor(np.asarray(user_emb, dtype=np.float32)) if not torch.is_tensor(user_emb) else user_emb
-            out = out + (self.user_factor(u.float().reshape(len(cls), self.user_dim)) * self.pair_factor(cls)).sum(-1)
+        if self.user_rank:  # only with use_user_embedding (constructor)
+            out = out + (self.user_factor(u) * self.pair_factor(cls)).sum(-1)
         if self.residual:
             out = out + torch.as_tensor(np.asarray(base, dtype=np.float32)).reshape(len(out))
         return out

@@ -30,7 +30,8 @@ MODEL_MODULES = {
     "test_history_ingest", "test_incremental_sensor", "test_label_scoring", "test_llm_backends",
     "test_mlflow_serving", "test_pbr_graph", "test_promotion", "test_registry", "test_retrieval_data",
     "test_retrieval_eval_graph", "test_ui", "test_bad_input_graph", "test_crash_recovery", "test_inbox",
-    "test_marker_graph", "test_gguf_weights",
+    "test_marker_graph", "test_gguf_weights", "test_cfrag_training_units", "test_taste", "test_served_privacy",
+    "test_feedback_probe", "test_serving_latency", "test_lineage", "test_cfrag_teacher",
 }  # fmt: skip
 FAST = os.environ.get("PRAG_FAST_TESTS") == "1"
 

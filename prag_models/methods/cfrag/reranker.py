@@ -140,7 +140,7 @@ class PersonalizedReranker(nn.Module):
         else:
             user_part = torch.zeros_like(cls)
         out = self.head(torch.cat([cls, user_part], dim=-1)).squeeze(-1)
-        if self.user_rank:  # only with use_user_embedding (constructor)
+        if self.user_rank and self.use_user_embedding:
             out = out + (self.user_factor(u) * self.pair_factor(cls)).sum(-1)
         if self.residual:
             out = out + torch.as_tensor(np.asarray(base, dtype=np.float32)).reshape(len(out))

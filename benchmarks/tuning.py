@@ -1,10 +1,13 @@
-"""What per-task tuning buys on every demo family: tuned ClusterRAG vs its untuned ``@default`` (paired, dev samples).
+"""What per-task tuning buys on every demo family: tuned ClusterRAG and CFRAG vs their untuned ``@default`` (paired,
+dev samples).
 
     python benchmarks/tuning.py --out /tmp/tuning [--users 64] [--dev 48] [--tasks LaMP-2]
         [--families communities,split_taste,no_community] [--budget 30]
 
-Per family: one small demo world materialized up to clusterrag_retrievals and baseline_retrievals (tuned_settings
-included: the knobs are chosen on the TRAIN samples), then scored by the LLM-free retrieval evaluation on the DEV
+Per family: one small demo world materialized up to clusterrag_retrievals, cfrag_retrievals and baseline_retrievals
+(tuned_settings and cfrag_tuned_settings included: the knobs are chosen on the TRAIN samples; CFRAG trains with the
+fake generator, whose feedback the probe finds without headroom, so its registered models are the initialisations),
+then scored by the LLM-free retrieval evaluation on the DEV
 samples. Prints per family, task and tuned method the chosen values, the train scores (default → chosen) and the
 paired dev difference tuned − @default and tuned − dense_global of the primary metric with its 95 % interval and n.
 """
@@ -20,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from user_similarity import materialize, write_config  # noqa: E402
 
-TUNED = ("clusterrag_collaborative", "clusterrag_community")
+TUNED = ("clusterrag_collaborative", "clusterrag_community", "cfrag")
 
 
 def run_family(out: Path, family: str, args: argparse.Namespace) -> list[str]:
@@ -40,7 +43,8 @@ def run_family(out: Path, family: str, args: argparse.Namespace) -> list[str]:
         "tuning": {"budget_s": args.budget},
     })  # fmt: skip
     t0 = time.perf_counter()
-    materialize(config, tasks, dg.AssetSelection.assets("clusterrag_retrievals", "baseline_retrievals").upstream())
+    selection = dg.AssetSelection.assets("clusterrag_retrievals", "cfrag_retrievals", "baseline_retrievals")
+    materialize(config, tasks, selection.upstream())
     lines = []
     with duckdb.connect(str(folder / "home" / "prag.duckdb"), read_only=True) as con:
         for task in tasks:
@@ -48,7 +52,8 @@ def run_family(out: Path, family: str, args: argparse.Namespace) -> list[str]:
             _, _, comp = scored
             tuned = con.execute(
                 "SELECT method, knob, value, default_score, score, n_trials, n_samples FROM tuned_settings "
-                "WHERE task = ? ORDER BY method, knob", [task]
+                "WHERE task = ? UNION ALL SELECT method, knob, value, default_score, score, n_trials, n_samples "
+                "FROM cfrag_tuned_settings WHERE task = ? ORDER BY method, knob", [task, task]
             ).fetchall()
             for method in TUNED:
                 rows = [r for r in tuned if r[0] == method]

@@ -17,6 +17,7 @@ from prag_models.config.settings import Settings
 from prag_models.methods.cfrag.probes import loss_trend, probe_scores
 from prag_models.methods.cfrag.tables import MODELS_TABLE, load_probe, model_dir, model_row, models_row
 from prag_models.methods.cfrag.training import Tracker, Trained
+from prag_models.methods.cfrag.tuning import tuned_cfrag_settings
 from prag_models.mlops.registry import CHALLENGER, RegisteredVersion, model_aliases, registered_name
 from prag_models.mlops.runs import Lineage
 from prag_models.storage.store import replace_rows
@@ -38,7 +39,8 @@ def record_model(
     rows = None if trained.rows is None else (trained.rows, str(settings.duckdb_path))
     entry = mlflow.log_and_register(folder, name, trained.params, curve, trained.data_version,
                                     tags=trained.registry_tags(task), epoch_metrics=trained.epoch_metrics(),
-                                    run_id=trained.run_id, lineage=lineage, dataset=rows)  # fmt: skip
+                                    run_id=trained.run_id, lineage=lineage, dataset=rows,
+                                    settings=settings)  # fmt: skip
     row = models_row(task, kind, entry, trained.data_version, curve, probe, trained.seconds, folder)
     replace_rows(con, MODELS_TABLE, row, {"task": task, "kind": kind})
     return {
@@ -122,11 +124,12 @@ def training_asset(
             for task in tasks:
                 lineage = step_lineage(context, task)
                 tracker = mlflow.tracker(task, lineage)
+                task_settings = tuned_cfrag_settings(con, task, settings)  # registered as the version's settings
                 try:
-                    trained_models = train(TaskStep(context, con, task, settings, models, mlflow), tracker)
+                    trained_models = train(TaskStep(context, con, task, task_settings, models, mlflow), tracker)
                     for trained in trained_models:
                         key = task if len(trained_models) == 1 else f"{task}/{trained.kind}"
-                        stats[key], entry = record_model(con, mlflow, settings, task, trained, lineage)
+                        stats[key], entry = record_model(con, mlflow, task_settings, task, trained, lineage)
                         links.setdefault(task, {}).update(lineage_metadata(key, mlflow.ui_links(entry)))
                         curves[key] = trained.curve
                         context.log.info(f"{key} {trained.kind}: {stats[key]}")

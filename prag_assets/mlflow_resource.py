@@ -44,9 +44,11 @@ class MlflowResource(dg.ConfigurableResource):
         run_id: str = "",
         lineage: Lineage | None = None,
         dataset: tuple[Any, str] | None = None,
+        settings: Any = None,
     ) -> RegisteredVersion:
         """Log a saved model folder with its training record (in run ``run_id`` when the fit opened one) and register
-        it as a new version of ``name``: a pyfunc model when ``tags`` name the task and a CFRAG model kind."""
+        it as a new version of ``name``: a pyfunc model when ``tags`` name the task and a CFRAG model kind, serving
+        with ``settings`` (the task's, CFRAG's tuned knobs included; the resource's settings when None)."""
         from functools import partial
 
         from prag_models.mlops import pyfunc as serving_pyfunc
@@ -56,7 +58,7 @@ class MlflowResource(dg.ConfigurableResource):
         package = None
         if tags.get("task") and tags.get("kind") in serving_pyfunc.KIND_VARIANTS:
             config = serving_pyfunc.model_config(
-                tags["task"], tags["kind"], name, self.settings.get(), target.tracking_uri
+                tags["task"], tags["kind"], name, settings or self.settings.get(), target.tracking_uri
             )
             package = partial(serving_pyfunc.save_pyfunc, weights=model_dir, config=config)
         return log_and_register(

@@ -31,7 +31,7 @@ MODEL_MODULES = {
     "test_mlflow_serving", "test_pbr_graph", "test_promotion", "test_registry", "test_retrieval_data",
     "test_retrieval_eval_graph", "test_ui", "test_bad_input_graph", "test_crash_recovery", "test_inbox",
     "test_marker_graph", "test_gguf_weights", "test_cfrag_training_units", "test_taste", "test_served_privacy",
-    "test_feedback_probe", "test_serving_latency", "test_lineage", "test_cfrag_teacher",
+    "test_feedback_probe", "test_serving_latency", "test_lineage", "test_cfrag_teacher", "test_cfrag_tuning",
 }  # fmt: skip
 FAST = os.environ.get("PRAG_FAST_TESTS") == "1"
 
@@ -249,3 +249,14 @@ def demo_home(tmp_path_factory) -> DemoHome:
             base.mkdir(parents=True)
             built.write_text(build_demo_home(base), encoding="utf-8")
         return DemoHome(base, built.read_text(encoding="utf-8"))
+
+
+def poison_dev(con, task: str) -> None:
+    """Make every dev sample's relevance labels (all of its asker's documents) and gold wrong: a search that reads dev
+    would change."""
+    con.execute("DELETE FROM relevance_labels WHERE task = ? AND sample_id IN "
+                "(SELECT sample_id FROM lamp_samples WHERE task = ? AND split = 'dev')", [task, task])  # fmt: skip
+    con.execute("INSERT INTO relevance_labels SELECT task, sample_id, doc_id FROM "
+                "(SELECT s.task, s.sample_id, d.doc_id FROM lamp_samples s JOIN profile_documents d USING (task) "
+                "WHERE s.task = ? AND s.split = 'dev' AND d.user_id = s.user_id)", [task])  # fmt: skip
+    con.execute("UPDATE lamp_samples SET gold = 'poison' WHERE task = ? AND split = 'dev'", [task])

@@ -9,7 +9,7 @@ import shutil
 import dagster as dg
 import duckdb
 import pytest
-from conftest import materialize_graph, write_config
+from conftest import materialize_graph, poison_dev, write_config
 
 from prag_models.config.settings import Settings, load_settings
 from prag_models.evaluation.tuning import read_tuned, tune_task
@@ -82,14 +82,7 @@ def test_the_search_never_reads_dev(graph, tmp_path) -> None:
     with duckdb.connect(str(copy)) as con:
         before_values, before_trials, before = tune_task(con, TASK, settings)
         dev = con.execute("SELECT sample_id FROM lamp_samples WHERE task = ? AND split = 'dev'", [TASK]).fetchall()
-        con.execute(
-            "DELETE FROM relevance_labels WHERE task = ? AND sample_id IN "
-            "(SELECT sample_id FROM lamp_samples WHERE task = ? AND split = 'dev')", [TASK, TASK]
-        )
-        con.execute("INSERT INTO relevance_labels SELECT task, sample_id, doc_id FROM "
-                    "(SELECT s.task, s.sample_id, d.doc_id FROM lamp_samples s JOIN profile_documents d USING (task) "
-                    "WHERE s.task = ? AND s.split = 'dev' AND d.user_id = s.user_id)", [TASK])  # fmt: skip
-        con.execute("UPDATE lamp_samples SET gold = 'poison' WHERE task = ? AND split = 'dev'", [TASK])
+        poison_dev(con, TASK)
         after_values, after_trials, after = tune_task(con, TASK, settings)
     assert dev and not set(before["sample_ids"]) & {str(s) for (s,) in dev}
     assert before["sample_ids"] == after["sample_ids"]

@@ -15,6 +15,7 @@ from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsRe
 from prag_assets.task_table import task_asset
 from prag_models.methods.cfrag.feedback import FEEDBACK_TABLE, label_task
 from prag_models.methods.cfrag.training import train_task_rerankers, train_task_retriever
+from prag_models.methods.cfrag.tuning import tuned_cfrag_settings
 
 
 @task_asset(
@@ -40,7 +41,7 @@ def feedback_labels(
     with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
         filled = fill_stage(context, con, "feedback", tasks, settings, models, ray)
         for task in tasks:
-            stats[task] = label_task(con, task, settings, generator, context.log.info)
+            stats[task] = label_task(con, task, tuned_cfrag_settings(con, task, settings), generator, context.log.info)
             context.log.info(f"{task} feedback: {stats[task]}")
         probe = {t: {"probe": f"{s['probe']['decision']}: {s['probe']['reason']}"} for t, s in stats.items()}
         report_partitions(context, con, FEEDBACK_TABLE, stats, probe)

@@ -13,6 +13,7 @@ from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsRe
 from prag_models.methods.cfrag import probes, tables, variants
 from prag_models.methods.cfrag import table_rules as rules
 from prag_models.methods.cfrag.feedback_probe import probe_stop_reason
+from prag_models.methods.knobs import CFRAG_KNOB_SPACE
 from prag_models.storage.validation import between, min_rows, not_null, unique
 
 #: Largest allowed difference between the scores of a trained model and of its copy loaded back from MLflow.
@@ -119,14 +120,25 @@ cfrag_checks = [
         rules.user_vectors_extra,
     ),
     table_check(
+        cfrag_users.cfrag_tuned_settings,
+        "cfrag_tuned_settings",
+        "cfrag_tuned_settings_valid",
+        "One row per CFRAG knob (none when tuning is off), every value inside its search space, the chosen train "
+        "score at least the default's, trials and samples counted.",
+        lambda t, s: [*not_null("knob", "value", "default_value", "score", "default_score", "metric"),
+                      unique("knob"), between("n_trials", 1, None), between("n_samples", 1, None)],  # fmt: skip
+        rules.tuned_extra,
+    ),
+    table_check(
         cfrag_users.cfrag_similar_users,
         "cfrag_similar_users",
         "cfrag_neighbours_valid",
-        "min(m, users) neighbours per user, ranks 1..m, the user itself first with include_self, cosine in [-1, 1].",
+        "min(m, users) neighbours per user (m as tuned for the task), ranks 1..m, the user itself first with "
+        "include_self, cosine in [-1, 1].",
         lambda t, s: [
             unique("user_id", "neighbour_id"),
             unique("user_id", "rank"),
-            between("rank", 1, s.cfrag.top_m_users),
+            between("rank", 1, max(s.cfrag.top_m_users, *CFRAG_KNOB_SPACE["cfrag.top_m_users"])),  # exact: extra
             between("similarity", -1.0001, 1.0001),
         ],
         rules.neighbours_extra,

@@ -39,6 +39,10 @@ class CfragSettings(Section):
     # give the feedback candidates and the inference pool.
     top_m_users: int = 6
     include_self: bool = True
+    # Which user vectors rank the similar users: "encoder" = e_u of the contrastive user encoder (the paper),
+    # "mean" = the mean of the user's document embeddings (the §2.8 ablation's). Tuned per task on train samples with
+    # m, the pool per user and α (cfrag_tuned_settings, docs/methods.md §2.9): a measured choice, not a habit.
+    user_vectors: Literal["encoder", "mean"] = "encoder"
     # §2.4 retriever
     # Demo budget: k = 1 candidate per user for training gives m*k = 6 candidates, hence 6 LLM feedback labels per
     # training sample (about 0.4 s each with the packaged LLM on 2 CPU cores); the paper's k = 5 means 30 labels per
@@ -46,6 +50,9 @@ class CfragSettings(Section):
     # what the reranker has to decide at inference (with m = 3 and k = 2, over half the candidate sets were all
     # relevant or all irrelevant on the demo).
     docs_per_user: int = 1
+    # The feedback candidates come from the first min(m, feedback_max_users) similar users: the LLM labels m·k
+    # candidates per sample, so a tuned m of 12 (§2.9) would double the labelling time; 6 = the authors' m.
+    feedback_max_users: int = Field(6, ge=1)
     # At inference the LLM-feedback budget does not apply: the retriever passes a wider pool to the reranker
     # (k per user at inference, i.e. m * k candidates; 0 = docs_per_user).
     inference_docs_per_user: int = 4

@@ -176,7 +176,9 @@ class TuningSettings(Section):
     """Per-task tuning of the retrieval knobs on the task's train samples (docs/methods.md §3.9)."""
 
     enabled: bool = True
-    budget_s: float = 30.0  # wall-clock seconds per task, shared by the tuned methods
+    # Wall-clock seconds per task shared by ClusterRAG's two tuned methods; CFRAG's search gets the same share
+    # (budget_s / 2) on its own.
+    budget_s: float = 30.0
     max_trials: int = 40  # per method; the configured default is always trial 0
     max_samples: int = 300  # train samples scored per trial (a seeded subset above this)
     seed: int = 0

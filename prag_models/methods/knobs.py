@@ -8,7 +8,7 @@ inside a cluster and the community term cos(z_u, z_author), not the clusters the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -34,10 +34,26 @@ KNOB_SPACE: dict[str, dict[str, tuple[Any, ...]]] = {
     },
 }
 
+#: CFRAG's knobs (docs/methods.md §2.9), tuned before its training so that the feedback candidates, the trained
+#: models, the registered versions and serving all use the chosen values: similar users m (2 and up: the feedback
+#: needs candidates from more than one user), documents per similar user at inference, the retriever's starting α
+#: and which user vectors rank the similar users.
+CFRAG_KNOB_SPACE: dict[str, tuple[Any, ...]] = {
+    "cfrag.top_m_users": (2, 3, 4, 6, 8, 12),
+    "cfrag.inference_docs_per_user": (1, 2, 4, 8),
+    "cfrag.alpha": (0.1, 0.3, 0.5, 0.7, 0.9),
+    "cfrag.user_vectors": ("encoder", "mean"),
+}
+
+
+def knob_values(settings: Settings, knobs: Iterable[str]) -> dict[str, Any]:
+    """The settings' value of every ``section.field`` knob."""
+    return {knob: getattr(getattr(settings, knob.split(".")[0]), knob.split(".")[1]) for knob in knobs}
+
 
 def default_values(settings: Settings, method: str) -> dict[str, Any]:
     """The configured (untuned) value of every knob of a method."""
-    return {knob: getattr(getattr(settings, knob.split(".")[0]), knob.split(".")[1]) for knob in KNOB_SPACE[method]}
+    return knob_values(settings, KNOB_SPACE[method])
 
 
 def with_knobs(settings: Settings, values: Mapping[str, Any]) -> Settings:

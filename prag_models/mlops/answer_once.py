@@ -42,6 +42,9 @@ def answer_once(con, settings: Settings, task: str, user_id: str, method: str, t
     query_vector = load_embedder(settings.embedder).embed([extract_query(task, text)])[0]
     models, uris = {}, {"embedder": settings.embedder.model}
     if method == "cfrag":
+        from prag_models.methods.cfrag.tuning import tuned_cfrag_settings
+
+        settings = tuned_cfrag_settings(con, task, settings)  # m and the pool per user as evaluated
         target = mlflow_target(settings)
         for kind in ("retriever", "reranker"):
             uri = f"models:/{registered_name(kind, task)}@{CHAMPION}"

@@ -114,14 +114,15 @@ def encode_task_users(
     ``cfrag_user_embeddings`` and ``cfrag_similar_users`` do (docs/methods.md §2.1, §2.3). The histories come from the
     encoder's stored document-row map; any mismatch with the task's documents refuses (``EncoderMismatchError``)."""
     from prag_models.methods.cfrag.probes import single_thread
-    from prag_models.methods.cfrag.tables import encoder_histories
+    from prag_models.methods.cfrag.tables import encoder_histories, mean_vectors
     from prag_models.methods.cfrag.user_encoder import encode_users, top_m_similar_users
 
     users, histories = encoder_histories(con, task, encoder, settings.privacy.default_share, described)
     with single_thread():
         vectors = encode_users(encoder, [histories.get(u, []) for u in users])
     c = settings.cfrag
-    found, scores = top_m_similar_users(vectors, c.top_m_users, c.include_self)
+    ranking = mean_vectors(con, task, users) if c.user_vectors == "mean" else vectors  # as the version was tuned
+    found, scores = top_m_similar_users(ranking, c.top_m_users, c.include_self)
     similar = pd.DataFrame(
         [(users[i], users[int(j)], rank, float(s)) for i in range(len(users))
          for rank, (j, s) in enumerate(zip(found[i], scores[i], strict=True), 1)],

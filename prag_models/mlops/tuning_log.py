@@ -12,12 +12,14 @@ import pandas as pd
 from prag_models.mlops.registry import MlflowTarget, experiment_id, make_client
 
 
-def log_tuning(target: MlflowTarget, task: str, chosen: pd.DataFrame, trials: pd.DataFrame) -> str:
-    """Log one task's search as a run named ``tuning-<task>``; returns the run id."""
+def log_tuning(
+    target: MlflowTarget, task: str, chosen: pd.DataFrame, trials: pd.DataFrame, name: str = "tuning"
+) -> str:
+    """Log one task's search as a run named ``<name>-<task>``; returns the run id."""
     from mlflow.entities import Metric, Param
 
     client = make_client(target)
-    run = client.create_run(experiment_id(client, target), run_name=f"tuning-{task}",
+    run = client.create_run(experiment_id(client, target), run_name=f"{name}-{task}",
                             tags={"kind": "tuning", "task": task})  # fmt: skip
     run_id, now = run.info.run_id, int(time.time() * 1000)
     params = [Param(f"{r.method}.{r.knob}", str(r.value)) for r in chosen.itertuples()]

@@ -11,7 +11,8 @@ import pandas as pd
 
 from prag_models.config.settings import Settings
 from prag_models.methods.cfrag import inference
-from prag_models.methods.cfrag.tables import mean_embedding_neighbours, neighbour_lists
+from prag_models.methods.cfrag.tables import mean_embedding_neighbours, neighbour_lists, similar_user_lists
+from prag_models.methods.cfrag.tuning import read_cfrag_tuned, tuned_cfrag_settings
 from prag_models.methods.cfrag.variants import CFRAG_METHODS, VARIANTS, Variant
 from prag_models.methods.profiles import ProfileIndex
 from prag_models.stages.retrieval import RETRIEVAL_COLUMNS, consent_scenario, load_task_inputs
@@ -84,12 +85,17 @@ def coincidences(models: dict) -> dict[tuple[str, str], str]:
 
 
 def cfrag_retrieval_rows(con, task: str, settings: Settings, models: dict) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The cfrag_retrievals rows of one task with the given retriever / rerankers, and their statistics."""
+    """The cfrag_retrievals rows of one task with the given retriever / rerankers (CFRAG's knobs as tuned for the
+    task; ``cfrag@default`` with the configured ones), and their statistics."""
+    untuned, settings = settings, tuned_cfrag_settings(con, task, settings)
     index, samples, _ = load_task_inputs(con, task, False, default_share=settings.privacy.default_share)
     users = read_rows(con, "cfrag_user_embeddings", {"task": task})
     user_emb = dict(zip(users["user_id"], users["embedding"], strict=True))
     neighbours = {"encoder": neighbour_lists(con, task), "mean": mean_embedding_neighbours(con, task, settings)}
     rows = retrieve_variants(settings, task, index, samples, user_emb, neighbours, models)
+    if settings is not untuned:  # what tuning bought: full CFRAG with the configured knobs, the same models
+        default = {"encoder": similar_user_lists(con, task, untuned)}
+        rows += retrieve_variants(untuned, task, index, samples, user_emb, default, models, VARIANTS[:1], "@default")
     scenario = consent_scenario(index, settings)
     if scenario and "cfrag" in settings.privacy.consent_cost_methods:  # what consent costs CFRAG (docs/privacy.md)
         restricted, suffix, _ = scenario
@@ -114,6 +120,7 @@ def cfrag_retrieval_rows(con, task: str, settings: Settings, models: dict) -> tu
             for (a, b), why in coincidences(models).items()
         },
         "inference_docs_per_user": inference.docs_per_user(settings),
+        "tuned_knobs": read_cfrag_tuned(con, task) if settings is not untuned else {},
         # whether the trained retriever's personalized term changes any similar user's top-k pool (vs cos(q, d))
         "retriever_pool_changed_share": None if changed is None else round(changed, 3),
         **({"why_cfrag_equals_no_retriever_tuning": why} if why else {}),

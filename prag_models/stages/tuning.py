@@ -1,5 +1,5 @@
-"""Stage 4a (tuning): ClusterRAG's knobs chosen per task on its train samples, logged to MLflow
-(docs/methods.md §3.9); the retrieval stage reads them (prag_models.stages.retrieval)."""
+"""Stage 4a (tuning): ClusterRAG's knobs (docs/methods.md §3.9) and CFRAG's (§2.9) chosen per task on its train
+samples, logged to MLflow; the retrieval stage and CFRAG's stages read them."""
 
 from __future__ import annotations
 
@@ -26,6 +26,21 @@ def tuned_settings_rows(
     stats.pop("sample_ids", None)
     if target is not None and len(chosen):
         stats["mlflow_run_id"] = log_tuning(target, task, chosen, trials)
+    return chosen, stats
+
+
+def cfrag_tuned_rows(
+    con, task: str, settings: Settings, target: MlflowTarget | None = None
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The cfrag_tuned_settings rows of one task (none when tuning.enabled is false) and the search's statistics;
+    the search is logged to MLflow (run cfrag-tuning-<task>) when a target is given."""
+    from prag_models.evaluation.tuning import tune_cfrag
+
+    if not settings.tuning.enabled:
+        return pd.DataFrame(columns=TUNED_COLUMNS), {"enabled": False}
+    chosen, trials, stats = tune_cfrag(con, task, settings)
+    if target is not None and len(chosen):
+        stats["mlflow_run_id"] = log_tuning(target, task, chosen, trials, "cfrag-tuning")
     return chosen, stats
 
 

@@ -68,11 +68,12 @@ def _train_samples(con, task: str) -> pd.DataFrame:
 
 
 def _candidates(con, task: str, index: ProfileIndex, samples: pd.DataFrame, settings: Settings) -> dict:
-    """Each sample's m·k candidates: the top-k docs by base dense cosine from each of the m similar users (§2.4)."""
-    neighbours, k = neighbour_lists(con, task), settings.cfrag.docs_per_user
+    """Each sample's m·k candidates: the top-k docs by base dense cosine from each of the m similar users (§2.4), at
+    most cfrag.feedback_max_users of them."""
+    neighbours, k, cap = neighbour_lists(con, task), settings.cfrag.docs_per_user, settings.cfrag.feedback_max_users
     return {
         s.sample_id: per_user_top_k(
-            index, s.user_id, neighbours.get(s.user_id, [s.user_id]), k, cosine_scorer(index, s.embedding)
+            index, s.user_id, neighbours.get(s.user_id, [s.user_id])[:cap], k, cosine_scorer(index, s.embedding)
         )
         for s in samples.itertuples(index=False)
     }

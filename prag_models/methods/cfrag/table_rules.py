@@ -7,6 +7,7 @@ import pandas as pd
 
 from prag_models.config.settings import Settings
 from prag_models.methods.cfrag import feedback_labels, tables, variants
+from prag_models.methods.cfrag.tuning import DEFAULT_ROW, tuned_cfrag_settings
 from prag_models.privacy.rules import unshareable_retrievals
 from prag_models.storage.store import column_to_matrix, read_rows, table_exists
 from prag_models.storage.validation import between, matrix_problems, min_rows, not_null, unique, validate_frame
@@ -20,8 +21,26 @@ def user_vectors_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> 
     return problems + ([f"{len(missing)} users have no CFRAG embedding, e.g. {sorted(missing)[:3]}"] if missing else [])
 
 
+def tuned_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
+    """One row per CFRAG knob, each value inside the search space and the chosen score not below the default's."""
+    import json
+
+    from prag_models.methods.knobs import CFRAG_KNOB_SPACE
+
+    problems = []
+    if set(df["knob"]) != set(CFRAG_KNOB_SPACE):
+        problems.append(f"knobs {sorted(set(df['knob']))} != {sorted(CFRAG_KNOB_SPACE)}")
+    for r in df.itertuples(index=False):
+        if r.knob in CFRAG_KNOB_SPACE and json.loads(r.value) not in CFRAG_KNOB_SPACE[r.knob]:
+            problems.append(f"{r.knob} = {r.value} is outside its search space {CFRAG_KNOB_SPACE[r.knob]}")
+    if (df["score"] < df["default_score"]).any():
+        problems.append("a chosen score is below the default's: the search must never choose a worse setting")
+    return problems
+
+
 def neighbours_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
     """min(m, n) neighbours per user; with include_self the user first and nowhere else."""
+    settings = tuned_cfrag_settings(con, task, settings)
     n_users = con.execute("SELECT count(*) FROM cfrag_user_embeddings WHERE task = ?", [task]).fetchone()[0]
     m, self_first = settings.cfrag.top_m_users, settings.cfrag.include_self
     width = min(m, n_users) if self_first else min(m, max(n_users - 1, 0))
@@ -29,6 +48,8 @@ def neighbours_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> li
     problems = []
     if len(counts) != n_users or (counts != width).any():
         problems.append(f"expected {width} neighbours for each of {n_users} users, got {counts.describe().to_dict()}")
+    if len(df) and df["rank"].max() > m:
+        problems.append(f"ranks up to {df['rank'].max()} with the task's m = {m}")
     firsts = df[df["rank"] == 1]
     if self_first and (firsts["user_id"] != firsts["neighbour_id"]).any():
         problems.append("include_self is set but some users are not their own first neighbour")
@@ -39,7 +60,9 @@ def neighbours_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> li
 
 
 def retrieval_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
-    """Retrieved docs exist and come from the users the method may use; every CFRAG method present."""
+    """Retrieved docs exist and come from the users the method may use (``cfrag@default``: the users of the untuned
+    knobs); every CFRAG method present."""
+    tuned = tuned_cfrag_settings(con, task, settings)
     problems = []
     missing = con.execute(
         "SELECT count(*) FROM cfrag_retrievals r LEFT JOIN profile_documents p ON p.task = r.task "
@@ -50,12 +73,14 @@ def retrieval_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> lis
         problems.append(f"{missing} retrieved documents do not exist in profile_documents")
     allowed = {
         "encoder": tables.neighbour_lists(con, task),
-        "mean": tables.mean_embedding_neighbours(con, task, settings),
+        "mean": tables.mean_embedding_neighbours(con, task, tuned),
+        "default": tables.similar_user_lists(con, task, settings) if tuned is not settings else {},
     }
-    users_of = {v.method: v.users for v in variants.VARIANTS}
+    users_of = {v.method: v.users for v in variants.VARIANTS} | {DEFAULT_ROW: "default"}
     bad = []
     for r in df.itertuples(index=False):
-        kind = users_of.get(r.method.partition("@")[0])  # a consent-cost row follows its method's rule
+        # a consent-cost row (<method>@consent...) follows its method's rule
+        kind = users_of.get(r.method) or users_of.get(r.method.partition("@")[0])
         ok = (
             r.source_user_id == r.user_id
             if kind == "own"

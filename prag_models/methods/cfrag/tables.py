@@ -227,18 +227,49 @@ def cfrag_user_embedding_rows(
     return frame, {"users": len(users), "without_history": sum(1 for u in users if u not in histories)}
 
 
-def cfrag_similar_user_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Top-m users by cosine of CFRAG user embeddings (FAISS), the user itself first with include_self (§2.3); with
-    clustering.user_similarity = taste | blend the cosine of those embeddings blended with taste (users/taste.py).
-    On the demo, the pool precision of the m users' documents against the planted communities."""
-    from prag_models.methods.cfrag.user_encoder import top_m_similar_users
-    from prag_models.users.pool_quality import documents_per_user, neighbour_pool_precision, planted_from_table
+def mean_vectors(con, task: str, ids: Sequence[str]) -> np.ndarray:
+    """The mean document embedding of each of the given users (table user_embeddings; zero without one)."""
+    means = read_rows(con, "user_embeddings", {"task": task})
+    by_user = dict(zip(means["user_id"], means["embedding"], strict=True))
+    dim = len(next(iter(by_user.values())))
+    return column_to_matrix([by_user.get(u, np.zeros(dim, dtype=np.float32)) for u in ids], dim)
+
+
+def ranking_vectors(con, task: str, settings: Settings) -> tuple[list[str], np.ndarray, dict[str, Any]]:
+    """The task's CFRAG users (cfrag_user_embeddings order) and the vectors that rank their similar users:
+    cfrag.user_vectors picks e_u ("encoder") or the mean document embedding ("mean", zero for a user without one),
+    blended with taste when clustering.user_similarity = taste | blend (users/taste.py)."""
     from prag_models.users.taste import similarity_vectors
 
-    c = settings.cfrag
     users = read_rows(con, "cfrag_user_embeddings", {"task": task}, order_by="user_id")
     ids = users["user_id"].tolist()
-    vectors, similarity = similarity_vectors(con, task, settings, ids, column_to_matrix(users["embedding"].tolist()))
+    vectors = column_to_matrix(users["embedding"].tolist())
+    if settings.cfrag.user_vectors == "mean":
+        vectors = mean_vectors(con, task, ids)
+    ranked, similarity = similarity_vectors(con, task, settings, ids, vectors)
+    return ids, ranked, {"user_vectors": settings.cfrag.user_vectors, **similarity}
+
+
+def similar_user_lists(con, task: str, settings: Settings) -> dict[str, list[str]]:
+    """Each user's top-m similar users under the settings (what cfrag_similar_users would hold), in memory."""
+    from prag_models.methods.cfrag.user_encoder import top_m_similar_users
+
+    ids, vectors, _ = ranking_vectors(con, task, settings)
+    found, _ = top_m_similar_users(vectors, settings.cfrag.top_m_users, settings.cfrag.include_self)
+    return {ids[i]: [ids[int(j)] for j in found[i]] for i in range(len(ids))}
+
+
+def cfrag_similar_user_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Top-m users by cosine (FAISS) of the vectors of ``ranking_vectors`` with the task's tuned CFRAG knobs, the user
+    itself first with include_self (§2.3). On the demo, the pool precision of the m users' documents against the
+    planted communities."""
+    from prag_models.methods.cfrag.tuning import tuned_cfrag_settings
+    from prag_models.methods.cfrag.user_encoder import top_m_similar_users
+    from prag_models.users.pool_quality import documents_per_user, neighbour_pool_precision, planted_from_table
+
+    settings = tuned_cfrag_settings(con, task, settings)
+    c = settings.cfrag
+    ids, vectors, similarity = ranking_vectors(con, task, settings)
     found, scores = top_m_similar_users(vectors, c.top_m_users, c.include_self)
     rows = [
         (task, ids[i], ids[int(j)], rank, float(s))

@@ -30,7 +30,8 @@ _ENCODER_PARAMS = ("max_history", "heads", "dropout", "finetune_doc_embeddings",
                    "reorder_ratio", "tau", "lr", "weight_decay", "batch_size", "epochs", "seed")  # fmt: skip
 _TRAIN_PARAMS = ("alpha", "retriever_projection", "train_lr", "train_epochs", "train_batch_size", "validation_share",
                  "early_stopping_patience", "feedback_signal", "selection_metric", "truth_validation", "seed",
-                 "top_m_users", "docs_per_user", "max_feedback_samples", "learn_alpha")  # fmt: skip
+                 "top_m_users", "user_vectors", "docs_per_user", "feedback_max_users", "max_feedback_samples",
+                 "learn_alpha")  # fmt: skip
 
 #: kind -> a context around that kind's fit yielding its MLflow run id (``mlops.runs.RunTracker`` in the graph).
 Tracker = Callable[[str], AbstractContextManager[str]]

@@ -6,7 +6,8 @@ dev samples).
 
 Per family: one small demo world materialized up to clusterrag_retrievals, cfrag_retrievals and baseline_retrievals
 (tuned_settings and cfrag_tuned_settings included: the knobs are chosen on the TRAIN samples; CFRAG trains with the
-fake generator, whose feedback the probe finds without headroom, so its registered models are the initialisations),
+fake generator, whose feedback the probe mostly finds without headroom, so its registered models are mostly the
+initialisations),
 then scored by the LLM-free retrieval evaluation on the DEV
 samples. Prints per family, task and tuned method the chosen values, the train scores (default → chosen) and the
 paired dev difference tuned − @default and tuned − dense_global of the primary metric with its 95 % interval and n.

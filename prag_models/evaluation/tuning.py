@@ -3,9 +3,8 @@ never dev.
 
 Each tunable method (prag_models.methods.knobs.KNOB_SPACE) gets an Optuna study (TPE, seeded) whose trial 0 is the
 configured default; a trial retrieves for the train samples with the trial's knobs and scores them with the
-retrieval evaluation's primary metric (NDCG@k where relevance labels exist, label-hit@k otherwise). Trials are ranked
-on one half of the train samples; the chosen values are the best trial's when its paired gain over the default on
-the other half has a 95 % interval above 0, else the default (``search``).
+retrieval evaluation's primary metric (NDCG@k where relevance labels exist, label-hit@k otherwise). The chosen values
+are the best trial's when its paired train gain over the default has a 95 % interval above 0, else the default.
 The search stops at tuning.max_trials per method or when the method's share of tuning.budget_s is spent.
 """
 
@@ -80,13 +79,11 @@ def search(
     samples: pd.DataFrame, truth: Truth, k: int, seed: int, max_trials: int, budget_s: float,
 ) -> tuple[dict[str, Any], list[tuple], str, Any]:  # fmt: skip
     """Optuna search (TPE, seeded; trial 0 = the default) over knob values, ``run(values)`` retrieving each sample's
-    top-k: (chosen values, trials as (trial, params, selection-half score, seconds), metric, the best trial's paired
-    gain over the default on the confirmation half).
-
-    Cross-fitted: the trials are ranked on a seeded half of the train samples and the best one is chosen only when
-    its paired gain over the default on the OTHER half has a 95 % interval above 0; otherwise the default stays. The
-    best of many trials on the samples that ranked them is biased upwards (on 16 samples a CFRAG setting 0.12 better
-    on train was 0.11 worse on dev); the other half is not (fewer than 4 samples: both halves are all of them)."""
+    top-k: (chosen values, trials as (trial, params, score, seconds), metric, the best trial's paired train gain over
+    the default). The best trial is chosen only when that gain's 95 % interval is above 0; otherwise the default
+    stays (a noisy train score must not move a knob). Not cross-fitted: ranking the trials on half of the samples and
+    confirming on the other half kept fewer than half of the dev gains at 16 train samples and still let one harmful
+    choice through (docs/methods.md §3.9)."""
     import optuna
 
     from prag_models.metrics.intervals import paired_difference
@@ -95,15 +92,12 @@ def search(
     metric_name = [""]
     trials: list[tuple] = []
     per_sample: dict[int, np.ndarray] = {}
-    order = np.random.default_rng(seed).permutation(len(samples))
-    pick, confirm = (np.sort(order[: len(order) // 2]), np.sort(order[len(order) // 2 :])) if len(order) >= 4 \
-        else (order, order)  # fmt: skip
 
     def objective(trial: optuna.Trial) -> float:
         t0 = time.perf_counter()
         values = {knob: trial.suggest_categorical(knob, list(choices)) for knob, choices in space_of.items()}
         metric_name[0], per_sample[trial.number] = score(run(values), samples, truth, k)
-        value = float(np.nanmean(per_sample[trial.number][pick])) if len(pick) else float("nan")
+        value = float(np.nanmean(per_sample[trial.number])) if len(samples) else float("nan")
         trials.append((trial.number, json.dumps(values, sort_keys=True), value, round(time.perf_counter() - t0, 3)))
         return value
 
@@ -111,7 +105,7 @@ def search(
     study.enqueue_trial({k: v for k, v in default.items() if v in space_of[k]})
     study.optimize(objective, n_trials=max_trials, timeout=max(budget_s, 1e-3))
     best = study.best_trial  # the first trial with the best value: the default (trial 0) wins ties
-    gain = paired_difference(per_sample[best.number][confirm], per_sample[0][confirm])
+    gain = paired_difference(per_sample[best.number], per_sample[0])
     chosen = {**default, **best.params} if gain.n > 0 and gain.low > 0 else default
     return chosen, trials, metric_name[0], gain
 

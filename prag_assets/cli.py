@@ -74,12 +74,16 @@ def _llm_budget(settings: Settings) -> Settings:
     """The settings of the run with data.llm_eval_samples sized to run.llm_budget_s (prag_models/evaluation/
     llm_budget.py; the plan is stored under the home and reused while the settings stay the same), said on one line;
     the child process gets the count through PRAG__DATA__LLM_EVAL_SAMPLES (_launch)."""
-    from prag_models.evaluation.llm_budget import plan_run
+    from prag_models.evaluation.llm_budget import MEASURE_MIN_S, MEASURE_SHARE, plan_run, stored_plan
     from prag_models.llm.factory import make_generator
 
     if settings.run.llm_budget_s <= 0:
         return settings
     path = settings.home_path / "reports" / "llm_budget.json"
+    if stored_plan(path, settings) is None:
+        cap = max(MEASURE_MIN_S, MEASURE_SHARE * settings.run.llm_budget_s)
+        print(f"[prag] LLM budget: timing the generator on each task's own prompts (about {cap:.0f} s at most)",
+              flush=True)  # fmt: skip
     plan, reused = plan_run(settings, path, lambda: make_generator(settings.generator))
     print(f"[prag] {plan.line()}" + (" [stored plan reused]" if reused else ""), flush=True)
     return settings.model_copy(update={"data": settings.data.model_copy(update={"llm_eval_samples": plan.chosen})})

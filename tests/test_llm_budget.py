@@ -91,3 +91,46 @@ def test_a_plan_stored_by_the_maximal_length_measurement_is_measured_again(tmp_p
     assert stored_plan(path, s) is None
     path.write_text(json.dumps(plan(s, t).metadata()), encoding="utf-8")
     assert stored_plan(path, s) is not None
+
+
+def test_on_a_slow_machine_the_measurement_stops_once_each_kind_is_timed(tmp_path, monkeypatch) -> None:
+    """Timing every probe prompt took 826 s of a 240 s budget on a loaded machine: past the cap (a share of the
+    budget) no more prompts are timed, once each kind the tasks need (label-scored, generated) was timed once."""
+    import time
+
+    from prag_models.evaluation import llm_budget
+
+    class Slow(FakeGenerator):
+        """A generator whose every call takes 50 ms, counting its calls by kind."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.timed: list[str] = []
+
+        def generate(self, prompts, max_new_tokens):  # noqa: ANN001, ANN201
+            time.sleep(0.05)
+            self.timed.append("generated")
+            return super().generate(prompts, max_new_tokens)
+
+        def score_choices(self, prompts, choices):  # noqa: ANN001, ANN201
+            time.sleep(0.05)
+            self.timed.append("scored")
+            return super().score_choices(prompts, choices)
+
+    data = {"tasks": ["LaMP-1", "LaMP-2", "LaMP-3", "LaMP-4", "LaMP-5"], "demo_users": 16, "demo_dev_samples": 4}
+    s = load_settings(environ={}, home=str(tmp_path), data=data)
+    generator = Slow()
+    prompts = probe_prompts(generator, s)
+    monkeypatch.setattr(llm_budget, "MEASURE_MIN_S", 0.0)
+    monkeypatch.setattr(llm_budget, "MEASURE_SHARE", 0.0)  # the cap is passed after the first timed prompt
+    t = measure(generator, s, prompts)
+    # warm-up, LaMP-1 scored (cap passed, no generated prompt yet), LaMP-2 and LaMP-3 scored too: the loop moves on
+    # until LaMP-4 is generated, then stops; then the fresh-prompt call and one P-PRF prompt
+    assert generator.timed.count("scored") == 3 and t.scored_s > 0.04 and t.generated_s > 0.04
+    pbr = 1 if "pbr" in s.retrieval.methods else 0
+    assert generator.timed.count("generated") == 1 + 1 + 1 + pbr  # warm-up, LaMP-4, fresh prompt, P-PRF
+    monkeypatch.setattr(llm_budget, "MEASURE_MIN_S", 1000.0)
+    generator.timed.clear()
+    measure(generator, s, prompts)
+    assert generator.timed.count("scored") == 3  # every prompt, below
+    assert generator.timed.count("generated") == 1 + 2 + 1 + 4 * pbr

@@ -26,6 +26,11 @@ log = logging.getLogger(__name__)
 PROBE_PROMPTS = 1
 #: P-PRF prompts timed in all (their shown history is capped at pbr.lamp_history_tokens, so tasks differ little)
 PBR_PROBE_PROMPTS = 4
+#: The measurement stops timing more prompts after this share of run.llm_budget_s (at least MEASURE_MIN_S) once each
+#: kind of prompt the tasks need was timed once: on a loaded machine timing every probe prompt took 826 s of a 240 s
+#: budget (26 prompt tokens/s), and a slow generator is told apart from a fast one by its first prompts.
+MEASURE_SHARE = 0.25
+MEASURE_MIN_S = 30.0
 #: Bump when the measurement changes: a plan stored by an older one is measured again (v2: the tasks' own prompts;
 #: a v1 plan timed prompts of the maximal length and would keep cutting the evaluation to one sample).
 PLAN_VERSION = "v2"
@@ -132,16 +137,33 @@ def probe_prompts(generator: Any, settings: Settings) -> ProbePrompts:
 def measure(generator: Any, settings: Settings, prompts: ProbePrompts | None = None) -> Throughput:
     """Seconds per label-scored, per generated and per P-PRF prompt, timed on the tasks' own prompts (probe_prompts)
     after a warm-up: each task answered the way the evaluation answers it (label scoring or generation with the
-    task's token budget)."""
+    task's token budget); no more prompts once MEASURE_SHARE of the budget is spent and each kind was timed."""
     started = time.perf_counter()
+    cap = max(MEASURE_MIN_S, MEASURE_SHARE * settings.run.llm_budget_s)
     prompts = prompts or probe_prompts(generator, settings)
     generator.generate([_prompt(generator, 16, -1)], 1)  # warm-up: allocation, first kernels
     scored, generated, expansions, lengths = [], [], [], []
+
+    can_score = bool(getattr(generator, "can_score_choices", False))
+
+    def scores(task: str) -> bool:
+        """Whether the task is answered by label scoring with this generator."""
+        return can_score and answer_mode(task, settings.generator) == LABEL_SCORING
+
+    kinds = {scores(task) for task in prompts.answers}
+
+    def time_is_up() -> bool:
+        """Past the cap with every kind of prompt the tasks need timed at least once."""
+        every_kind = (True not in kinds or bool(scored)) and (False not in kinds or bool(generated))
+        return every_kind and time.perf_counter() - started > cap
+
     for task, task_prompts in prompts.answers.items():
+        if time_is_up():
+            break
         for prompt in task_prompts:
             lengths.append(generator.count_tokens(prompt))
             t0 = time.perf_counter()
-            if answer_mode(task, settings.generator) == LABEL_SCORING and getattr(generator, "can_score_choices", 0):
+            if scores(task):
                 generator.score_choices([prompt], list(LABELS[task]))
                 scored.append(time.perf_counter() - t0)
             else:
@@ -156,6 +178,8 @@ def measure(generator: Any, settings: Settings, prompts: ProbePrompts | None = N
     tokens = generator.count_tokens(fresh)
     if "pbr" in settings.retrieval.methods:
         for prompt in [p for task_prompts in prompts.pbr.values() for p in task_prompts][:PBR_PROBE_PROMPTS]:
+            if expansions and time.perf_counter() - started > cap:
+                break
             t0 = time.perf_counter()
             generator.generate([prompt], settings.pbr.lamp_max_new_tokens)
             expansions.append(time.perf_counter() - t0)

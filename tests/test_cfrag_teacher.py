@@ -64,9 +64,10 @@ def test_the_oracle_teacher_needs_no_llm_work() -> None:
 
 
 def test_the_training_loop_learns_from_a_perfect_teacher_and_not_from_noise(tmp_path) -> None:
-    """benchmarks/cfrag_teacher.py on a small world (LaMP-2): with a noiseless oracle the trained retriever beats its
-    initialisation on held-out dev pools (paired 95 % interval above 0; its α moved), the gate kept a trained epoch;
-    with a teacher that knows nothing (noise 1) the gate keeps the initialisation."""
+    """benchmarks/cfrag_teacher.py on a small world (LaMP-2): with a noiseless oracle the trained retriever and the
+    trained reranker each beat their initialisation on held-out dev pools (paired 95 % interval above 0; the
+    retriever's α moved), the gate kept a trained epoch; with a teacher that knows nothing (noise 1) the gate keeps
+    the retriever's initialisation."""
     import sys
 
     from conftest import ROOT
@@ -81,12 +82,14 @@ def test_the_training_loop_learns_from_a_perfect_teacher_and_not_from_noise(tmp_
     settings = load_settings(config)
     con = duckdb.connect(str(settings.duckdb_path))
     try:
-        clean = bench.run_task(con, "LaMP-2", settings, 0.0, kinds=("retriever",))
+        clean = bench.run_task(con, "LaMP-2", settings, 0.0, kinds=("retriever", "reranker"))
         noise = bench.run_task(con, "LaMP-2", settings, 1.0, kinds=("retriever",))
     finally:
         con.close()
     trained, init, est, gate = clean["retriever"]
     assert gate.startswith("epoch") and est.low > 0 and trained > init, (est, gate)
     assert clean["alpha"] != pytest.approx(settings.cfrag.alpha, abs=1e-3)
+    trained, init, est, gate = clean["reranker"]
+    assert gate.startswith("epoch") and est.low > 0 and trained > init, (est, gate)
     trained, init, est, gate = noise["retriever"]
     assert trained == init and est.value == 0.0, gate  # the gate (or selection) kept the initialisation

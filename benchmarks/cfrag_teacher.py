@@ -3,7 +3,8 @@ quality (cfrag.feedback_signal = "oracle": the demo's planted relevance, a share
 replaced by random scores) and print, per task and teacher noise, the truth NDCG@3 of the trained model against its
 untrained initialisation on held-out dev samples (paired 95 % interval, n), for the retriever and the reranker.
 
-    python benchmarks/cfrag_teacher.py [--users 160] [--communities 4] [--dev 32] [--tasks LaMP-2 LaMP-4]
+    python benchmarks/cfrag_teacher.py [--users 160] [--communities 4] [--family communities] [--dev 32]
+                                       [--tasks LaMP-2 LaMP-4]
                                        [--noise 0 0.25 0.5 1] [--kinds retriever reranker] [--home DIR]
 
 Oracle labels cost no LLM call, so the benchmark labels every train sample (cfrag.max_feedback_samples = 0; 128 with
@@ -32,7 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NOISE = (0.0, 0.25, 0.5, 1.0)
 
 
-def build_world(home: Path, users: int, communities: int, dev: int, tasks: list[str], cfrag: dict) -> Path:
+def build_world(
+    home: Path, users: int, communities: int, dev: int, tasks: list[str], cfrag: dict, family: str = "communities"
+) -> Path:
     """Write a prag.toml under home and materialize the graph up to the CFRAG neighbours (fake generator); a home that
     already holds the world is reused."""
     import dagster as dg
@@ -42,7 +45,8 @@ def build_world(home: Path, users: int, communities: int, dev: int, tasks: list[
 
     if (home / "prag.toml").exists() and (home / "home").exists():
         return home / "prag.toml"
-    data = {"tasks": tasks, "demo_users": users, "demo_communities": communities, "demo_dev_samples": dev}
+    data = {"tasks": tasks, "demo_users": users, "demo_communities": communities, "demo_dev_samples": dev,
+            "demo_family": family}  # fmt: skip
     config = write_config(home / "prag.toml", home / "home", generator_backend="fake", cfrag=cfrag,
                           retrieval={"k": 3}, data=data)  # fmt: skip
     selection = dg.AssetSelection.assets("cfrag_similar_users", "user_embeddings").upstream()
@@ -167,6 +171,8 @@ def main() -> None:
     parser.add_argument("--home", default="", help="folder for the world (default: a temporary one)")
     parser.add_argument("--users", type=int, default=160)
     parser.add_argument("--communities", type=int, default=4)
+    parser.add_argument("--family", default="communities", choices=["communities", "split_taste", "no_community"],
+                        help="the demo family (docs/demo_data.md)")
     parser.add_argument("--dev", type=int, default=32)
     parser.add_argument("--tasks", nargs="*", default=["LaMP-1", "LaMP-2", "LaMP-3", "LaMP-4", "LaMP-5", "LaMP-7"])
     parser.add_argument("--noise", nargs="*", type=float, default=list(NOISE))
@@ -177,14 +183,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(args.home).resolve() if args.home else Path(tmp)
         home.mkdir(parents=True, exist_ok=True)
-        config = build_world(home, args.users, args.communities, args.dev, args.tasks, cfrag)
+        config = build_world(home, args.users, args.communities, args.dev, args.tasks, cfrag, args.family)
         import duckdb
 
         from prag_models.config.settings import load_settings
 
         settings = load_settings(config)
         d = settings.data
-        print(f"demo world: {d.demo_users} users, {d.demo_communities} communities, {d.demo_dev_samples} dev samples; "
+        print(f"demo world ({d.demo_family}): {d.demo_users} users, {d.demo_communities} communities, "
+              f"{d.demo_dev_samples} dev samples; "
               f"teacher = oracle (planted relevance) with noise; NDCG@{settings.cfrag.final_k or settings.retrieval.k}"
               " on held-out dev samples, trained − initialisation with its paired 95 % interval\n")  # fmt: skip
         print(f"every train sample labelled, {settings.cfrag.inference_docs_per_user} documents per similar user; "

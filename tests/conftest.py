@@ -64,7 +64,8 @@ def pytest_collection_modifyitems(config, items) -> None:
 DEMO_FILES = {"test_asset_metadata.py", "test_graph_plumbing.py", "test_ui.py"}
 #: Files that share a session fixture, scheduled as one unit likewise (DEMO_FILES: "demo_home").
 TOGETHER = {name: "demo_home" for name in DEMO_FILES}
-TOGETHER |= {"test_mlflow_serving.py": "served_graph", "test_serving_latency.py": "served_graph"}
+TOGETHER |= {"test_mlflow_serving.py": "served_graph", "test_serving_latency.py": "served_graph",
+             "test_retrieval_eval_graph.py": "evaluated_graph", "test_tuning.py": "evaluated_graph"}  # fmt: skip
 
 #: About how many seconds a file of the CI selection takes on one free core (the files of TOGETHER under their
 #: unit's name): the scheduler hands out the longest first, so that no long file starts when the other worker is nearly
@@ -73,7 +74,7 @@ TOGETHER |= {"test_mlflow_serving.py": "served_graph", "test_serving_latency.py"
 FILE_SECONDS = {
     "test_graph_e2e.py": 400, "demo_home": 190, "test_crash_recovery.py": 170, "test_compute_ray.py": 135,
     "test_pbr_graph.py": 125, "test_cfrag_teacher.py": 70, "test_promotion.py": 65, "test_cfrag_graph.py": 65,
-    "test_materialize_output.py": 55, "test_tuning.py": 55, "test_retrieval_eval_graph.py": 45,
+    "test_materialize_output.py": 55, "evaluated_graph": 60,
     "served_graph": 55, "test_served_privacy.py": 45, "test_marker_graph.py": 40, "test_lineage.py": 30,
     "test_readme_commands.py": 30, "test_feedback_probe.py": 30, "test_label_scoring.py": 25, "test_taste.py": 20,
 }  # fmt: skip
@@ -303,3 +304,27 @@ def served_graph(tmp_path_factory):
         similar = con.execute("SELECT user_id, neighbour_id FROM cfrag_similar_users WHERE task = ? "
                               "ORDER BY user_id, rank", [task]).df()  # fmt: skip
     return settings, samples, retrievals, similar
+
+
+#: The retrieval-evaluation demo (`evaluated_graph`): 48 users in 4 communities, where collaboration matters.
+EVALUATED_TASK = "LaMP-2"
+EVALUATED_DEV = 24
+
+
+@pytest.fixture(scope="session")
+def evaluated_graph(tmp_path_factory):
+    """LaMP-2 of that demo materialized up to lamp_retrieval_evaluation with ClusterRAG's tuning on, once per session
+    for tests/test_retrieval_eval_graph.py and tests/test_tuning.py (read only; one xdist unit: TOGETHER);
+    (config, home, result)."""
+    import dagster as dg
+
+    tmp = tmp_path_factory.mktemp("evaluated")
+    home = tmp / "home"
+    data = {"demo_users": 48, "demo_communities": 4, "demo_dev_samples": EVALUATED_DEV, "tasks": [EVALUATED_TASK],
+            "llm_eval_samples": 6}  # fmt: skip
+    config = write_config(tmp / "prag.toml", home, generator_backend="fake", data=data,
+                          tuning={"enabled": True, "budget_s": 20.0, "max_trials": 10})  # fmt: skip
+    selection = dg.AssetSelection.assets("lamp_retrieval_evaluation").upstream()
+    result = materialize_graph(config, [EVALUATED_TASK], selection=selection)
+    assert result.success
+    return config, home, result

@@ -17,8 +17,9 @@ export PRAG_REAL_DATA="${PRAG_REAL_DATA:-$PRAG_ROOT/../shared/data}"
 "$PRAG_VENV/bin/lint-imports"  # layer contracts in pyproject.toml [tool.importlinter]
 # The docs site (mkdocs.yml): a broken link, anchor or nav entry fails here, in seconds, before the tests.
 NO_MKDOCS_2_WARNING=1 "$PRAG_VENV/bin/mkdocs" build --strict
-# Two workers (one per core; a test module stays on one worker, so its module fixtures are built once, and the files
-# that read the session's demo home share one worker: tests/conftest.py DEMO_FILES); the slowest tests are listed so
-# that a slow one is seen. PRAG_TEST_WORKERS=0 runs in one process.
+# Two workers (one per core; a test module stays on one worker, so its module fixtures are built once, the files
+# that share a session fixture share one worker: tests/conftest.py TOGETHER, and the longest files are handed out
+# first: FILE_SECONDS); the slowest tests are listed so that a slow one is seen. PRAG_TEST_WORKERS=0 runs in one
+# process.
 "$PRAG_VENV/bin/python" -m pytest -q -p no:cacheprovider -n "${PRAG_TEST_WORKERS:-2}" --dist loadfile --durations=25 \
   "${fast[@]}" "$@"

@@ -62,20 +62,46 @@ def pytest_collection_modifyitems(config, items) -> None:
 #: The test files that read the session's demo home: `--dist loadfile` sends them to one worker as one unit, so the
 #: other worker goes on with other files instead of waiting for the demo to be built.
 DEMO_FILES = {"test_asset_metadata.py", "test_graph_plumbing.py", "test_ui.py"}
+#: Files that share a session fixture, scheduled as one unit likewise (DEMO_FILES: "demo_home").
+TOGETHER = {name: "demo_home" for name in DEMO_FILES}
+TOGETHER |= {"test_mlflow_serving.py": "served_graph", "test_serving_latency.py": "served_graph",
+             "test_retrieval_eval_graph.py": "evaluated_graph", "test_tuning.py": "evaluated_graph"}  # fmt: skip
+
+#: About how many seconds a file of the CI selection takes on one free core (the files of TOGETHER under their
+#: unit's name): the scheduler hands out the longest first, so that no long file starts when the other worker is nearly
+#: done (xdist's own order, most tests first, started the one-test whole-graph file among the last).
+#: Unlisted files take under 20 s and follow in xdist's order. Remeasure with --durations=0 after a large change.
+FILE_SECONDS = {
+    "test_graph_e2e.py": 400, "demo_home": 190, "test_crash_recovery.py": 170, "test_compute_ray.py": 135,
+    "test_pbr_graph.py": 125, "test_cfrag_teacher.py": 70, "test_promotion.py": 65, "test_cfrag_graph.py": 65,
+    "test_materialize_output.py": 55, "evaluated_graph": 60,
+    "served_graph": 55, "test_served_privacy.py": 45, "test_marker_graph.py": 40, "test_lineage.py": 30,
+    "test_readme_commands.py": 30, "test_feedback_probe.py": 30, "test_label_scoring.py": 25, "test_taste.py": 20,
+}  # fmt: skip
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """`--dist loadfile`, with the files of DEMO_FILES scheduled together (None: xdist's own scheduler)."""
+    """`--dist loadfile`, the files of TOGETHER scheduled as one unit each, the longest units first (FILE_SECONDS);
+    None: xdist's own scheduler."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    class DemoTogether(LoadFileScheduling):
+    class LongestFirst(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             scope = super()._split_scope(nodeid)
-            return "demo_home" if Path(scope).name in DEMO_FILES else scope
+            return TOGETHER.get(Path(scope).name, scope)
 
-    return DemoTogether(config, log)
+        def _assign_work_unit(self, node) -> None:
+            """Before the first unit is handed out, order the queue by FILE_SECONDS (stable: xdist's order else)."""
+            if not getattr(self, "_ordered", False):
+                self._ordered = True
+                units = sorted(self.workqueue.items(), key=lambda unit: -FILE_SECONDS.get(Path(unit[0]).name, 0))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
+
+    return LongestFirst(config, log)
 
 
 @pytest.fixture(autouse=True)
@@ -260,3 +286,56 @@ def poison_dev(con, task: str) -> None:
                 "(SELECT s.task, s.sample_id, d.doc_id FROM lamp_samples s JOIN profile_documents d USING (task) "
                 "WHERE s.task = ? AND s.split = 'dev' AND d.user_id = s.user_id)", [task])  # fmt: skip
     con.execute("UPDATE lamp_samples SET gold = 'poison' WHERE task = ? AND split = 'dev'", [task])
+
+
+#: The served graph's task and CFRAG settings (`served_graph`).
+SERVED_TASK = "LaMP-2"
+SERVED_CFRAG = {"epochs": 10, "reranker_layers": 1, "reranker_max_length": 64}
+
+
+@pytest.fixture(scope="session")
+def served_graph(tmp_path_factory):
+    """LaMP-2 materialized up to cfrag_retrievals (fake generator), once per session for the serving tests (read
+    only; one xdist unit: TOGETHER); (settings, dev samples, cfrag_retrievals, cfrag_similar_users)."""
+    import dagster as dg
+    import duckdb
+
+    from prag_models.config.settings import load_settings
+
+    tmp, task = tmp_path_factory.mktemp("serving"), SERVED_TASK
+    config = write_config(tmp / "prag.toml", tmp / "home", generator_backend="fake", data={"tasks": [task]},
+                          cfrag=SERVED_CFRAG)  # fmt: skip
+    result = materialize_graph(config, [task], selection=dg.AssetSelection.assets("cfrag_retrievals").upstream())
+    assert result.success
+    settings = load_settings(config)
+    with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
+        samples = con.execute("SELECT sample_id, user_id, query FROM lamp_samples WHERE task = ? AND split = 'dev' "
+                              "ORDER BY sample_id", [task]).df()  # fmt: skip
+        retrievals = con.execute("SELECT * FROM cfrag_retrievals WHERE task = ?", [task]).df()
+        similar = con.execute("SELECT user_id, neighbour_id FROM cfrag_similar_users WHERE task = ? "
+                              "ORDER BY user_id, rank", [task]).df()  # fmt: skip
+    return settings, samples, retrievals, similar
+
+
+#: The retrieval-evaluation demo (`evaluated_graph`): 48 users in 4 communities, where collaboration matters.
+EVALUATED_TASK = "LaMP-2"
+EVALUATED_DEV = 24
+
+
+@pytest.fixture(scope="session")
+def evaluated_graph(tmp_path_factory):
+    """LaMP-2 of that demo materialized up to lamp_retrieval_evaluation with ClusterRAG's tuning on, once per session
+    for tests/test_retrieval_eval_graph.py and tests/test_tuning.py (read only; one xdist unit: TOGETHER);
+    (config, home, result)."""
+    import dagster as dg
+
+    tmp = tmp_path_factory.mktemp("evaluated")
+    home = tmp / "home"
+    data = {"demo_users": 48, "demo_communities": 4, "demo_dev_samples": EVALUATED_DEV, "tasks": [EVALUATED_TASK],
+            "llm_eval_samples": 6}  # fmt: skip
+    config = write_config(tmp / "prag.toml", home, generator_backend="fake", data=data,
+                          tuning={"enabled": True, "budget_s": 20.0, "max_trials": 10})  # fmt: skip
+    selection = dg.AssetSelection.assets("lamp_retrieval_evaluation").upstream()
+    result = materialize_graph(config, [EVALUATED_TASK], selection=selection)
+    assert result.success
+    return config, home, result

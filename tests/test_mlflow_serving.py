@@ -17,37 +17,22 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import dagster as dg
 import duckdb
 import pytest
-from conftest import materialize_graph, write_config
+from conftest import SERVED_TASK
 
-from prag_models.config.settings import load_settings
 from prag_models.mlops import registry
 
-TASK = "LaMP-2"
-CFRAG = {"epochs": 10, "reranker_layers": 1, "reranker_max_length": 64}
+TASK = SERVED_TASK
 #: The cfrag_retrievals method each kind's pyfunc reproduces (the user encoder's variant is not an evaluation row).
 EVALUATED = {"reranker": "cfrag", "reranker_no_eu": "cfrag_no_reranker_eu"}
 SERVE_TIMEOUT_S = 300
 
 
-@pytest.fixture(scope="module")
-def graph(tmp_path_factory):
-    """LaMP-2 materialized up to cfrag_retrievals; (settings, dev samples, cfrag_retrievals, cfrag_similar_users)."""
-    tmp = tmp_path_factory.mktemp("serving")
-    config = write_config(tmp / "prag.toml", tmp / "home", generator_backend="fake", data={"tasks": [TASK]},
-                          cfrag=CFRAG)  # fmt: skip
-    result = materialize_graph(config, [TASK], selection=dg.AssetSelection.assets("cfrag_retrievals").upstream())
-    assert result.success
-    settings = load_settings(config)
-    with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
-        samples = con.execute("SELECT sample_id, user_id, query FROM lamp_samples WHERE task = ? AND split = 'dev' "
-                              "ORDER BY sample_id", [TASK]).df()  # fmt: skip
-        retrievals = con.execute("SELECT * FROM cfrag_retrievals WHERE task = ?", [TASK]).df()
-        similar = con.execute("SELECT user_id, neighbour_id FROM cfrag_similar_users WHERE task = ? "
-                              "ORDER BY user_id, rank", [TASK]).df()  # fmt: skip
-    return settings, samples, retrievals, similar
+@pytest.fixture
+def graph(served_graph):
+    """The session's served LaMP-2 graph (tests/conftest.py `served_graph`, shared with test_serving_latency.py)."""
+    return served_graph
 
 
 def _expected(retrievals, method: str, sample_id: str) -> tuple[list[str], list[float]]:

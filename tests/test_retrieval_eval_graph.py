@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import dagster as dg
 import duckdb
 import pytest
-from conftest import materialize_graph, write_config
+from conftest import EVALUATED_TASK
 
-TASK = "LaMP-2"
+TASK = EVALUATED_TASK
 
 
 @pytest.fixture(scope="module")
-def evaluated(tmp_path_factory: pytest.TempPathFactory):
-    """Materialize everything lamp_retrieval_evaluation needs for one task; return an open read-only connection."""
-    tmp = tmp_path_factory.mktemp("reval")
-    home = tmp / "home"
-    data = {"demo_users": 48, "demo_communities": 4, "demo_dev_samples": 24, "tasks": [TASK], "llm_eval_samples": 6}
-    config = write_config(tmp / "prag.toml", home, generator_backend="fake", data=data)
-    selection = dg.AssetSelection.assets("lamp_retrieval_evaluation").upstream()
-    result = materialize_graph(config, [TASK], selection=selection)
-    assert result.success
+def evaluated(evaluated_graph):
+    """The session's retrieval-evaluation demo (tests/conftest.py `evaluated_graph`, tuning on: ClusterRAG's tuned
+    methods also keep an @default row); an open read-only connection and the run."""
+    _, home, result = evaluated_graph
     con = duckdb.connect(str(home / "prag.duckdb"), read_only=True)
     yield con, result
     con.close()

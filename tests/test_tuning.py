@@ -6,30 +6,22 @@ from __future__ import annotations
 import json
 import shutil
 
-import dagster as dg
 import duckdb
 import pytest
-from conftest import materialize_graph, poison_dev, write_config
+from conftest import EVALUATED_DEV, EVALUATED_TASK, poison_dev
 
 from prag_models.config.settings import Settings, load_settings
 from prag_models.evaluation.tuning import read_tuned, tune_task
 from prag_models.stages.retrieval import clusterrag_rows
 
-TASK = "LaMP-2"
+TASK = EVALUATED_TASK
 
 
-@pytest.fixture(scope="module")
-def graph(tmp_path_factory: pytest.TempPathFactory):
-    """The retrieval evaluation and everything upstream (tuned_settings included) for one task; the config path."""
-    tmp = tmp_path_factory.mktemp("tuning")
-    home = tmp / "home"
-    data = {"demo_users": 48, "demo_communities": 4, "demo_dev_samples": 12, "tasks": [TASK], "llm_eval_samples": 2}
-    config = write_config(tmp / "prag.toml", home, generator_backend="fake", data=data,
-                          tuning={"enabled": True, "budget_s": 20.0, "max_trials": 10})  # fmt: skip
-    selection = dg.AssetSelection.assets("lamp_retrieval_evaluation").upstream()
-    result = materialize_graph(config, [TASK], selection=selection)
-    assert result.success
-    return config, home, result
+@pytest.fixture
+def graph(evaluated_graph):
+    """The retrieval evaluation and everything upstream (tuned_settings included) for one task: the session's
+    (tests/conftest.py `evaluated_graph`); (config, home, result)."""
+    return evaluated_graph
 
 
 def _settings(config) -> Settings:
@@ -70,7 +62,7 @@ def test_the_default_keeps_its_own_row_with_a_paired_comparison(graph) -> None:
         ).fetchall()
     assert {"clusterrag_community", "clusterrag_community@default", "clusterrag_collaborative@default"} <= methods
     assert {(m, b) for m, b, _ in pairs} >= {("clusterrag_community", "clusterrag_community@default")}
-    assert all(n == 12 for _, _, n in pairs)
+    assert all(n == EVALUATED_DEV for _, _, n in pairs)  # every dev sample
 
 
 def test_the_search_never_reads_dev(graph, tmp_path) -> None:

@@ -71,8 +71,9 @@ def test_neighbours_and_registered_versions_use_the_tuned_values(graph) -> None:
         name, version = con.execute("SELECT registered_name, version FROM cfrag_models WHERE kind = 'retriever'"
                                     ).fetchone()  # fmt: skip
     assert widths == {tuned["cfrag.top_m_users"]}
-    mlflow.set_tracking_uri(f"sqlite:///{home / 'mlflow.db'}")
-    folder = mlflow.artifacts.download_artifacts(f"models:/{name}/{version}")
+    uri = f"sqlite:///{home / 'mlflow.db'}"  # a client of its own: a global tracking URI would leak into later tests
+    source = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri).get_model_version_download_uri(name, version)
+    folder = mlflow.artifacts.download_artifacts(source, tracking_uri=uri)
     stored = yaml.safe_load(Path(folder, "MLmodel").read_text())["flavors"]["python_function"]["config"]
     served = stored["settings"]["cfrag"]
     for knob, value in tuned.items():  # serving answers with the values the evaluation used

@@ -106,6 +106,25 @@ def pytest_xdist_make_scheduler(config, log):
     return LongestFirst(config, log)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_models_in_fast_tier_fixtures():
+    """In the fast tier, loading a model fails from the start of the session: a module or session fixture that loads
+    one (set up before any function-scoped guard) fails too, naming MODEL_MODULES."""
+    if not FAST:
+        yield
+        return
+    import importlib
+
+    def refuse(*_args, **_kwargs):
+        raise RuntimeError("a fast-tier test or fixture loads a model: add its module to MODEL_MODULES "
+                           "(tests/conftest.py)")  # fmt: skip
+
+    with pytest.MonkeyPatch.context() as patch:
+        for module, name in MODEL_LOADERS:
+            patch.setattr(getattr(importlib.import_module(module), name), "__init__", refuse)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _no_models_in_fast_tier(request, monkeypatch):
     """In the fast tier (PRAG_FAST_TESTS=1), loading a model fails the test: its module belongs in MODEL_MODULES."""

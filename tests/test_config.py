@@ -35,6 +35,8 @@ def test_toml_then_env_override(tmp_path):
         ({"PRAG__CFRAG__RETRIEVER_SCALAR_LR": "fast"}, "settings.cfrag.retriever_scalar_lr"),
         ({"PRAG__CFRAG__RERANKER_USER_RANK": "-2"}, "settings.cfrag.reranker_user_rank"),
         ({"PRAG__RUN__LLM_BUDGET_S": "soon"}, "settings.run.llm_budget_s"),
+        ({"PRAG__CFRAG__USER_VECTORS": "median"}, "settings.cfrag.user_vectors"),
+        ({"PRAG__CFRAG__FEEDBACK_MAX_USERS": "0"}, "settings.cfrag.feedback_max_users"),
     ],
 )
 def test_bad_values_are_named(env, message):

@@ -230,6 +230,8 @@ def cfrag_user_embedding_rows(
 def mean_vectors(con, task: str, ids: Sequence[str]) -> np.ndarray:
     """The mean document embedding of each of the given users (table user_embeddings; zero without one)."""
     means = read_rows(con, "user_embeddings", {"task": task})
+    if means.empty:
+        raise LookupError(f"cfrag.user_vectors = 'mean' needs the user_embeddings of {task}: materialize them first")
     by_user = dict(zip(means["user_id"], means["embedding"], strict=True))
     dim = len(next(iter(by_user.values())))
     return column_to_matrix([by_user.get(u, np.zeros(dim, dtype=np.float32)) for u in ids], dim)

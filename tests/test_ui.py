@@ -214,3 +214,25 @@ def test_runs_are_listed_under_the_named_job(ui):
     in-process run carries no code-location origin, so the location's own job page lists only runs launched there)."""
     _dom(ui, "/runs?q%5B0%5D=job%3Aprag_demo",
          [ui["run_id"][:8], "prag/tasks: LaMP-2,LaMP-3", "prag/data_source: demo", "prag/settings_hash"])
+
+
+LINKS = """query($key: AssetKeyInput!, $partition: String!) { assetOrError(assetKey: $key) { ... on Asset {
+  assetMaterializations(partitions: [$partition], limit: 1) { metadataEntries { label
+    ... on UrlMetadataEntry { url } } } } } }"""
+
+
+def test_training_asset_links_its_mlflow_run_and_version(ui):
+    """Lineage from Dagster to MLflow in the UI: the LaMP-2 partition of cfrag_retriever renders links that open the
+    MLflow UI on the run that trained the registered version and on that version (ids from cfrag_models)."""
+    task = DEMO_TASKS[0]
+    found = _graphql(ui["base"], LINKS, {"key": {"path": ["cfrag_retriever"]}, "partition": task})
+    (materialization,) = found["assetOrError"]["assetMaterializations"]
+    urls = {e["label"]: e.get("url") for e in materialization["metadataEntries"]}
+    with duckdb.connect(str(ui["home"] / "prag.duckdb"), read_only=True) as con:
+        run_id, name, version = con.execute("SELECT run_id, registered_name, version FROM cfrag_models "
+                                            "WHERE task = ? AND kind = 'retriever'", [task]).fetchone()  # fmt: skip
+    run_url, version_url = urls[f"mlflow_run {task}"], urls[f"mlflow_version {task}"]
+    assert run_url.endswith(f"/runs/{run_id}") and version_url.endswith(f"/models/{name}/versions/{version}")
+    dom = _dom(ui, f"/assets/cfrag_retriever?view=partitions&partition={task}", [f"mlflow_run {task}"])
+    for url in (run_url, version_url):
+        assert f'href="{url.replace("&", "&amp;")}"' in dom, f"{url} is not a link on the partition page"

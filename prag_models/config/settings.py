@@ -9,38 +9,24 @@ the folder that holds all state (DuckDB file, Dagster storage, MLflow store) unl
 
 from __future__ import annotations
 
-import json
 import os
 import tomllib
 import typing
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BeforeValidator, Field, ValidationError
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from prag_models.config.cfrag import CfragSettings as CfragSettings  # re-exported: one import path for settings
 from prag_models.config.compute import ComputeSettings as ComputeSettings  # re-exported as well
+from prag_models.config.pbr import PbrSettings as PbrSettings  # re-exported as well
 from prag_models.config.privacy import PrivacySettings as PrivacySettings  # re-exported as well
 from prag_models.config.run import RunSettings as RunSettings  # re-exported as well
 from prag_models.config.sources import ConfigError as ConfigError  # re-exported: callers catch config.ConfigError
+from prag_models.config.sources import Csv as Csv  # re-exported as well
 from prag_models.config.sources import Section as Section
 from prag_models.config.sources import load_context, settings_sources, validation_message
-
-
-def _csv(value: Any) -> Any:
-    """A list setting given as text: JSON (``["a", "b"]``) or comma-separated (``a,b``)."""
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("["):
-            return tuple(json.loads(text))
-        return tuple(v.strip() for v in text.split(",") if v.strip())
-    return value
-
-
-#: A tuple-of-strings setting that also reads ``a,b`` from the environment.
-Csv = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_csv)]
-
 
 #: Every LaMP retrieval/generation method prag implements (the method registry that retrieval.methods is checked
 #: against; tests assert it equals what the stages produce).
@@ -60,8 +46,6 @@ DEMO_FAMILIES: tuple[str, ...] = ("communities", "split_taste", "no_community")
 USER_SIMILARITIES: tuple[str, ...] = ("content", "taste", "blend")
 #: generator.llama_cpp_weights values (prag_models/llm/gguf_weights.py)
 LLAMA_CPP_WEIGHTS: tuple[str, ...] = ("auto", "as_is", "bf16", "f16", "q8_0")
-
-
 
 
 class DataSettings(Section):
@@ -217,48 +201,6 @@ class ClusteringSettings(Section):
     n_jobs: int = 2  # HDBSCAN core-distance workers
 
 
-class PbrSettings(Section):
-    """PBR personalized query expansion (docs/methods.md §4): P-PRF, P-Anchor graph and retrieval depth."""
-
-    k1: int = 5  # top-k1 docs shown to the LLM for P-PRF (5 PersonaBench, 10 LongMemEval)
-    num_pseudo: int = 10  # m pseudo utterances
-    theta: float = 0.5  # cosine threshold of the P-Anchor graph (0.5 PersonaBench, 0.75 LongMemEval)
-    k2: int = 5  # neighbours per node, self-loop included (5 PersonaBench, 10 LongMemEval-s)
-    pagerank_iters: int = 50
-    pagerank_tol: float = 1e-6
-    damping: float = 0.0  # 0 = off (authors' code); else pi <- d * P^T pi + (1 - d) / n
-    top_k: int = 10  # retrieval depth (largest K of the metrics)
-    expansion_source: str = "auto"  # auto (replay where cached, else generate) | replay | generate (configured LLM)
-    # Retrieval evaluation on real data (asset group retrieval_eval, data.real_data_dir)
-    datasets: Csv = ("personabench", "longmemeval")
-    # PersonaBench communities to pool (folder names under personabench/; empty = every community found) and the
-    # noise level of their private data (private_data/noise_<level>/, eval_info/qa_gt_context_all_noise_<level>.json)
-    personabench_communities: Csv = ()
-    personabench_noise: str = "0.0"
-    eval_methods: Csv = (
-        "base",
-        "pbr",
-        "pbr_wo_anchor",
-        "pbr_wo_prf",
-        "hyde",
-        "query2term",
-        "mill",
-        "cot",
-        "thinkqe",
-    )
-    generate_qe: bool = False  # generate the QE baselines' expansions even with expansion_source = replay
-    expansion_max_new_tokens: int = 512  # per P-PRF reply (pseudo utterances, pseudo reasoning)
-    qe_max_new_tokens: int = 256  # per QE baseline reply
-    lme_k1: int = 10  # LongMemEval overrides of k1, theta, k2 (authors' code defaults for LongMemEval-s)
-    lme_theta: float = 0.75
-    lme_k2: int = 10
-    # LaMP query side (pbr_lamp_retrievals). Demo budget: 2 generations per dev sample (utterances + reasoning)
-    lamp_k1: int = 2  # profile docs shown to the LLM
-    lamp_num_pseudo: int = 3  # pseudo utterances asked for
-    lamp_max_new_tokens: int = 32
-    lamp_history_tokens: int = 128  # token budget of the shown profile docs
-
-
 class MlflowSettings(Section):
     """MLflow tracking and registry; empty URI = sqlite store under the prag home."""
 
@@ -310,7 +252,6 @@ class Settings(BaseSettings):
     def mlflow_artifacts_path(self) -> Path:
         """Local artifact folder used with the default tracking store."""
         return self.home_path / "mlflow-artifacts"
-
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, **_ignored):  # noqa: ANN001, ANN003, ANN206

@@ -6,18 +6,33 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import os
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic_settings import EnvSettingsSource, InitSettingsSource, PydanticBaseSettingsSource
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic_settings import EnvSettingsSource, InitSettingsSource, NoDecode, PydanticBaseSettingsSource
 
 
 class Section(BaseModel):
     """One table of settings: immutable (hashable, so it can key caches), unknown keys rejected."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _csv(value: Any) -> Any:
+    """A list setting given as text: JSON (``["a", "b"]``) or comma-separated (``a,b``)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return tuple(json.loads(text))
+        return tuple(v.strip() for v in text.split(",") if v.strip())
+    return value
+
+
+#: A tuple-of-strings setting that also reads ``a,b`` from the environment.
+Csv = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_csv)]
 
 
 class ConfigError(ValueError):

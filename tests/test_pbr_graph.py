@@ -116,7 +116,7 @@ def test_retrieval_eval_group_generates_once(tmp_path):
     config = _eval_config(tmp_path, data, expansion_source="generate")
     result = _materialize(config)
     checks = _checks(result)
-    assert result.success and len(checks) == 5 and all(checks.values()), checks
+    assert result.success and len(checks) == 6 and all(checks.values()), checks
     assert _meta(result, "query_expansions", "generated_now") == 2 * 5 + 5 * 5 + 2 * 2 + 5 * 2  # P-PRF + QE prompts
     with _con(config) as con:
         segs = dict(con.execute("SELECT dataset, count(*) FROM personal_segments GROUP BY dataset").fetchall())

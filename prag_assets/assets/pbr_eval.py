@@ -9,18 +9,23 @@ configured ``pbr.datasets`` the assets fail with a message naming the folder. Ea
 first and writes them in one transaction.
 """
 
+import json
 from collections.abc import Iterator
 
 import dagster as dg
 import pandas as pd
 
 from prag_assets.common import frame_table, keyed_table, preview, progress_logger, table_metadata
+from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.partitions import DUCKDB_POOL, single_run
 from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
 from prag_assets.task_table import CODE_VERSION
 from prag_models.config.settings import Settings
 from prag_models.methods.pbr_report import retrieval_markdown
+from prag_models.mlops.tuning_log import log_tuning
 from prag_models.stages import real_data_build as build
+from prag_models.stages.pbr_tuning import TABLE as TUNED_TABLE
+from prag_models.stages.pbr_tuning import empty_rows, ensure_tuned_table
 from prag_models.stages.real_data import ensure_table
 from prag_models.storage.store import replace_many
 
@@ -122,8 +127,46 @@ def query_expansions(
                                          "generated_now": sum(s["generated_now"] for s in stats.values())})
 
 
-@dg.asset(deps=[query_expansions], kinds={"duckdb"}, description="Per method and question, the top pbr.top_k "
-          "segments of the asking user's own corpus (inner product, FAISS), docs/methods.md §4.3.", **_COMMON)
+@dg.asset(deps=[query_expansions], kinds={"duckdb", "optuna"}, description="PBR's knobs (θ, k2 and the three fusion "
+          "weights) tuned per dataset by an Optuna search, cross-fitted over folds of persons (of communities when "
+          "several are pooled): each fold's questions are ranked with the values chosen on the other folds, so no "
+          "question is scored by knobs chosen on it (docs/methods.md §4.7). Logged to MLflow (run "
+          "pbr-tuning-<dataset>); fold 'all' holds the values for data not seen yet.", **_COMMON)
+def pbr_tuned_settings(
+    context: dg.AssetExecutionContext,
+    prag_settings: PragSettingsResource,
+    duckdb: DuckDBResource,
+    models: ModelsResource,
+    mlflow: MlflowResource,
+) -> Iterator[dg.MaterializeResult]:
+    """Write table pbr_tuned_settings (dataset, fold, knob, value, default_value, train scores) for every dataset."""
+    settings = prag_settings.get()
+    datasets = run_datasets(context, settings)
+    if not datasets:  # not configured: no materialization, downstream steps skip
+        return
+    with duckdb.connect() as con:
+        ensure_tuned_table(con)
+        results = {d: build.pbr_tuning(con, d, settings, models.embedder) for d in datasets}
+        replace_many(con, [(TUNED_TABLE, r.rows if r else empty_rows(), {"dataset": d}) for d, r in results.items()])
+    stats = {}
+    for dataset, result in results.items():
+        if result is None:
+            stats[dataset] = {"tuned": "no (PBR not evaluated, an expansion missing, or tuning.enabled = false)"}
+            continue
+        summary = {k: v for k, v in result.stats.items() if isinstance(v, float | int)}
+        chosen = result.rows.assign(method="fold-" + result.rows["fold"])
+        run_id = log_tuning(mlflow.target(), dataset, chosen, result.trials.assign(method="fold-" + result.trials[
+            "fold"]), name="pbr-tuning", summary=summary)  # fmt: skip
+        stats[dataset] = {**result.stats, "deployed": json.dumps(result.stats["deployed"]), "mlflow_run": run_id}
+        context.log.info(f"{dataset}: PBR tuned on {result.stats['folds']} folds, held-out {result.stats['metric']} "
+                         f"{result.stats['held_out_tuned']:.4f} vs the authors' {result.stats['held_out_default']:.4f}")
+    yield dg.MaterializeResult(metadata={**_written(duckdb, TUNED_TABLE), "per_dataset": keyed_table(stats, "dataset")})
+
+
+@dg.asset(deps=[query_expansions, pbr_tuned_settings], kinds={"duckdb"}, description="Per method and question, the "
+          "top pbr.top_k segments of the asking user's own corpus (inner product, FAISS), docs/methods.md §4.3; pbr "
+          "with the knobs tuned without the question's fold, pbr@default with the authors' settings (§4.7).",
+          **_COMMON)
 def retrieval_runs(
     context: dg.AssetExecutionContext,
     prag_settings: PragSettingsResource,

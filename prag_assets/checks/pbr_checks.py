@@ -10,6 +10,7 @@ from prag_assets.partitions import DUCKDB_POOL
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_models.config.settings import Settings
 from prag_models.stages import pbr_lamp as pbr_lamp_rules
+from prag_models.stages import pbr_tuning as pbr_tuning_rules
 from prag_models.stages import real_data as rules
 
 #: (connection, dataset, settings) -> problems of one dataset.
@@ -48,6 +49,9 @@ pbr_checks = [
                   "configured embedder.", rules.segment_embedding_problems),
     dataset_check(pbr_eval.query_expansions, "expansions_valid", "(question, method, source) unique; every expansion "
                   "method covers every question.", rules.expansion_problems),
+    dataset_check(pbr_eval.pbr_tuned_settings, "tuned_values_in_space", "Every fold holds every PBR knob once, with a "
+                  "value from the search space; the folds hold out every question exactly once.",
+                  pbr_tuning_rules.tuned_problems),
     dataset_check(pbr_eval.retrieval_runs, "every_question_ranked", "Every question ranked by every method, only "
                   "with segments of the asking user's corpus, ranks 1..pbr.top_k.", rules.run_problems),
     dataset_check(pbr_eval.retrieval_evaluation, "metrics_in_unit_interval", "Every R@K / NDCG@K within [0, 1] "

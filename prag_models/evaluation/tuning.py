@@ -75,15 +75,15 @@ def score(found: list[list[Retrieved]], samples: pd.DataFrame, truth: Truth, k: 
 
 
 def search(
-    space_of: Mapping[str, Sequence[Any]], default: dict[str, Any], run: Callable[[dict[str, Any]], list],
-    samples: pd.DataFrame, truth: Truth, k: int, seed: int, max_trials: int, budget_s: float,
+    space_of: Mapping[str, Sequence[Any]], default: dict[str, Any],
+    evaluate: Callable[[dict[str, Any]], tuple[str, np.ndarray]], seed: int, max_trials: int, budget_s: float,
 ) -> tuple[dict[str, Any], list[tuple], str, Any]:  # fmt: skip
-    """Optuna search (TPE, seeded; trial 0 = the default) over knob values, ``run(values)`` retrieving each sample's
-    top-k: (chosen values, trials as (trial, params, score, seconds), metric, the best trial's paired train gain over
-    the default). The best trial is chosen only when that gain's 95 % interval is above 0; otherwise the default
-    stays (a noisy train score must not move a knob). Not cross-fitted: ranking the trials on half of the samples and
-    confirming on the other half kept fewer than half of the dev gains at 16 train samples and still let one harmful
-    choice through (docs/methods.md §3.9)."""
+    """Optuna search (TPE, seeded; trial 0 = the default) over knob values, ``evaluate(values)`` scoring each train
+    sample (metric name, per-sample scores): (chosen values, trials as (trial, params, score, seconds), metric, the
+    best trial's paired train gain over the default). The best trial is chosen only when that gain's 95 % interval
+    is above 0; otherwise the default stays (a noisy train score must not move a knob). Not cross-fitted: ranking
+    the trials on half of the samples and confirming on the other half kept fewer than half of the dev gains at 16
+    train samples and still let one harmful choice through (docs/methods.md §3.9)."""
     import optuna
 
     from prag_models.metrics.intervals import paired_difference
@@ -96,8 +96,8 @@ def search(
     def objective(trial: optuna.Trial) -> float:
         t0 = time.perf_counter()
         values = {knob: trial.suggest_categorical(knob, list(choices)) for knob, choices in space_of.items()}
-        metric_name[0], per_sample[trial.number] = score(run(values), samples, truth, k)
-        value = float(np.nanmean(per_sample[trial.number])) if len(samples) else float("nan")
+        metric_name[0], per_sample[trial.number] = evaluate(values)
+        value = float(np.nanmean(per_sample[trial.number])) if len(per_sample[trial.number]) else float("nan")
         trials.append((trial.number, json.dumps(values, sort_keys=True), value, round(time.perf_counter() - t0, 3)))
         return value
 
@@ -120,7 +120,8 @@ def tune_method(method: str, settings: Settings, space: UserSpace, index: Profil
         return retrieve(method, with_knobs(settings, values), space, index, samples)
 
     default = default_values(settings, method)
-    return search(KNOB_SPACE[method], default, run, samples, truth, settings.retrieval.k, t.seed, t.max_trials,
+    k = settings.retrieval.k
+    return search(KNOB_SPACE[method], default, lambda v: score(run(v), samples, truth, k), t.seed, t.max_trials,
                   budget_s)  # fmt: skip
 
 
@@ -213,7 +214,8 @@ def tune_cfrag(con, task: str, settings: Settings) -> tuple[pd.DataFrame, pd.Dat
 
     default = knob_values(settings, CFRAG_KNOB_SPACE)
     budget = t.budget_s / len(KNOB_SPACE)  # the share of each ClusterRAG method
-    chosen, trials, metric, gain = search(CFRAG_KNOB_SPACE, default, run, samples, truth, settings.retrieval.k,
+    k = settings.retrieval.k
+    chosen, trials, metric, gain = search(CFRAG_KNOB_SPACE, default, lambda v: score(run(v), samples, truth, k),
                                           t.seed, t.max_trials, budget)  # fmt: skip
     rows, tried, stats = method_rows(task, METHOD, chosen, default, trials, metric, gain, len(samples))
     return (pd.DataFrame(rows, columns=TUNED_COLUMNS), pd.DataFrame(tried, columns=TRIAL_COLUMNS),

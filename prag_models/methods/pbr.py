@@ -276,17 +276,27 @@ def fusion_weights(center: np.ndarray, f_avg: np.ndarray, r: np.ndarray) -> tupl
     return 1.0 + _cos(center, f_avg), 1.0 + _cos(center, r)
 
 
+def fusion_weights_of(settings: PbrSettings) -> tuple[float, float, float]:
+    """PBR's three fusion weights (anchor, utterances, reasoning) from its settings (docs/methods.md §4.3, §4.7)."""
+    return settings.anchor_weight, settings.utterance_weight, settings.reasoning_weight
+
+
 def pbr_query_vectors(
     q: np.ndarray,
     g: np.ndarray,
     f_avg: np.ndarray | None = None,
     r: np.ndarray | None = None,
     methods: Sequence[str] = PBR_METHODS,
+    anchor_weight: float = 1.0,
+    utterance_weight: float = 1.0,
+    reasoning_weight: float = 1.0,
 ) -> dict[str, np.ndarray]:
     """Query vectors of Base, PBR and the two ablations for one question (docs/methods.md §4.3).
 
     - ``base``: q.
-    - ``pbr``: w1 = 1 + cos((q+g)/2, f_avg), w2 = 1 + cos((q+g)/2, r); q* = q + g + w1 f_avg + w2 r.
+    - ``pbr``: w1 = 1 + cos((q+g)/2, f_avg), w2 = 1 + cos((q+g)/2, r); q* = q + a g + b w1 f_avg + c w2 r with the
+      fusion weights a, b, c = ``anchor_weight``, ``utterance_weight``, ``reasoning_weight`` (all 1: the authors'
+      fusion; tuned per dataset, §4.7).
     - ``pbr_wo_anchor`` (no P-Anchor): g is dropped from the sum and from the weights, w1 = 1 + cos(q, f_avg),
       w2 = 1 + cos(q, r); q* = q + w1 f_avg + w2 r.
     - ``pbr_wo_prf`` (no P-PRF): no pseudo utterances nor reasoning; q* = q + g.
@@ -310,7 +320,7 @@ def pbr_query_vectors(
             rr = np.asarray(r, dtype=np.float64)
             if method == "pbr":
                 w1, w2 = fusion_weights((q + g) / 2.0, f, rr)
-                vec = q + g + w1 * f + w2 * rr
+                vec = q + anchor_weight * g + utterance_weight * w1 * f + reasoning_weight * w2 * rr
             else:
                 w1, w2 = fusion_weights(q, f, rr)
                 vec = q + w1 * f + w2 * rr

@@ -21,6 +21,7 @@ from prag_models.methods.pbr import (
     PbrExpansion,
     anchor_vector,
     faiss_top_k,
+    fusion_weights_of,
     generate_expansions,
     pbr_query_vectors,
     top_k_prf,
@@ -134,7 +135,7 @@ def retrieve_rankings(
         needed = any(m in NEEDS_EXPANSION for m in pbr_methods)
         f_avg, r = expansion_vectors(expansions[q.q_id] if needed else None, cache, embedder.dim)
         g = anchors.get(q.user, np.zeros(embedder.dim, dtype=np.float32))
-        vectors = pbr_query_vectors(qv, g, f_avg, r, pbr_methods)
+        vectors = pbr_query_vectors(qv, g, f_avg, r, pbr_methods, *fusion_weights_of(settings))
         for m in methods:
             if m in qe.QE_METHODS:
                 vectors[m] = qe.qe_query_vector(cache, m, q.question, qe_expansions[m][q.q_id])

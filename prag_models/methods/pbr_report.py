@@ -8,10 +8,12 @@ import pandas as pd
 from prag_models.data.personabench import CATEGORIES
 from prag_models.methods import query_expansion as qe
 from prag_models.methods.pbr import PBR_METHODS
+from prag_models.methods.pbr_knobs import DEFAULT_METHOD
 
-ALL_METHODS: tuple[str, ...] = (*PBR_METHODS, *qe.QE_METHODS)
+ALL_METHODS: tuple[str, ...] = (*PBR_METHODS, DEFAULT_METHOD, *qe.QE_METHODS)
 RECALL_METRIC = {"personabench": "recall", "longmemeval": "recall_any"}
 LABELS = {"base": "Base", "pbr": "PBR", "pbr_wo_anchor": "PBR w/o P-Anchor", "pbr_wo_prf": "PBR w/o P-PRF",
+          DEFAULT_METHOD: "PBR, authors' settings",
           "hyde": "HyDE", "query2term": "Query2Term", "mill": "MILL", "cot": "CoT", "thinkqe": "ThinkQE"}  # fmt: skip
 
 

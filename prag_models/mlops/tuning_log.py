@@ -13,9 +13,11 @@ from prag_models.mlops.registry import MlflowTarget, experiment_id, make_client
 
 
 def log_tuning(
-    target: MlflowTarget, task: str, chosen: pd.DataFrame, trials: pd.DataFrame, name: str = "tuning"
+    target: MlflowTarget, task: str, chosen: pd.DataFrame, trials: pd.DataFrame, name: str = "tuning",
+    summary: dict[str, float] | None = None,
 ) -> str:
-    """Log one task's search as a run named ``<name>-<task>``; returns the run id."""
+    """Log one task's search as a run named ``<name>-<task>`` (``summary``: further metrics, e.g. a held-out gain);
+    returns the run id."""
     from mlflow.entities import Metric, Param
 
     client = make_client(target)
@@ -29,6 +31,7 @@ def log_tuning(
         metrics += [Metric(f"{method}.score", float(first.score), now, 0),
                     Metric(f"{method}.default_score", float(first.default_score), now, 0)]  # fmt: skip
     metrics += [Metric(f"{r.method}.trial_score", float(r.score), now, int(r.trial)) for r in trials.itertuples()]
+    metrics += [Metric(key, float(value), now, 0) for key, value in (summary or {}).items()]
     for start in range(0, len(params), 100):
         client.log_batch(run_id, params=params[start : start + 100])
     for start in range(0, len(metrics), 1000):

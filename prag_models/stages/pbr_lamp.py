@@ -17,6 +17,7 @@ from prag_models.llm.cache import generate_cached
 from prag_models.methods.pbr import (
     PbrExpansion,
     anchor_vector,
+    fusion_weights_of,
     generate_expansions,
     pbr_query_vectors,
     top_k_prf,
@@ -132,7 +133,8 @@ def pbr_lamp_rows(
             anchors[s.user_id] = anchor_vector(docs, pbr)[0]
         q = np.asarray(s.embedding, dtype=np.float32)
         f_avg, r = expansion_vectors(expansions.get(s.sample_id), lambda t: np.stack([vecs[x] for x in t]), len(q))
-        vectors = pbr_query_vectors(q, anchors[s.user_id], f_avg, r, [LAMP_METHODS[m] for m in methods])
+        vectors = pbr_query_vectors(q, anchors[s.user_id], f_avg, r, [LAMP_METHODS[m] for m in methods],
+                                    *fusion_weights_of(pbr))  # fmt: skip
         for m in methods:
             scores = docs @ vectors[LAMP_METHODS[m]]
             order = np.argsort(-scores, kind="stable")[:k]

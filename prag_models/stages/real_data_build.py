@@ -14,6 +14,7 @@ import pandas as pd
 
 from prag_models.config.settings import PbrSettings, Settings
 from prag_models.data.personabench import RetrievalQuestion
+from prag_models.evaluation.pbr_tuning import PbrTuning, tune_pbr
 from prag_models.llm.base import Generator
 from prag_models.methods import query_expansion as qe
 from prag_models.methods.pbr import NEEDS_EXPANSION, PBR_METHODS, PbrExpansion, validate_pbr_settings
@@ -25,14 +26,18 @@ from prag_models.methods.pbr_eval import (
     prf_histories,
     retrieve_rankings,
 )
+from prag_models.methods.pbr_knobs import DEFAULT_METHOD
 from prag_models.metrics.retrieval import KS
 from prag_models.stages.pbr_lamp import CachedEmbedder, CachedGenerator
+from prag_models.stages.pbr_tuning import pbr_vectors, tuned_per_question
 from prag_models.stages.real_data import read_corpus
 from prag_models.storage.store import read_rows, table_exists
 from prag_models.text.embedder import content_hash
 
 DATASETS: tuple[str, ...] = ("personabench", "longmemeval")
 ALL_METHODS: tuple[str, ...] = (*PBR_METHODS, *qe.QE_METHODS)
+#: Every method retrieval_runs may hold: the configurable ones and PBR with the authors' settings (§4.7).
+RUN_METHODS: tuple[str, ...] = (*PBR_METHODS, DEFAULT_METHOD, *qe.QE_METHODS)
 P_PRF = "p_prf"  # expansion method name of PBR's pseudo utterances + pseudo reasoning
 REPLAY_SOURCE = "replay:pbr_cached_expansions.json"
 #: Datasets with the PBR authors' cached P-PRF expansions (pbr.expansion_source = auto | replay replays them).
@@ -274,11 +279,32 @@ def retrieval_run_rows(con, dataset: str, settings: Settings, load_embedder: Cal
         warn(f"{dataset}: methods {skipped} skipped (no expansion for every question)")
     cache = seeded_cache(con, dataset, settings, load_embedder)
     rankings = retrieve_rankings(questions, segments, cache, methods, prf, ds, qe_texts)
+    tuned = tuned_per_question(con, dataset, ds, questions) if "pbr" in methods else None
+    if tuned:  # pbr = the knobs tuned without the question's fold; the authors' settings stay as pbr@default
+        vectors = pbr_vectors(questions, segments, prf, cache)
+        for q in questions:
+            rankings[(DEFAULT_METHOD, q.q_id)] = rankings[("pbr", q.q_id)]
+            rankings[("pbr", q.q_id)] = vectors.rank(q, tuned[q.q_id])
     user = {q.q_id: q.user for q in questions}
     frame = pd.DataFrame([(dataset, m, q_id, user[q_id], rank, seg) for (m, q_id), ranked in rankings.items()
                           for rank, seg in enumerate(ranked, 1)], columns=RUN_COLUMNS)
+    methods = [*methods, DEFAULT_METHOD] if tuned else methods
     return frame, {"methods": methods, "skipped": skipped, "questions": len(questions), "rows": len(frame),
                    "newly_embedded": cache.embedder.new}
+
+
+def pbr_tuning(con, dataset: str, settings: Settings, load_embedder: Callable[[], Any]) -> PbrTuning | None:  # noqa: ANN001
+    """Cross-fitted tuning of PBR's knobs on one dataset (docs/methods.md §4.7); None where PBR is not evaluated,
+    lacks an expansion for some question, or tuning is off."""
+    if not settings.tuning.enabled or "pbr" not in settings.pbr.eval_methods:
+        return None
+    questions, segments = read_corpus(con, dataset)
+    prf, _ = _expansions_of(read_rows(con, "query_expansions", {"dataset": dataset}))
+    vectors = pbr_vectors(questions, segments, prf, seeded_cache(con, dataset, settings, load_embedder))
+    if vectors is None:
+        return None
+    ds = dataset_settings(settings.pbr, dataset)
+    return tune_pbr(dataset, vectors, ds, settings.tuning, ds.tuning_folds)
 
 
 def evaluation_rows(con, dataset: str, settings: Settings) -> pd.DataFrame:  # noqa: ANN001
@@ -288,7 +314,7 @@ def evaluation_rows(con, dataset: str, settings: Settings) -> pd.DataFrame:  # n
     questions, _ = read_corpus(con, dataset)
     runs = read_rows(con, "retrieval_runs", {"dataset": dataset}, order_by="method, q_id, rank")
     rankings = {key: g["segment_id"].tolist() for key, g in runs.groupby(["method", "q_id"], sort=False)}
-    methods = [m for m in ALL_METHODS if m in set(runs["method"])]
+    methods = [m for m in RUN_METHODS if m in set(runs["method"])]
     scores = per_question_scores(questions, rankings, methods, ks)
     if dataset == "personabench":
         from prag_models.data.personabench import community_of

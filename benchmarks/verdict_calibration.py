@@ -3,7 +3,7 @@ measured on many small demo worlds, each rate with a Wilson 95 % interval and th
 
     python benchmarks/verdict_calibration.py [--family communities split_taste no_community] [--worlds 20]
         [--task LaMP-2] [--users 64] [--communities 4] [--dev-samples 32] [--seed-start 1000] [--placebo 20]
-        [--jobs 2] [--user-similarity taste] [--with-cfrag]
+        [--jobs 2] [--user-similarity taste] [--with-cfrag] [--workdir DIR [--reuse]]
 
 Each world is a demo (prag_models/data/demo.py) of the family named by the setting ``data.demo_family`` (env
 ``PRAG__DATA__DEMO_FAMILY``; "communities" is today's world, where the community decides the label; "split_taste":
@@ -100,13 +100,16 @@ def run_world(family: str, seed: int, args: argparse.Namespace, root: Path) -> d
     folder.mkdir(parents=True, exist_ok=True)
     config = write_world_config(folder / "prag.toml", folder / "home", family, seed, args)
     start = time.perf_counter()
-    result = dg.materialize(
-        list(defs.assets), resources=default_resources(config_file=str(config)),
-        selection=selection(args.with_cfrag), partition_key=args.task, raise_on_error=False,
-    )  # fmt: skip
-    seconds = time.perf_counter() - start
-    if not result.success:
-        return {"family": family, "seed": seed, "verdict": "failed", "seconds": seconds}
+    done = folder / "home" / "materialized"
+    if not (args.reuse and done.exists()):  # --reuse: re-decide a world already materialized in --workdir
+        result = dg.materialize(
+            list(defs.assets), resources=default_resources(config_file=str(config)),
+            selection=selection(args.with_cfrag), partition_key=args.task, raise_on_error=False,
+        )  # fmt: skip
+        if not result.success:
+            return {"family": family, "seed": seed, "verdict": "failed", "seconds": time.perf_counter() - start}
+        done.write_text(f"{time.perf_counter() - start:.1f}", encoding="utf-8")
+    seconds = float(done.read_text(encoding="utf-8"))
     con = duckdb.connect(str(folder / "home" / "prag.duckdb"), read_only=True)
     try:
         table = verdicts_from_store(con, [args.task])
@@ -199,6 +202,8 @@ def main() -> None:
                         help="clustering.user_similarity (default: the setting's)")
     parser.add_argument("--with-cfrag", action="store_true", help="add CFRAG (2 training epochs; slower)")
     parser.add_argument("--workdir", default="", help="where the worlds' homes go (default: a temporary folder)")
+    parser.add_argument("--reuse", action="store_true", help="re-decide the worlds already materialized in --workdir "
+                        "(after a change to the verdict) instead of materializing them again")
     parser.add_argument("--jobs", type=int, default=1, help="worlds at once, one process each (one per free core)")
     args = parser.parse_args()
     os.environ.setdefault("PRAG_CHUNK_ROWS", "4096")

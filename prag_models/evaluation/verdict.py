@@ -6,13 +6,16 @@ A collaborative personalized method is worth shipping only where it beats both n
 searching everybody's documents (``dense_global``) and searching the user's own profile (``dense``: where a world's
 relevant documents are the user's own, pooling a community that contains them beats ``dense_global`` without
 collaboration adding anything). "ship" needs both paired 95 % intervals above 0 (an intersection-union test: no
-adjustment); the gain printed first is over ``dense_global``. A choice that beats ``dense_global`` but not the own
-profile gets "own profile suffices": personalize by the user's own documents, collaboration is not shown to add.
+adjustment) and the sign-flip randomisation test of the whole choosing procedure (``selection_test``) below 2.5 %
+one-sided, since the interval alone ignores the selection; the gain printed first is over ``dense_global``. A choice
+that beats ``dense_global`` but not the own profile gets "own profile suffices": personalize by the user's own
+documents, collaboration is not shown to add.
 The method is chosen by cross-fitting (``claims.cross_fit``: on each half of the samples, the personalized method
 with the best mean on the other half), and the gain is the gain of choosing that way, measured on held-out samples
 only. When both folds choose the same method it is named, and the interval is that method's own held-out gain; when
 they disagree no single method is named (each fold's choice is printed) and the interval is the gain of the choosing
-procedure. The Holm column controls the family of verdicts (one per task). For "keep the baseline" and "own profile
+procedure. The Holm column controls the family of verdicts (one per task), on the randomisation test's two-sided
+p-value. For "keep the baseline" and "own profile
 suffices" the table prints how many samples a paired t-test would need for 80 % power at the observed effect and
 spread, and says when the effect is too small to matter.
 
@@ -27,7 +30,8 @@ import numpy as np
 import pandas as pd
 
 from prag_models.evaluation.claims import FAMILY_ALPHA, CrossFit, cross_fit, fold_of
-from prag_models.metrics.intervals import holm, paired_difference, paired_p_value, samples_for_power
+from prag_models.evaluation.selection_test import selection_p_values
+from prag_models.metrics.intervals import CONFIDENCE, holm, paired_difference, paired_p_value, samples_for_power
 
 BASELINE = "dense_global"
 OWN_PROFILE = "dense"  # personal but not collaborative: what collaboration must also beat
@@ -86,12 +90,14 @@ def task_verdict(
     if len(x) == 0:  # the chosen methods and the baseline share no sample: nothing to decide
         return None
     gain = paired_difference(x, y)
-    p_value = paired_p_value(x - y)
+    # the choosing procedure's own test (selection included): the interval alone over-ships under the null (§6.6)
+    p_up, p_value = selection_p_values(scores, higher_is_better, BASELINE)
     own_x, own_y = _paired(scores, crossed.values, higher_is_better, OWN_PROFILE)
     own = paired_difference(own_x, own_y) if len(own_x) else None
     # Intersection-union: ship only when the choice beats both non-collaborative alternatives (no adjustment needed)
     beats_own = own is None or own.low > 0
-    verdict = (SHIP if beats_own else OWN) if gain.low > 0 else WORSE if gain.high < 0 else KEEP
+    shown = gain.low > 0 and p_up < (1 - CONFIDENCE) / 2
+    verdict = (SHIP if beats_own else OWN) if shown else WORSE if gain.high < 0 else KEEP
     needed, note = (0, "")
     if verdict == OWN:  # beats everybody's documents, not the user's own profile: what would show collaboration
         needed, note = power_note(own_x - own_y, min_gain)

@@ -214,7 +214,7 @@ def read_task_data(
     with read_connection(path, wait_s=5.0) as (con, opened):  # a live file held by a run: its snapshot
         # never a snapshot older than the newest consent statement (``path`` itself may be the snapshot)
         require_current_consent(con, live, opened if Path(path) == Path(live) else f"snapshot {path}")
-        docs = serving.read_task_documents(con, task, settings.privacy.default_share)
+        index, embedded = serving.read_task_index(con, task, settings.privacy.default_share)
         stored = table_exists(con, "cfrag_models") and table_exists(con, "cfrag_user_embeddings")
         made_by = next(iter(con.execute("SELECT registered_name, version FROM cfrag_models WHERE task = ? AND kind = "
                                         "'user_encoder'", [task]).fetchall()), None) if stored else None  # fmt: skip
@@ -226,11 +226,11 @@ def read_task_data(
             described = f"{encoder_ref[0]} v{encoder_ref[1]}"
             vectors, similar = serving.encode_task_users(con, task, encoder, settings, described)
             how = f"e_u re-encoded (tables made by {made_by[0]}/{made_by[1]})" if made_by else "e_u re-encoded"
-    embedded_with = set(docs["model_id"]) - {settings.embedder.model}
+    embedded_with = embedded - {settings.embedder.model}
     if embedded_with:
         raise LookupError(f"{task} documents were embedded with {sorted(embedded_with)}, the model's embedder is "
                           f"{settings.embedder.model!r}")  # fmt: skip
-    return TaskData(serving.task_documents(task, docs).index, vectors, similar, f"{opened} {path.name}, {how}")
+    return TaskData(index, vectors, similar, f"{opened} {path.name}, {how}")
 
 
 class CfragPyfunc(mlflow.pyfunc.PythonModel):

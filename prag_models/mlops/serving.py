@@ -107,6 +107,26 @@ def read_task_documents(con: duckdb.DuckDBPyConnection, task: str, default_share
                                                  default_share))
 
 
+def read_task_index(con: duckdb.DuckDBPyConnection, task: str, default_share: bool) -> tuple[ProfileIndex, set[str]]:
+    """A task's profile index for serving, read through Arrow (the vectors land in one float32 matrix, no per-row
+    objects or prompt texts: the served model needs neither) and the embedder ids of its documents."""
+    sql = ("SELECT p.doc_id, p.user_id, p.text, e.embedding FROM profile_documents p JOIN document_embeddings e "
+           "USING (task, user_id, doc_id) WHERE task = ? ORDER BY p.user_id, p.position")  # fmt: skip
+    table = con.execute(sql, [task]).to_arrow_table()
+    if table.num_rows == 0:
+        raise LookupError(f"no profile documents for {task}: materialize the graph for this task first")
+    models = {m for (m,) in con.execute("SELECT DISTINCT model_id FROM document_embeddings WHERE task = ?",
+                                         [task]).fetchall()}  # fmt: skip
+    doc_ids, user_ids = table.column("doc_id").to_pylist(), table.column("user_id").to_pylist()
+    vectors = column_to_matrix(table.column("embedding"))
+    texts = table.column("text").to_pylist()
+    del table
+    from prag_models.privacy.rules import shareable_flags
+
+    shareable = shareable_flags(con, task, user_ids, doc_ids, default_share)
+    return ProfileIndex(doc_ids, user_ids, texts, vectors, shareable), models
+
+
 def encode_task_users(
     con: duckdb.DuckDBPyConnection, task: str, encoder: Any, settings: Settings, described: str = "the user encoder"
 ) -> tuple[pd.DataFrame, pd.DataFrame]:

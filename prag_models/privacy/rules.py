@@ -3,7 +3,7 @@
 A document is *shareable* when its owner shares (``user_sharing.share``, then the ingested ``sharing_statements``,
 ``privacy.default_share`` for a user neither lists) and it is not private (``document_visibility``, then the
 statements). :func:`shareable_mask` is the one function that decides it, for the graph (``methods.task_tables``),
-``prag answer`` and the served pyfunc (``mlops.serving.read_task_documents``) alike; a viewer sees its own documents
+``prag answer`` and the served pyfunc (``mlops.serving.read_task_index``) alike; a viewer sees its own documents
 and the shareable documents of the others (``ProfileIndex.visible_rows`` applies it to every read). Only shareable
 documents shape what other users get: user embeddings, clusters, neighbours and the CFRAG user encoder's document
 table are built from them alone (:func:`shaping_mask`, docs/privacy.md).

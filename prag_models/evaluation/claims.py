@@ -212,7 +212,8 @@ def with_holm(table: pd.DataFrame, family: str = "evaluation", alpha: float = FA
     out = table.copy()
     out["p_holm"], out["holm_verdict"], out["family_size"] = 1.0, out["verdict"], 0
     for _, part in out.groupby(family, sort=False):
-        tested = part[part["verdict"] != NO_DATA]
+        # the hypotheses tested: a comparison without data, or of two methods identical on every sample, tests nothing
+        tested = part[(part["verdict"] != NO_DATA) & ~part["identical"].astype(bool)]
         rejected, adjusted = holm(tested["p_value"].to_numpy(), alpha)
         out.loc[tested.index, "p_holm"] = adjusted
         out.loc[part.index, "family_size"] = len(tested)
@@ -286,15 +287,16 @@ def tally(table: pd.DataFrame) -> str:
     """Per evaluation: the family size and the counts of distinct comparisons, Holm-adjusted (the headline) and raw."""
     lines = []
     for evaluation, part in table.groupby("evaluation", sort=False):
-        tested = part[~part["identical"].astype(bool)]
-
+        identical = part["identical"].astype(bool)
+        no_data = part["verdict"] == NO_DATA
+        tested = part[~identical & ~no_data]
         disjoint = int(part.loc[part["holm_verdict"] == HOLDS, "intervals_disjoint"].sum())
         lines.append(
             f"- {EVALUATIONS.get(evaluation, evaluation)}: {len(part)} distinct comparisons answer "
-            f"{int(part['n_claims'].sum())} claim cells; Holm family = these {int(part['family_size'].max())} "
-            f"(family-wise 5 %). **Headline (Holm column): {_counts(tested['holm_verdict'])}, "
-            f"{len(part) - len(tested)} identical on every sample** ({disjoint} of the holds with disjoint own "
-            f"intervals); raw, each at 95 %: {_counts(tested['verdict'])}."
+            f"{int(part['n_claims'].sum())} claim cells; Holm family = the {len(tested)} tested ones "
+            f"(family-wise 5 %; {int(identical.sum())} identical on every sample and {int(no_data.sum())} without "
+            f"data test nothing). **Headline (Holm column): {_counts(tested['holm_verdict'])}** ({disjoint} of the "
+            f"holds with disjoint own intervals); raw, each at 95 %: {_counts(tested['verdict'])}."
         )
     return "\n".join(lines)
 
@@ -309,7 +311,7 @@ def claims_markdown(table: pd.DataFrame) -> str:
     for evaluation, part in table.groupby("evaluation", sort=False):
         t = part.assign(
             cell=[
-                f"= identical (n={n})" if same else
+                f"= identical (n={n})" if same else "– no data (n=0)" if v == NO_DATA else
                 f"{MARKS[v]}{MARKS[h]} {d:+.3f} ± {(hi - lo) / 2:.3f} (n={n}){' ‖' if dis else ''}"
                 for v, h, d, lo, hi, n, dis, same in part[
                     ["verdict", "holm_verdict", "difference", "ci_low", "ci_high", "n_samples", "intervals_disjoint",

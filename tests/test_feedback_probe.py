@@ -5,6 +5,8 @@ rerankers register their initialisation (tagged why) instead of being trained to
 from __future__ import annotations
 
 import hashlib
+import shutil
+from pathlib import Path
 
 import dagster as dg
 import duckdb
@@ -59,13 +61,24 @@ def _labelled(con, generator_id: str) -> int:
     return con.execute(sql, [TASK, generator_id]).fetchall()[0][0]
 
 
-@pytest.fixture
-def probe_home(tmp_path):
-    """The tiny demo up to the CFRAG similar users, and the truth of every feedback prompt."""
-    config = write_config(tmp_path / "prag.toml", tmp_path / "home", generator_backend="fake",
+@pytest.fixture(scope="module")
+def probe_base(tmp_path_factory) -> Path:
+    """The tiny demo up to the CFRAG similar users, built once for the module (each test writes to its own copy)."""
+    root = tmp_path_factory.mktemp("probe_base")
+    config = write_config(root / "prag.toml", root / "home", generator_backend="fake",
                           data={"tasks": [TASK]}, cfrag=CFRAG)  # fmt: skip
     upto = dg.AssetSelection.assets("cfrag_similar_users", "user_embeddings").upstream()
     assert materialize_graph(config, [TASK], selection=upto).success
+    return root
+
+
+@pytest.fixture
+def probe_home(probe_base, tmp_path):
+    """A private copy of the module's demo, and the truth of every feedback prompt."""
+    root = tmp_path / "probe"
+    shutil.copytree(probe_base, root)
+    config = root / "prag.toml"
+    config.write_text(config.read_text(encoding="utf-8").replace(str(probe_base), str(root)), encoding="utf-8")
     settings = load_settings(config)
     with duckdb.connect(str(settings.duckdb_path)) as con:
         gains = _gains(con, settings)

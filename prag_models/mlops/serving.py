@@ -107,23 +107,38 @@ def read_task_documents(con: duckdb.DuckDBPyConnection, task: str, default_share
                                                  default_share))
 
 
-def read_task_index(con: duckdb.DuckDBPyConnection, task: str, default_share: bool) -> tuple[ProfileIndex, set[str]]:
-    """A task's profile index for serving, read through Arrow (the vectors land in one float32 matrix, no per-row
-    objects or prompt texts: the served model needs neither) and the embedder ids of its documents."""
-    sql = ("SELECT p.doc_id, p.user_id, p.text, e.embedding FROM profile_documents p JOIN document_embeddings e "
-           "USING (task, user_id, doc_id) WHERE task = ? ORDER BY p.user_id, p.position")  # fmt: skip
-    table = con.execute(sql, [task]).to_arrow_table()
-    if table.num_rows == 0:
-        raise LookupError(f"no profile documents for {task}: materialize the graph for this task first")
-    models = {m for (m,) in con.execute("SELECT DISTINCT model_id FROM document_embeddings WHERE task = ?",
-                                         [task]).fetchall()}  # fmt: skip
-    doc_ids, user_ids = table.column("doc_id").to_pylist(), table.column("user_id").to_pylist()
-    vectors = column_to_matrix(table.column("embedding"))
-    texts = table.column("text").to_pylist()
-    del table
-    from prag_models.privacy.rules import shareable_flags
+#: DuckDB's memory while the served model sorts a task's documents at load (beyond it the sort spills to disk): the
+#: vectors are held once, in the model's own matrix, not a second time in DuckDB's buffers.
+LOAD_MEMORY_LIMIT = "2GB"
 
-    shareable = shareable_flags(con, task, user_ids, doc_ids, default_share)
+
+def read_task_index(con: duckdb.DuckDBPyConnection, task: str, default_share: bool) -> tuple[ProfileIndex, set[str]]:
+    """A task's profile index for serving and the embedder ids of its documents, in (user, position) order. The rows
+    stream in record batches straight into one float32 matrix (no DataFrame of per-row arrays, no second copy of the
+    vectors, no prompt text per document: at 3.7 M documents the matrix is most of the memory)."""
+    from prag_models.privacy.rules import shareable_mask
+
+    docs = "FROM profile_documents p JOIN document_embeddings e USING (task, user_id, doc_id) WHERE task = ?"
+    n = con.execute(f"SELECT count(*) {docs}", [task]).fetchone()[0]
+    if n == 0:
+        raise LookupError(f"no profile documents for {task}: materialize the graph for this task first")
+    limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    con.execute(f"SET memory_limit = '{LOAD_MEMORY_LIMIT}'")
+    try:
+        sql = f"SELECT p.doc_id, p.user_id, p.text, e.embedding, e.model_id {docs} ORDER BY p.user_id, p.position"
+        vectors, doc_ids, user_ids, texts, models, at = None, [], [], [], set(), 0
+        for batch in con.sql(sql, params=[task]).to_arrow_reader(65_536):
+            part = column_to_matrix(batch.column("embedding"))
+            if vectors is None:
+                vectors = np.empty((n, part.shape[1]), dtype=np.float32)
+            vectors[at : at + len(part)], at = part, at + len(part)
+            doc_ids += batch.column("doc_id").to_pylist()
+            user_ids += batch.column("user_id").to_pylist()
+            texts += batch.column("text").to_pylist()
+            models |= set(batch.column("model_id").unique().to_pylist())
+    finally:
+        con.execute(f"SET memory_limit = '{limit}'")
+    shareable = shareable_mask(con, task, user_ids, doc_ids, default_share)
     return ProfileIndex(doc_ids, user_ids, texts, vectors, shareable), models
 
 

@@ -75,6 +75,6 @@ def test_the_verdict_reads_the_materialized_tables(evaluated) -> None:
     assert set(row["fold_methods"].split(" / ")) <= set(PERSONALIZED) and row["metric"] == "ndcg@2"
     assert row["n_samples"] == 24 and (row["method"] in PERSONALIZED or row["method"].startswith("no single method"))
     own = row["own_gain_low"] > 0  # over the own profile (dense) too
-    expected = (SHIP if own else "own profile suffices") if row["gain_low"] > 0 else WORSE if row["gain_high"] < 0 \
-        else KEEP
+    shown = row["gain_low"] > 0 and row["selection_p"] < 0.025  # the interval and the choosing procedure's test
+    expected = (SHIP if own else "own profile suffices") if shown else WORSE if row["gain_high"] < 0 else KEEP
     assert row["verdict"] == expected and row["gain_low"] <= row["gain"] <= row["gain_high"]

@@ -47,7 +47,9 @@ def lamp_evaluation(
 
 #: What the verdict table's columns say (prag_models/evaluation/verdict.py, docs/methods.md §6.5).
 VERDICT_DESCRIPTIONS = {
-    "verdict": "ship: the gain's 95 % interval lies above 0; otherwise keep the baseline (dense_global)",
+    "verdict": "ship: the gain's 95 % interval lies above 0 (over dense_global and over dense) and selection_p < "
+    "0.025; own profile suffices / personalization hurts / keep the baseline otherwise (docs/methods.md §6.5)",
+    "selection_p": "one-sided p of the sign-flip randomisation test of the whole cross-fitted choice",
     "method": "the best personalized method (reference methods excluded)",
     "gain": "cross-fitted paired gain over dense_global (positive = better)",
     "gain_low": "95 % interval of the gain, low",
@@ -58,7 +60,7 @@ VERDICT_DESCRIPTIONS = {
 }
 VERDICT_FIRST = [
     "task", "verdict", "method", "metric", "value", "baseline_value", "gain", "gain_low", "gain_high", "n_samples",
-    "evidence", "llm_metric", "llm_gain", "llm_gain_low", "llm_gain_high", "llm_n_samples",
+    "selection_p", "evidence", "llm_metric", "llm_gain", "llm_gain_low", "llm_gain_high", "llm_n_samples",
 ]  # fmt: skip
 
 

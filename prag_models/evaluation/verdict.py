@@ -47,9 +47,9 @@ NO_LLM_FIELDS = {"llm_metric": "", "llm_gain": 0.0, "llm_gain_low": 0.0, "llm_ga
 
 VERDICT_COLUMNS = [
     "task", "evidence", "metric", "method", "value", "baseline_value", "gain", "gain_low", "gain_high", "n_samples",
-    "p_value", "verdict", "p_holm", "holm_verdict", "family_size", "cross_fitted_methods", "fold_methods",
-    "samples_needed", "power_note", "own_gain", "own_gain_low", "own_gain_high", "own_n_samples", "llm_metric",
-    "llm_gain", "llm_gain_low", "llm_gain_high", "llm_n_samples",
+    "p_value", "selection_p", "verdict", "p_holm", "holm_verdict", "family_size", "cross_fitted_methods",
+    "fold_methods", "samples_needed", "power_note", "own_gain", "own_gain_low", "own_gain_high", "own_n_samples",
+    "llm_metric", "llm_gain", "llm_gain_low", "llm_gain_high", "llm_n_samples",
     "llm_decision",
 ]  # fmt: skip
 
@@ -110,7 +110,7 @@ def task_verdict(
     return {
         "metric": metric, "method": _named(crossed), "value": sign * float(np.mean(x)),
         "baseline_value": sign * float(np.mean(y)), "gain": gain.value,
-        "gain_low": gain.low, "gain_high": gain.high, "n_samples": gain.n, "p_value": p_value,
+        "gain_low": gain.low, "gain_high": gain.high, "n_samples": gain.n, "p_value": p_value, "selection_p": p_up,
         "verdict": verdict, "cross_fitted_methods": crossed.describe(),
         "fold_methods": " / ".join(m or "—" for m in crossed.chosen), "samples_needed": needed, "power_note": note,
         "own_gain": own.value if own else 0.0, "own_gain_low": own.low if own else 0.0,
@@ -203,8 +203,8 @@ def verdicts_from_store(
 def _complete(table: pd.DataFrame) -> pd.DataFrame:
     """A verdict table with every column, missing LLM fields as "no LLM evaluation" (never NaN), Holm if absent."""
     out = table.copy()
-    defaults = {**NO_LLM_FIELDS, "samples_needed": 0, "power_note": "", "p_value": 1.0, "own_gain": 0.0,
-                "own_gain_low": 0.0, "own_gain_high": 0.0, "own_n_samples": 0}  # fmt: skip
+    defaults = {**NO_LLM_FIELDS, "samples_needed": 0, "power_note": "", "p_value": 1.0, "selection_p": 1.0,
+                "own_gain": 0.0, "own_gain_low": 0.0, "own_gain_high": 0.0, "own_n_samples": 0}  # fmt: skip
     for column, empty in defaults.items():
         out[column] = out[column].fillna(empty) if column in out else empty
     out.loc[out["llm_n_samples"] == 0, "llm_decision"] = out["llm_decision"].where(
@@ -229,12 +229,13 @@ def verdicts_markdown(table: pd.DataFrame) -> str:
     table = _complete(table)
     lines = [
         "| task | evidence | verdict | Holm | method chosen (cross-fitted) | held-out value | dense_global "
-        "| gain [95 % CI] | n | over the own profile (dense) [95 % CI] | samples for 80 % power "
+        "| gain [95 % CI], p | n | over the own profile (dense) [95 % CI] | samples for 80 % power "
         "| LLM evaluation: same choice − dense_global [95 % CI] (n) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in table.itertuples(index=False):
-        gain = f"{r.gain:+.3f} [{r.gain_low:+.3f}, {r.gain_high:+.3f}]"
+        p = "p < 0.001" if r.selection_p < 0.001 else f"p = {r.selection_p:.3f}"
+        gain = f"{r.gain:+.3f} [{r.gain_low:+.3f}, {r.gain_high:+.3f}], {p}"
         own = (f"{r.own_gain:+.3f} [{r.own_gain_low:+.3f}, {r.own_gain_high:+.3f}]" if r.own_n_samples
                else f"— (no {OWN_PROFILE} rows)")
         power = r.power_note if r.verdict in (KEEP, OWN) and isinstance(r.power_note, str) and r.power_note else "—"
@@ -247,8 +248,10 @@ def verdicts_markdown(table: pd.DataFrame) -> str:
     lines.append(
         f"\nThe gain is that of choosing the method by cross-fitting (on each half of the samples, the method best on "
         f"the other half), measured on held-out samples; where both folds chose the same method it is that method's "
-        f"own held-out gain. The verdict column decides each task on its own; Holm: the {family} verdicts as one "
-        f"family (paired t-test p-values, family-wise 5 %), the column to read for a count across tasks (\"ships "
+        f"own held-out gain; p: the sign-flip randomisation test of that whole choosing procedure (one-sided), which "
+        f"\"ship\" needs below 0.025 besides the interval. The verdict column decides each task on its own; Holm: the "
+        f"{family} verdicts as one family (the test's two-sided p, family-wise 5 %), the column to read for a count "
+        f"across tasks (\"ships "
         f"on k of {family}\"). The oracle (`oracle_community`) is a reference ceiling, never a "
         f"candidate."
     )

@@ -256,7 +256,8 @@ def test_settings_carry_pbr_defaults() -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", [{"k2": 0}, {"theta": 1.5}, {"damping": 1.0}, {"expansion_source": "cache"}, {"top_k": 0}]
+    "bad", [{"k2": 0}, {"theta": 1.5}, {"damping": 1.0}, {"expansion_source": "cache"}, {"top_k": 0},
+            {"tuning_folds": 0}, {"anchor_weight": -1.0}, {"reasoning_weight": float("nan")}]
 )
 def test_invalid_settings_are_refused(bad: dict) -> None:
     from prag_models.methods.pbr import validate_pbr_settings

@@ -36,6 +36,13 @@ def validate_pbr_settings(settings: PbrSettings) -> None:
         raise ValueError(f"pbr.theta is a cosine threshold in [-1, 1], got {settings.theta}")
     if not 0.0 <= settings.damping < 1.0:
         raise ValueError(f"pbr.damping must lie in [0, 1) (0 = off), got {settings.damping}")
+    if settings.tuning_folds < 1:
+        raise ValueError(f"pbr.tuning_folds must be at least 1, got {settings.tuning_folds}")
+    weights = {"anchor_weight": settings.anchor_weight, "utterance_weight": settings.utterance_weight,
+               "reasoning_weight": settings.reasoning_weight}  # fmt: skip
+    bad = {k: v for k, v in weights.items() if not (np.isfinite(v) and v >= 0)}
+    if bad:
+        raise ValueError(f"pbr.{next(iter(bad))} (a fusion weight) must be finite and at least 0, got {bad}")
     if settings.expansion_source not in {"auto", "replay", "generate"}:
         raise ValueError(
             f"pbr.expansion_source must be 'auto', 'replay' or 'generate', got {settings.expansion_source!r}"

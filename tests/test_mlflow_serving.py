@@ -93,6 +93,25 @@ def test_reencoding_users_reproduces_the_stored_tables(graph) -> None:
     assert _neighbour_lists(found) == _neighbour_lists(ranked)
 
 
+def test_reencoded_neighbours_follow_the_configured_user_similarity(graph) -> None:
+    """With clustering.user_similarity = blend (taste of how users label similar items mixed in), the re-encoding path
+    ranks similar users as cfrag_similar_users would under those settings, not by the encoder's vectors alone."""
+    from prag_models.methods.cfrag.tables import similar_user_lists
+    from prag_models.mlops import serving
+
+    settings, _, _, _ = graph
+    blend = settings.model_copy(update={"clustering": settings.clustering.model_copy(
+        update={"user_similarity": "blend", "taste_weight": 0.9})})  # fmt: skip
+    target = registry.MlflowTarget(settings.mlflow_uri)
+    encoder, _ = registry.load_registered(target, registry.registered_name("user_encoder", TASK), alias="champion")
+    with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
+        _, found = serving.encode_task_users(con, TASK, encoder, blend)
+        _, by_content = serving.encode_task_users(con, TASK, encoder, settings)
+        expected = similar_user_lists(con, TASK, blend)
+    assert _neighbour_lists(found) == expected
+    assert _neighbour_lists(by_content) != expected  # the setting matters on this world
+
+
 def _neighbour_lists(frame) -> dict[str, list[str]]:
     return frame.sort_values(["user_id", "rank"]).groupby("user_id")["neighbour_id"].apply(list).to_dict()
 

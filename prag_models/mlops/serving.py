@@ -151,12 +151,15 @@ def encode_task_users(
     from prag_models.methods.cfrag.probes import single_thread
     from prag_models.methods.cfrag.tables import encoder_histories, mean_vectors
     from prag_models.methods.cfrag.user_encoder import encode_users, top_m_similar_users
+    from prag_models.users.taste import similarity_vectors
 
     users, histories = encoder_histories(con, task, encoder, settings.privacy.default_share, described)
     with single_thread():
         vectors = encode_users(encoder, [histories.get(u, []) for u in users])
     c = settings.cfrag
     ranking = mean_vectors(con, task, users) if c.user_vectors == "mean" else vectors  # as the version was tuned
+    # blended with taste as clustering.user_similarity says, like cfrag_similar_users (methods/cfrag/tables.py)
+    ranking, _ = similarity_vectors(con, task, settings, users, ranking)
     found, scores = top_m_similar_users(ranking, c.top_m_users, c.include_self)
     similar = pd.DataFrame(
         [(users[i], users[int(j)], rank, float(s)) for i in range(len(users))

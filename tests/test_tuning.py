@@ -110,3 +110,39 @@ def test_tuned_values_reach_the_retrieval_stage(graph, tmp_path) -> None:
     # one neighbour: every sample's documents come from a single other user (the default has 2 neighbours)
     assert tuned.groupby("sample_id")["source_user_id"].nunique().max() == 1
     assert reference.groupby("sample_id")["source_user_id"].nunique().max() == 2
+
+
+def test_a_tuned_minimum_cluster_size_reclusters_for_retrieval_and_its_check(graph, tmp_path) -> None:
+    """HDBSCAN's minimum cluster size is a knob: at the configured size the user_clusters table's clusters, at another
+    a fit of the same vectors; clusterrag_community's tuned rows draw from the re-clustered pool and the retrieval
+    check accepts them (it judged them by user_clusters before)."""
+    from prag_models.methods.knobs import UserSpace, method_space, with_knobs
+    from prag_models.stages.table_rules import retrieval_extra
+
+    config, home, _ = graph
+    settings = _settings(config)
+    assert "clustering.min_cluster_size" in method_space(settings, "clusterrag_community")
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(home / "prag.duckdb", copy)
+    with duckdb.connect(str(copy)) as con:
+        space = UserSpace(con, TASK, settings)
+        table = dict(con.execute("SELECT user_id, cluster FROM user_clusters WHERE task = ?", [TASK]).fetchall())
+        assert space.groups(settings) == table
+        bigger = with_knobs(settings, {"clustering.min_cluster_size": 16})
+        groups = space.groups(bigger)
+        assert len(set(groups.values())) < len(set(table.values()))  # fewer, larger clusters
+        con.execute("DELETE FROM tuned_settings")
+        con.execute(
+            "INSERT INTO tuned_settings (task, method, knob, value) VALUES "
+            "(?, 'clusterrag_community', 'clustering.min_cluster_size', '16'), "
+            "(?, 'clusterrag_community', 'clustering.community_top_n', '0')", [TASK, TASK]
+        )  # fmt: skip
+        frame, stats = clusterrag_rows(con, TASK, settings)
+        con.execute("DELETE FROM clusterrag_retrievals WHERE task = ?", [TASK])
+        con.execute("INSERT INTO clusterrag_retrievals BY NAME SELECT * FROM frame")
+        problems = retrieval_extra("clusterrag_retrievals")(con, TASK, frame, settings)
+    assert stats["tuned"]["clusterrag_community"]["clustering.min_cluster_size"] == 16
+    tuned = frame[frame["method"] == "clusterrag_community"]
+    assert (tuned["source_user_id"].map(groups) == tuned["user_id"].map(groups)).all()
+    assert not (tuned["source_user_id"].map(table) == tuned["user_id"].map(table)).all()  # the pool did change
+    assert problems == [], problems

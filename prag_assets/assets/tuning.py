@@ -20,10 +20,11 @@ tuned_settings = task_table_asset(
     name="tuned_settings",
     group=GROUP,
     deps=[similar_users, query_embeddings],
-    description="Per task, the values of ClusterRAG's knobs (neighbours k, user similarity, community user weight "
-    "and pool size) chosen by an Optuna search on the task's TRAIN samples (NDCG@k where relevance labels exist, "
-    "label-hit@k otherwise; never dev) within tuning.budget_s; the search is logged to MLflow (run tuning-<task>). "
-    "clusterrag_retrievals retrieves with them and keeps the untuned rows as <method>@default.",
+    description="Per task, the values of ClusterRAG's knobs (HDBSCAN's minimum cluster size, neighbours k, user "
+    "similarity, community user weight and pool size) chosen by an Optuna search on the task's TRAIN samples "
+    "(NDCG@k where relevance labels exist, label-hit@k otherwise; never dev) within tuning.budget_s; the search is "
+    "logged to MLflow (run tuning-<task>). clusterrag_retrievals retrieves with them and keeps the untuned rows as "
+    "<method>@default.",
     build=lambda step: tuned_settings_rows(step.con, step.task, step.settings, step.mlflow.target()),
     summary=_summary,
 )

@@ -22,7 +22,15 @@ from prag_models.config.settings import Settings
 from prag_models.data.truth import Truth, load_truth
 from prag_models.evaluation.retrieval import per_sample_scores, primary_retrieval_metric
 from prag_models.methods import clusterrag
-from prag_models.methods.knobs import CFRAG_KNOB_SPACE, KNOB_SPACE, UserSpace, default_values, knob_values, with_knobs
+from prag_models.methods.knobs import (
+    CFRAG_KNOB_SPACE,
+    KNOB_SPACE,
+    UserSpace,
+    default_values,
+    knob_values,
+    method_space,
+    with_knobs,
+)
 from prag_models.methods.profiles import ProfileIndex, Retrieved
 from prag_models.methods.task_tables import read_profile_index
 from prag_models.methods.vector_index import numpy_blas_threads
@@ -112,7 +120,7 @@ def search(
 
 def tune_method(method: str, settings: Settings, space: UserSpace, index: ProfileIndex, samples: pd.DataFrame,
                 truth: Truth, budget_s: float) -> tuple[dict[str, Any], list[tuple], str, Any]:  # fmt: skip
-    """One ClusterRAG method's search (:func:`search` over KNOB_SPACE[method])."""
+    """One ClusterRAG method's search (:func:`search` over the method's knobs, ``method_space``)."""
     t = settings.tuning
 
     def run(values: dict[str, Any]) -> list:
@@ -121,8 +129,8 @@ def tune_method(method: str, settings: Settings, space: UserSpace, index: Profil
 
     default = default_values(settings, method)
     k = settings.retrieval.k
-    return search(KNOB_SPACE[method], default, lambda v: score(run(v), samples, truth, k), t.seed, t.max_trials,
-                  budget_s)  # fmt: skip
+    return search(method_space(settings, method), default, lambda v: score(run(v), samples, truth, k), t.seed,
+                  t.max_trials, budget_s)  # fmt: skip
 
 
 def method_rows(

@@ -1,9 +1,11 @@
 """The knobs of ClusterRAG that decide what it can find, and the method's inputs rebuilt for a choice of them
-(docs/methods.md §3.9): the neighbours of each user for a neighbour count and user similarity, and the
-community-wide retriever for a user weight, pool size and user similarity.
+(docs/methods.md §3.9): the user clusters for HDBSCAN's minimum cluster size, the neighbours of each user for a
+neighbour count and user similarity, and the community-wide retriever for a user weight, pool size and user
+similarity.
 
-The user clusters stay those of the user_clusters table; a tuned user similarity changes who ranks as a neighbour
-inside a cluster and the community term cos(z_u, z_author), not the clusters themselves.
+At the configured minimum cluster size the user clusters are those of the user_clusters table (a tuned user
+similarity then changes who ranks as a neighbour inside a cluster and the community term cos(z_u, z_author), not the
+clusters); another size re-clusters the users' vectors of the chosen user similarity as the user_clusters stage does.
 """
 
 from __future__ import annotations
@@ -18,19 +20,25 @@ from prag_models.methods.community import CommunityRetriever
 from prag_models.methods.profiles import ProfileIndex
 from prag_models.methods.task_tables import clustered_users
 from prag_models.storage.store import column_to_matrix
+from prag_models.users.clustering import fit_clustering
 from prag_models.users.embeddings import normalize_rows
 from prag_models.users.similar import neighbour_arrays
+
+#: HDBSCAN's minimum cluster sizes the search may choose (the configured one is always trial 0's).
+MIN_CLUSTER_SIZES: tuple[int, ...] = (2, 4, 8, 16)
 
 #: Per tunable method, each knob (``section.field`` of Settings) and the values the search may choose from.
 KNOB_SPACE: dict[str, dict[str, tuple[Any, ...]]] = {
     "clusterrag_collaborative": {
         "clustering.similar_users": (1, 2, 3, 4, 6, 8, 12),
         "clustering.user_similarity": ("content", "taste", "blend"),
+        "clustering.min_cluster_size": MIN_CLUSTER_SIZES,
     },
     "clusterrag_community": {
         "clustering.community_user_weight": (0.0, 0.25, 0.5, 1.0, 2.0),
         "clustering.community_top_n": (0, 4, 8, 16, 32),
         "clustering.user_similarity": ("content", "taste", "blend"),
+        "clustering.min_cluster_size": MIN_CLUSTER_SIZES,
     },
 }
 
@@ -51,9 +59,20 @@ def knob_values(settings: Settings, knobs: Iterable[str]) -> dict[str, Any]:
     return {knob: getattr(getattr(settings, knob.split(".")[0]), knob.split(".")[1]) for knob in knobs}
 
 
+def method_space(settings: Settings, method: str) -> dict[str, tuple[Any, ...]]:
+    """A method's knobs and values under these settings: HDBSCAN's minimum cluster size (with the configured one)
+    only when the users are clustered by HDBSCAN (k-means has no such knob)."""
+    space = dict(KNOB_SPACE[method])
+    if settings.clustering.algorithm != "hdbscan":
+        space.pop("clustering.min_cluster_size", None)
+    elif "clustering.min_cluster_size" in space:  # the configured size is trial 0's even when outside the list
+        space["clustering.min_cluster_size"] = tuple(sorted({*MIN_CLUSTER_SIZES, settings.clustering.min_cluster_size}))
+    return space
+
+
 def default_values(settings: Settings, method: str) -> dict[str, Any]:
     """The configured (untuned) value of every knob of a method."""
-    return knob_values(settings, KNOB_SPACE[method])
+    return knob_values(settings, method_space(settings, method))
 
 
 def with_knobs(settings: Settings, values: Mapping[str, Any]) -> Settings:
@@ -77,6 +96,7 @@ class UserSpace:
         self.clusters = users["cluster"].to_numpy().astype(int)
         self.content = normalize_rows(column_to_matrix(users["embedding"], dim))
         self._vectors: dict[tuple[str, float], np.ndarray] = {}
+        self._clusterings: dict[tuple, np.ndarray] = {}
 
     def vectors(self, settings: Settings) -> np.ndarray:
         """Unit user vectors of the settings' user similarity (rows of ids)."""
@@ -88,13 +108,29 @@ class UserSpace:
             self._vectors[key] = similarity_vectors(self.con, self.task, settings, self.ids, self.content)[0]
         return self._vectors[key]
 
+    def cluster_labels(self, settings: Settings) -> np.ndarray:
+        """Each user's cluster (rows of ids): the user_clusters table's at the configured minimum cluster size, else a
+        fit of the settings' user-similarity vectors with the settings' size (cached per vectors and size)."""
+        c = settings.clustering
+        if c.algorithm != "hdbscan" or c.min_cluster_size == self.settings.clustering.min_cluster_size:
+            return self.clusters
+        key = (c.user_similarity, c.taste_weight if c.user_similarity == "blend" else 0.0, c.min_cluster_size)
+        if key not in self._clusterings:
+            self._clusterings[key] = fit_clustering(self.vectors(settings), c, measure_reduction=False)[0].labels
+        return self._clusterings[key]
+
     def neighbours(self, settings: Settings) -> dict[str, list[str]]:
         """Each user's top clustering.similar_users most similar members of its own cluster (self excluded)."""
-        rows, nbs, _, _ = neighbour_arrays(self.vectors(settings), self.clusters, settings.clustering.similar_users)
+        clusters = self.cluster_labels(settings)
+        rows, nbs, _, _ = neighbour_arrays(self.vectors(settings), clusters, settings.clustering.similar_users)
         found: dict[str, list[str]] = {}
         for u, v in zip(rows.tolist(), nbs.tolist(), strict=True):  # in rank order per user
             found.setdefault(self.ids[u], []).append(self.ids[v])
         return found
+
+    def groups(self, settings: Settings) -> dict[str, int]:
+        """user → cluster under the settings (``cluster_labels``)."""
+        return dict(zip(self.ids, self.cluster_labels(settings).tolist(), strict=True))
 
     def community(self, index: ProfileIndex, settings: Settings) -> CommunityRetriever:
         """The community-wide retriever with the settings' user weight, pool size and user similarity."""
@@ -102,7 +138,7 @@ class UserSpace:
         vectors = self.vectors(settings)
         return CommunityRetriever(
             index,
-            dict(zip(self.ids, self.clusters.tolist(), strict=True)),
+            self.groups(settings),
             dict(zip(self.ids, vectors, strict=True)),
             c.community_user_weight,
             c.community_top_n,

@@ -152,7 +152,8 @@ def retrieval_extra(table: str) -> Extra:
             "clusterrag_community": _groups(con, "user_clusters", "cluster", task),
         }
         bad = []
-        tuned_nb, tuned_top_n = tuned_check_rules(con, task, settings) if "clusterrag" in table else (None, None)
+        tuned_nb, tuned_top_n, tuned_groups = (tuned_check_rules(con, task, settings) if "clusterrag" in table
+                                               else (None, None, None))  # fmt: skip
         for r in df.itertuples():
             nb = neighbours.get(r.user_id, set())
             method = r.method.partition("@")[0]  # a consent-cost row (docs/privacy.md) follows its method's rule
@@ -164,7 +165,8 @@ def retrieval_extra(table: str) -> Extra:
             if method == "dense_global" or (method == "clusterrag_community" and top_n):
                 ok = True  # not personalized / top-N most similar users of all
             elif method in groups:
-                ok = groups[method].get(r.source_user_id, -1) == groups[method].get(r.user_id, -2)
+                group = tuned_groups if r.method == "clusterrag_community" and tuned_groups else groups[method]
+                ok = group.get(r.source_user_id, -1) == group.get(r.user_id, -2)
             elif method in own_only:
                 ok = r.source_user_id == r.user_id
             elif method == "clusterrag_collaborative":

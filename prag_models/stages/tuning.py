@@ -76,14 +76,19 @@ def with_tuned_rows(
     return out, {"tuned": tuned}
 
 
-def tuned_check_rules(con, task: str, settings: Settings) -> tuple[dict[str, set[str]] | None, int | None]:
+def tuned_check_rules(
+    con, task: str, settings: Settings
+) -> tuple[dict[str, set[str]] | None, int | None, dict[str, int] | None]:
     """What the tuned rows may retrieve from, for the retrieval check: the tuned clusterrag_collaborative's
-    neighbours per user and the tuned clusterrag_community's pool size (None where the method is not tuned)."""
+    neighbours per user, the tuned clusterrag_community's pool size and its user clusters (a tuned minimum cluster
+    size re-clusters); None where the method is not tuned."""
     tuned = read_tuned(con, task) if settings.tuning.enabled else {}
-    neighbours, top_n = None, None
+    neighbours, top_n, groups = None, None, None
+    space = UserSpace(con, task, settings) if tuned else None
     if "clusterrag_collaborative" in tuned:
-        found = UserSpace(con, task, settings).neighbours(with_knobs(settings, tuned["clusterrag_collaborative"]))
+        found = space.neighbours(with_knobs(settings, tuned["clusterrag_collaborative"]))
         neighbours = {u: set(v) for u, v in found.items()}
     if "clusterrag_community" in tuned:
-        top_n = int(with_knobs(settings, tuned["clusterrag_community"]).clustering.community_top_n)
-    return neighbours, top_n
+        chosen = with_knobs(settings, tuned["clusterrag_community"])
+        top_n, groups = int(chosen.clustering.community_top_n), space.groups(chosen)
+    return neighbours, top_n, groups

@@ -7,16 +7,15 @@ users × d; every table is written as Arrow (vectors as ``FLOAT[d]``).
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prag_models.config.settings import ClusteringSettings, Settings
+from prag_models.config.settings import Settings
 from prag_models.storage.store import column_to_matrix, iter_batches, matrix_to_column, read_arrow, require_table
-from prag_models.users.clustering import Clustering, cluster_users, reduction_quality
+from prag_models.users.clustering import fit_clustering
 from prag_models.users.embeddings import UserMeans
 from prag_models.users.model_store import fit_version, save_model
 from prag_models.users.pool_quality import (
@@ -102,24 +101,6 @@ def planted_communities(settings: Settings, task: str) -> dict[str, int] | None:
 
     manifest = json.loads((demo_root(settings) / "demo_manifest.json").read_text())
     return manifest.get("tasks", manifest).get(task, {}).get("community_of_user")
-
-
-def fit_clustering(vectors: np.ndarray, c: ClusteringSettings) -> tuple[Clustering, dict[str, Any]]:
-    """Cluster user vectors as the settings say (PCA first above reduce_above users) and what the fit cost and kept."""
-    dims = c.reduce_dims if len(vectors) > c.reduce_above else 0
-    fit = dict(min_cluster_size=c.min_cluster_size, min_samples=c.min_samples, kmeans_k=c.kmeans_k,
-               reduce_dims=dims, hdbscan_algorithm=c.hdbscan_algorithm, n_jobs=c.n_jobs)  # fmt: skip
-    t0 = time.perf_counter()
-    result = cluster_users(vectors, c.algorithm, seed=c.seed, **fit)  # type: ignore[arg-type]
-    seconds = time.perf_counter() - t0
-    quality = reduction_quality(vectors, c.quality_sample, c.seed, algorithm=c.algorithm, **fit) if dims else None
-    return result, {
-        "fit_seconds": round(seconds, 2),
-        "reduced_dims": dims or None,
-        "hdbscan_algorithm": c.hdbscan_algorithm if c.algorithm == "hdbscan" else None,
-        "reduction_ari_vs_full_dims": quality,
-        "reduction_quality_sample": min(c.quality_sample, len(vectors)) if quality is not None else None,
-    }
 
 
 def user_cluster_rows(con, task: str, settings: Settings) -> tuple[pa.Table, dict[str, Any]]:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from prag_models.config.settings import ClusteringSettings
 
 NOISE_LABEL = -1
 
@@ -158,3 +162,26 @@ def reduction_quality(vectors: np.ndarray, sample: int, seed: int = 0, **fit: ob
     reduced = cluster_users(x, seed=seed, **fit).labels  # type: ignore[arg-type]
     full = cluster_users(x, seed=seed, **{**fit, "reduce_dims": 0}).labels  # type: ignore[arg-type]
     return round(float(adjusted_rand_score(full, reduced)), 4)
+
+
+def fit_clustering(
+    vectors: np.ndarray, c: ClusteringSettings, measure_reduction: bool = True
+) -> tuple[Clustering, dict[str, Any]]:
+    """Cluster user vectors as the settings say (PCA first above reduce_above users) and what the fit cost and kept
+    (``measure_reduction``: the ARI of the reduced fit against full dimensions on a sample, one more fit)."""
+    dims = c.reduce_dims if len(vectors) > c.reduce_above else 0
+    fit = dict(min_cluster_size=c.min_cluster_size, min_samples=c.min_samples, kmeans_k=c.kmeans_k,
+               reduce_dims=dims, hdbscan_algorithm=c.hdbscan_algorithm, n_jobs=c.n_jobs)  # fmt: skip
+    t0 = time.perf_counter()
+    result = cluster_users(vectors, c.algorithm, seed=c.seed, **fit)  # type: ignore[arg-type]
+    seconds = time.perf_counter() - t0
+    quality = None
+    if dims and measure_reduction:
+        quality = reduction_quality(vectors, c.quality_sample, c.seed, algorithm=c.algorithm, **fit)
+    return result, {
+        "fit_seconds": round(seconds, 2),
+        "reduced_dims": dims or None,
+        "hdbscan_algorithm": c.hdbscan_algorithm if c.algorithm == "hdbscan" else None,
+        "reduction_ari_vs_full_dims": quality,
+        "reduction_quality_sample": min(c.quality_sample, len(vectors)) if quality is not None else None,
+    }

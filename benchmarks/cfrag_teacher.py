@@ -45,8 +45,12 @@ def build_world(
 
     if (home / "prag.toml").exists() and (home / "home").exists():
         return home / "prag.toml"
+    from prag_models.config.cfrag import CfragSettings
+
     data = {"tasks": tasks, "demo_users": users, "demo_communities": communities, "demo_dev_samples": dev,
             "demo_family": family}  # fmt: skip
+    # the product's training length unless the caller sets one (write_config's 4 epochs are the unit tests' budget)
+    cfrag = {"train_epochs": CfragSettings().train_epochs} | cfrag
     config = write_config(home / "prag.toml", home / "home", generator_backend="fake", cfrag=cfrag,
                           retrieval={"k": 3}, data=data)  # fmt: skip
     selection = dg.AssetSelection.assets("cfrag_similar_users", "user_embeddings").upstream()

@@ -37,8 +37,10 @@ def _tables(config):
 def test_whole_graph_with_real_packaged_models(tmp_path):
     """Real MiniLM embedder and SmolLM2 GGUF through llama.cpp, all six tasks and every method, then a
     re-run of the caching stages (embeddings, generations, feedback labels) that embeds and generates nothing new."""
-    config = write_config(tmp_path / "prag.toml", tmp_path / "home", cfrag={"max_feedback_samples": 4},
-                          data={"demo_dev_samples": 3, "llm_eval_samples": 1})
+    # LLM work is most of this test's time (feedback labels above all): 2 feedback samples a task and 256-token
+    # prompts take the same paths as the product's budget
+    config = write_config(tmp_path / "prag.toml", tmp_path / "home", cfrag={"max_feedback_samples": 2},
+                          data={"demo_dev_samples": 3, "llm_eval_samples": 1}, prompt={"max_prompt_tokens": 256})
     result = materialize_graph(config, list(ALL_TASKS))
     assert result.success
     checks = _check_results(result)

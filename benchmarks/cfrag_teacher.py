@@ -180,10 +180,13 @@ def main() -> None:
     parser.add_argument("--dev", type=int, default=32)
     parser.add_argument("--tasks", nargs="*", default=["LaMP-1", "LaMP-2", "LaMP-3", "LaMP-4", "LaMP-5", "LaMP-7"])
     parser.add_argument("--noise", nargs="*", type=float, default=list(NOISE))
-    parser.add_argument("--epochs", type=int, default=0, help="cfrag.train_epochs (0 = the default)")
+    parser.add_argument("--epochs", type=int, default=0,
+                        help="cfrag.train_epochs, up to which training runs with early stopping (0 = the default, 30)")
     parser.add_argument("--kinds", nargs="*", default=["retriever", "reranker"], choices=["retriever", "reranker"])
     args = parser.parse_args()
-    cfrag = {"reranker_max_length": 64} | ({"train_epochs": args.epochs} if args.epochs else {})
+    from prag_models.config.cfrag import CfragSettings
+
+    cfrag = {"reranker_max_length": 64, "train_epochs": args.epochs or CfragSettings().train_epochs}
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(args.home).resolve() if args.home else Path(tmp)
         home.mkdir(parents=True, exist_ok=True)
@@ -193,11 +196,16 @@ def main() -> None:
         from prag_models.config.settings import load_settings
 
         settings = load_settings(config)
+        # the training knobs of this run, also over a reused home whose prag.toml was written by another run
+        settings = settings.model_copy(update={"cfrag": settings.cfrag.model_copy(update=cfrag)})
         d = settings.data
         print(f"demo world ({d.demo_family}): {d.demo_users} users, {d.demo_communities} communities, "
               f"{d.demo_dev_samples} dev samples; "
               f"teacher = oracle (planted relevance) with noise; NDCG@{settings.cfrag.final_k or settings.retrieval.k}"
               " on held-out dev samples, trained − initialisation with its paired 95 % interval\n")  # fmt: skip
+        c = settings.cfrag
+        print(f"training up to {c.train_epochs} epochs (early stopping after {c.early_stopping_patience} without "
+              f"improvement on {c.validation_share:.0%} of the labelled samples held out for validation)")
         print(f"every train sample labelled, {settings.cfrag.inference_docs_per_user} documents per similar user; "
               f"retriever α starts at {settings.cfrag.alpha:g} (learnt: cfrag.learn_alpha)\n")
         print("| task | teacher noise | model | trained | initialisation | trained − init [95 %] | n | gate |")

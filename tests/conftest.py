@@ -73,7 +73,7 @@ TOGETHER |= {"test_mlflow_serving.py": "served_graph", "test_serving_latency.py"
 #: done (xdist's own order, most tests first, started the one-test whole-graph file among the last).
 #: Unlisted files take under 20 s and follow in xdist's order. Remeasure with --durations=0 after a large change.
 FILE_SECONDS = {
-    "test_graph_e2e.py": 400, "demo_home": 190, "test_crash_recovery.py": 170, "test_compute_ray.py": 135,
+    "test_graph_e2e.py": 300, "demo_home": 190, "test_crash_recovery.py": 170, "test_compute_ray.py": 135,
     "test_pbr_graph.py": 125, "test_pbr_tuning.py": 90,
     "test_cfrag_teacher.py": 150, "test_cfrag_tuning.py": 60, "test_promotion.py": 65,
     "test_cfrag_graph.py": 65,

@@ -39,6 +39,10 @@ def test_tuned_values_are_stored_logged_and_shown(graph) -> None:
     assert n == [(min(n_train[0], 300),)]
     mat = [m for m in result.asset_materializations_for_node("tuned_settings")][0]
     assert "clusterrag_community" in mat.metadata["tuning"].value and "train score" in mat.metadata["tuning"].value
+    # the chosen values' user clusters and their ARI against the demo's planted communities, per tuned method
+    import re
+
+    assert len(re.findall(r"\| \d+ \((-?[01]\.\d\d)\) \|$", mat.metadata["tuning"].value, re.M)) == 2
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")

@@ -24,9 +24,24 @@ def tuned_settings_rows(
         return pd.DataFrame(columns=TUNED_COLUMNS), {"enabled": False}
     chosen, trials, stats = tune_task(con, task, settings)
     stats.pop("sample_ids", None)
+    if stats.get("methods"):
+        _cluster_quality(con, task, settings, stats["methods"])
     if target is not None and len(chosen):
         stats["mlflow_run_id"] = log_tuning(target, task, chosen, trials)
     return chosen, stats
+
+
+def _cluster_quality(con, task: str, settings: Settings, methods: dict[str, dict]) -> None:
+    """Per tuned method, how many user clusters its chosen values give and, on the demo, their adjusted Rand index
+    against the planted communities (a tuned minimum cluster size re-clusters; docs/methods.md §3.9)."""
+    from prag_models.users.pool_quality import adjusted_rand, planted_from_table
+
+    space, planted = UserSpace(con, task, settings), planted_from_table(con, task)
+    for entry in methods.values():
+        labels = space.cluster_labels(with_knobs(settings, entry["chosen"]))
+        entry["clusters"] = int(len(set(labels.tolist())))
+        if planted:
+            entry["cluster_ari_vs_planted"] = adjusted_rand(space.ids, labels, planted)
 
 
 def cfrag_tuned_rows(
@@ -46,15 +61,17 @@ def cfrag_tuned_rows(
 
 def tuning_markdown(stats: dict[str, dict]) -> str:
     """Per task and method: the chosen knob values, the default's and the chosen train score, trials."""
-    lines = ["| task | method | chosen | train score | default score | best trial − default [95 %] | metric | trials |",
-             "|---" * 8 + "|"]  # fmt: skip
+    lines = ["| task | method | chosen | train score | default score | best trial − default [95 %] | metric | trials "
+             "| clusters (ARI vs planted) |", "|---" * 9 + "|"]  # fmt: skip
     for task, entry in stats.items():
         for method, m in entry.get("methods", {}).items():
             chosen = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in m["chosen"].items())
             gain = "{:+.3f} [{:+.3f}, {:+.3f}]".format(*m["best_train_gain"])
             kept = " (default kept)" if m["kept_default"] else ""
+            ari = m.get("cluster_ari_vs_planted")
+            clusters = f"{m.get('clusters', '')}" + (f" ({ari:.2f})" if ari is not None else "")
             lines.append(f"| {task} | {method} | {chosen}{kept} | {m['score']:.3f} | {m['default_score']:.3f} | "
-                         f"{gain} | {m['metric']} | {m['trials']} |")  # fmt: skip
+                         f"{gain} | {m['metric']} | {m['trials']} | {clusters} |")  # fmt: skip
     return "\n".join(lines)
 
 

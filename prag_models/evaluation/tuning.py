@@ -35,6 +35,7 @@ from prag_models.methods.profiles import ProfileIndex, Retrieved
 from prag_models.methods.task_tables import read_profile_index
 from prag_models.methods.vector_index import numpy_blas_threads
 from prag_models.storage.store import column_to_matrix
+from prag_models.users.pool_quality import planted_from_table
 
 TUNED_COLUMNS = ["task", "method", "knob", "value", "default_value", "score", "default_score", "metric",
                  "n_trials", "n_samples"]  # fmt: skip
@@ -165,6 +166,7 @@ def tune_task(con, task: str, settings: Settings) -> tuple[pd.DataFrame, pd.Data
     if samples.empty:
         return pd.DataFrame(columns=TUNED_COLUMNS), pd.DataFrame(columns=TRIAL_COLUMNS), {"train_samples": 0}
     space = UserSpace(con, task, settings, index.vectors.shape[1])
+    planted = planted_from_table(con, task)
     chosen_rows, trial_rows, stats = [], [], {"train_samples": len(samples), "methods": {}}
     stats["sample_ids"] = samples["sample_id"].astype(str).tolist()
     for method in KNOB_SPACE:
@@ -172,6 +174,8 @@ def tune_task(con, task: str, settings: Settings) -> tuple[pd.DataFrame, pd.Data
         chosen, trials, metric, gain = tune_method(method, settings, space, index, samples, truth, budget)
         rows, tried, stats["methods"][method] = method_rows(task, method, chosen, default_values(settings, method),
                                                             trials, metric, gain, len(samples))  # fmt: skip
+        # the chosen values' user clusters (the search's cached fit) and, on the demo, their ARI vs the planted truth
+        stats["methods"][method] |= space.cluster_summary(with_knobs(settings, chosen), planted)
         chosen_rows += rows
         trial_rows += tried
     return pd.DataFrame(chosen_rows, columns=TUNED_COLUMNS), pd.DataFrame(trial_rows, columns=TRIAL_COLUMNS), stats

@@ -128,6 +128,16 @@ class UserSpace:
             found.setdefault(self.ids[u], []).append(self.ids[v])
         return found
 
+    def cluster_summary(self, settings: Settings, planted: Mapping[str, int] | None) -> dict[str, Any]:
+        """How many user clusters the settings give and, with planted communities, their adjusted Rand index."""
+        from prag_models.users.pool_quality import adjusted_rand
+
+        labels = self.cluster_labels(settings)
+        out: dict[str, Any] = {"clusters": int(len(set(labels.tolist())))}
+        if planted:
+            out["cluster_ari_vs_planted"] = adjusted_rand(self.ids, labels, planted)
+        return out
+
     def groups(self, settings: Settings) -> dict[str, int]:
         """user → cluster under the settings (``cluster_labels``)."""
         return dict(zip(self.ids, self.cluster_labels(settings).tolist(), strict=True))

@@ -24,24 +24,9 @@ def tuned_settings_rows(
         return pd.DataFrame(columns=TUNED_COLUMNS), {"enabled": False}
     chosen, trials, stats = tune_task(con, task, settings)
     stats.pop("sample_ids", None)
-    if stats.get("methods"):
-        _cluster_quality(con, task, settings, stats["methods"])
     if target is not None and len(chosen):
         stats["mlflow_run_id"] = log_tuning(target, task, chosen, trials)
     return chosen, stats
-
-
-def _cluster_quality(con, task: str, settings: Settings, methods: dict[str, dict]) -> None:
-    """Per tuned method, how many user clusters its chosen values give and, on the demo, their adjusted Rand index
-    against the planted communities (a tuned minimum cluster size re-clusters; docs/methods.md §3.9)."""
-    from prag_models.users.pool_quality import adjusted_rand, planted_from_table
-
-    space, planted = UserSpace(con, task, settings), planted_from_table(con, task)
-    for entry in methods.values():
-        labels = space.cluster_labels(with_knobs(settings, entry["chosen"]))
-        entry["clusters"] = int(len(set(labels.tolist())))
-        if planted:
-            entry["cluster_ari_vs_planted"] = adjusted_rand(space.ids, labels, planted)
 
 
 def cfrag_tuned_rows(

@@ -7,6 +7,7 @@ import json
 import shutil
 
 import duckdb
+import pandas as pd
 import pytest
 from conftest import EVALUATED_DEV, EVALUATED_TASK, poison_dev
 
@@ -150,3 +151,26 @@ def test_a_tuned_minimum_cluster_size_reclusters_for_retrieval_and_its_check(gra
     assert (tuned["source_user_id"].map(groups) == tuned["user_id"].map(groups)).all()
     assert not (tuned["source_user_id"].map(table) == tuned["user_id"].map(table)).all()  # the pool did change
     assert problems == [], problems
+
+
+def test_the_tuned_settings_check_refuses_values_outside_the_search_space(graph, tmp_path) -> None:
+    """The graph's tuned_settings pass the check; a minimum cluster size of 0, an unknown knob or a chosen score below
+    the default's is named."""
+    from prag_models.stages.table_rules import tuned_settings_extra
+
+    config, home, _ = graph
+    settings = _settings(config)
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(home / "prag.duckdb", copy)
+    with duckdb.connect(str(copy)) as con:
+        rows = con.execute("SELECT * FROM tuned_settings WHERE task = ?", [TASK]).df()
+        assert tuned_settings_extra(con, TASK, rows, settings) == []
+        bad = rows.copy()
+        size = bad["knob"] == "clustering.min_cluster_size"
+        bad.loc[size, "value"] = "0"
+        bad.loc[0, "score"] = bad.loc[0, "default_score"] - 0.1
+        extra = bad.iloc[[0]].assign(knob="clustering.no_such_knob")
+        problems = tuned_settings_extra(con, TASK, pd.concat([bad, extra]), settings)
+    text = " ".join(problems)
+    assert "clustering.min_cluster_size = 0" in text and "clustering.no_such_knob" in text
+    assert "below the default" in text

@@ -4,7 +4,7 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from prag_assets.assets import embeddings, evaluation, generation, lamp_data, retrieval, users
+from prag_assets.assets import embeddings, evaluation, generation, lamp_data, retrieval, tuning, users
 from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report, task_check
 from prag_assets.common import task_run
 from prag_assets.resources import DuckDBResource, PragSettingsResource
@@ -107,6 +107,20 @@ lamp_checks = [
             between("similarity", -1.0001, 1.0001),
         ],
         rules.neighbours_extra,
+    ),
+    table_check(
+        tuning.tuned_settings,
+        "tuned_settings",
+        "tuned_values_valid",
+        "One row per ClusterRAG knob and tuned method (none when tuning is off), every value inside its search "
+        "space, the chosen train score at least the default's.",
+        lambda t, s: [
+            *not_null("method", "knob", "value", "default_value", "score", "default_score"),
+            unique("method", "knob"),
+            between("n_trials", 1, None),
+            between("n_samples", 1, None),
+        ],
+        rules.tuned_settings_extra,
     ),
     table_check(
         retrieval.baseline_retrievals,

@@ -313,3 +313,22 @@ def state_problems(con, task: str, settings: Settings, run_id: str | None = None
     )
     n = _count(con, sql, task)
     return [f"{n} users differ between user_clusters and cluster_state"] if n else []
+
+
+def tuned_settings_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
+    """ClusterRAG's tuned values: known knobs of a tunable method, each value inside its search space, the chosen
+    train score not below the default's (docs/methods.md §3.9)."""
+    import json
+
+    from prag_models.methods.knobs import KNOB_SPACE, method_space
+
+    problems = []
+    for r in df.itertuples(index=False):
+        space = method_space(settings, r.method) if r.method in KNOB_SPACE else {}
+        if r.knob not in space:
+            problems.append(f"{r.method}: {r.knob} is not one of its knobs {sorted(space)}")
+        elif json.loads(r.value) not in space[r.knob]:
+            problems.append(f"{r.method}: {r.knob} = {r.value} is outside its search space {space[r.knob]}")
+    if (df["score"] < df["default_score"]).any():
+        problems.append("a chosen score is below the default's: the search must never choose a worse setting")
+    return problems

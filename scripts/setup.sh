@@ -11,9 +11,15 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "[setup] venv up to date ($PRAG_VENV)"; exit 0
 fi
 [ -x "$PRAG_VENV/bin/python" ] || "$PYTHON" -m venv "$PRAG_VENV"
-"$PRAG_VENV/bin/python" -m pip install --quiet --upgrade pip
+# uv installs the same pinned set as pip about 10x faster (a fresh venv in ~15 s instead of ~3 min) and keeps its own
+# cache. Local wheel folders pip is configured with (PIP_FIND_LINKS or pip.conf find-links: e.g. a CPU torch build)
+# are passed on, so uv picks the same wheels.
+"$PRAG_VENV/bin/python" -m pip install --quiet uv==0.13.9
+uv=("$PRAG_VENV/bin/uv" pip install --quiet --python "$PRAG_VENV/bin/python")
+links="${PIP_FIND_LINKS:-$("$PRAG_VENV/bin/python" -m pip config get global.find-links 2>/dev/null || true)}"
+for link in $links; do uv+=(--find-links "$link"); done
 echo "[setup] installing torch==2.13.0 (CPU) first"
-"$PRAG_VENV/bin/pip" install --quiet torch==2.13.0
+"${uv[@]}" torch==2.13.0
 # llama-cpp-python ships only as source on PyPI. A -march=native build uses AMX kernels on CPUs that have them,
 # which crash inside some VMs (segfault on the first batched decode): build with explicit SIMD flags instead, AVX2,
 # plus AVX-512 (VNNI, VBMI, BF16) when this CPU has it, once per flag set, and keep the wheel. The AVX512_BF16
@@ -37,8 +43,8 @@ if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
   CMAKE_ARGS="$LLAMA_FLAGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$PRAG_VENV/bin/pip" wheel --quiet --no-deps --no-cache-dir \
     "llama-cpp-python==$LLAMA_VERSION" -w "$wheels"
 fi
-"$PRAG_VENV/bin/pip" install --quiet --no-deps --force-reinstall "$wheels"/llama_cpp_python-*.whl
+"${uv[@]}" --no-deps --reinstall "$wheels"/llama_cpp_python-*.whl
 echo "[setup] installing prag and its pinned dependencies"
-"$PRAG_VENV/bin/pip" install --quiet -e ".[dev]"
+"${uv[@]}" -e ".[dev]"
 echo "$want" > "$stamp"
 echo "[setup] done"

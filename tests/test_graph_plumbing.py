@@ -1,14 +1,10 @@
 """The LaMP asset graph with the fake generator: plumbing, failure isolation, the Dagster CLI."""
 
-import os
-import subprocess
-import sys
 
 import duckdb
-from conftest import ROOT, materialize_graph, write_config
+from conftest import materialize_graph, write_config
 
 from prag_models.config.settings import load_settings
-from prag_models.data.tasks import TASK_KIND
 
 METHODS = set(load_settings(environ={}).retrieval.methods)
 
@@ -98,19 +94,3 @@ def test_malformed_lamp_folder_writes_nothing(tmp_path):
         with duckdb.connect(str(db), read_only=True) as con:
             tables = {t for (t,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
             assert not tables & {"lamp_samples", "profile_documents", "document_embeddings", "generations"}
-
-
-def test_run_graph_materializes_one_partition(tmp_path):
-    """prag_assets/run_graph.py (what `prag materialize` runs) with the project's dagster.yaml: one task's graph."""
-    config = write_config(tmp_path / "prag.toml", tmp_path / "home", generator_backend="fake",
-                          data={"tasks": ["LaMP-3"], "demo_users": 12, "demo_dev_samples": 2})
-    env = {**os.environ, "PRAG_CONFIG": str(config), "DAGSTER_HOME": str(ROOT),
-           "PRAG_DAGSTER_STORAGE": str(tmp_path / "dagster"), "PRAG_DAGSTER_LOGS": str(tmp_path / "dagster" / "logs")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "prag_assets.run_graph", "--select", "*", "--partition-range", "LaMP-3...LaMP-3"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "RUN_SUCCESS" in proc.stderr + proc.stdout
-    with _tables(config) as con:
-        metrics = {m for (m,) in con.execute("SELECT DISTINCT metric FROM lamp_evaluation").fetchall()}
-    assert metrics == {"mae", "rmse"} and TASK_KIND["LaMP-3"] == "rating"

@@ -61,6 +61,39 @@ def test_reranker_training_lowers_validation_kl_and_gives_distinct_scores() -> N
     assert fitted.summary()["improved"] is True
 
 
+def test_a_frozen_cross_encoder_reads_each_pair_once_and_keeps_its_weights() -> None:
+    """reranker_encoder_lr = 0 (the default): the pair vectors are computed once, the epochs train the heads only,
+    the cross-encoder's weights are those it started with; at 2e-5 it reads the pairs every epoch and moves."""
+    import torch
+
+    from prag_models.methods.cfrag.reranker import PersonalizedReranker, train_reranker
+    from prag_models.methods.cfrag.training_set import new_reranker
+
+    samples = _learnable_rerank_samples()
+    pairs = sum(len(s.candidates) for s in samples)
+    for lr in (0.0, 2e-5):
+        settings = CfragSettings(reranker_layers=1, reranker_max_length=32, train_epochs=3, seed=0,
+                                 selection_confidence=0, reranker_encoder_lr=lr)  # fmt: skip
+        model = new_reranker(settings, user_dim=8)
+        before = {k: v.clone() for k, v in model.encoder.state_dict().items()}
+        read = []
+        original = PersonalizedReranker.pair_vectors
+
+        def counting(self, queries, docs, _read=read, _original=original):  # noqa: ANN001, ANN202
+            _read.append(len(queries))
+            return _original(self, queries, docs)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(PersonalizedReranker, "pair_vectors", counting)
+            fitted = train_reranker(samples, settings, model=model)
+        assert len(fitted.history) > 1
+        moved = any(not torch.equal(before[k], v) for k, v in fitted.model.encoder.state_dict().items())
+        if lr == 0:
+            assert sum(read) == pairs and not moved
+        else:
+            assert sum(read) > 2 * pairs and moved
+
+
 def test_untrained_residual_rerankers_are_reported_as_coinciding() -> None:
     """Two rerankers still at their zero correction make cfrag = cfrag_no_reranker_eu, and the metadata says why."""
     import torch

@@ -130,9 +130,14 @@ class PersonalizedReranker(nn.Module):
     ) -> torch.Tensor:
         """Scores (n,) for n (query, doc) pairs, the querying user's e_u rows (n, du) and, for a residual reranker,
         the frozen embedder's cos(q, d) of each pair (n,); differentiable."""
+        return self.score_vectors(self.pair_vectors(queries, docs), user_emb, base)
+
+    def score_vectors(
+        self, cls: torch.Tensor, user_emb: np.ndarray | torch.Tensor, base: np.ndarray | torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The heads' scores (n,) for pair vectors already computed by :meth:`pair_vectors` (n, hidden)."""
         if self.residual and base is None:
             raise ValueError("a residual reranker needs base = cos(E(q), E(d)) for every pair")
-        cls = self.pair_vectors(queries, docs)
         if self.use_user_embedding:
             u = torch.as_tensor(np.asarray(user_emb, dtype=np.float32)) if not torch.is_tensor(user_emb) else user_emb
             u = u.float().reshape(len(cls), self.user_dim)
@@ -214,16 +219,34 @@ def rerank_scores(
     return out
 
 
-def _batch_scores(model: PersonalizedReranker, batch: Sequence[RerankSample]) -> tuple[torch.Tensor, ...]:
-    """(student, teacher, mask), each (B, C_max): all (sample, candidate) pairs of a batch in one forward pass."""
+def _pair_vector_cache(model: PersonalizedReranker, samples: Sequence[RerankSample], batch_size: int = 64) -> list:
+    """Each sample's pair vectors (C, hidden) from the cross-encoder in eval mode, without gradients."""
+    was_training = model.training
+    model.eval()
+    pairs = [(s.query, d) for s in samples for d in s.candidates]
+    with torch.no_grad():
+        chunks = [model.pair_vectors(*zip(*pairs[i : i + batch_size], strict=True))
+                  for i in range(0, len(pairs), batch_size)]  # fmt: skip
+    model.train(was_training)
+    flat = torch.cat(chunks) if chunks else torch.zeros((0, model.hidden_size))
+    return list(torch.split(flat, [len(s.candidates) for s in samples]))
+
+
+def _batch_scores(
+    model: PersonalizedReranker, batch: Sequence[RerankSample], vectors: Sequence[torch.Tensor] | None = None
+) -> tuple[torch.Tensor, ...]:
+    """(student, teacher, mask), each (B, C_max): all (sample, candidate) pairs of a batch in one forward pass
+    (``vectors``: each sample's pair vectors, computed once while the cross-encoder is frozen)."""
     counts = [len(s.candidates) for s in batch]
-    queries = [s.query for s in batch for _ in s.candidates]
-    docs = [d for s in batch for d in s.candidates]
     users = np.stack([s.user_embedding for s in batch for _ in s.candidates]).astype(np.float32)
     base = None
     if model.residual:
         base = np.asarray([b for s in batch for b in (s.base_scores or [0.0] * len(s.candidates))], dtype=np.float32)
-    flat = model.score(queries, docs, users, base)
+    if vectors is None:
+        queries = [s.query for s in batch for _ in s.candidates]
+        flat = model.score(queries, [d for s in batch for d in s.candidates], users, base)
+    else:
+        flat = model.score_vectors(torch.cat(list(vectors)), users, base)
     rows = torch.repeat_interleave(torch.arange(len(batch)), torch.tensor(counts))
     cols = torch.cat([torch.arange(c) for c in counts])
     width = max(counts)
@@ -244,7 +267,9 @@ def train_reranker(
     truth_only: int = 0,
 ) -> FitResult:
     """Distil LLM feedback into the reranker (§2.6): KL at T = reranker_temperature, with the shared training loop
-    (epochs, validation split, early stopping; ``fit``). The whole model (cross-encoder, W₂, MLP) is trained.
+    (epochs, validation split, early stopping; ``fit``). The heads (W₂, MLP, the user × pair term) are trained, and the
+    cross-encoder too when cfrag.reranker_encoder_lr > 0; at 0 (the default) it is frozen, so each pair's vector is
+    computed once and the epochs run the heads only, with the encoder's dropout rate applied to the stored vectors.
     Samples without candidates are skipped. ``relevance``: per sample, the 0/1 truth of each candidate (NaN unknown),
     for model selection on validation; the last ``truth_only`` samples have no feedback labels (validation only)."""
     keep = [i for i, s in enumerate(samples) if s.candidates]
@@ -261,13 +286,24 @@ def train_reranker(
             user_dim = int(np.asarray(usable[0].user_embedding).shape[-1]) if usable else 1
             model = build_reranker(settings, user_dim)
 
+        # a frozen cross-encoder (reranker_encoder_lr = 0) gives every pair the same vector in every epoch: computed
+        # once, training and validation only run the heads
+        cache = _pair_vector_cache(model, usable) if settings.reranker_encoder_lr == 0 else None
+        dropout = float(getattr(model.encoder.config, "hidden_dropout_prob", 0.1))
+
+        def scores(m: torch.nn.Module, idx: Sequence[int]) -> tuple[torch.Tensor, ...]:
+            vectors = None if cache is None else [cache[i] for i in idx]
+            if vectors is not None and m.training:  # the noise the encoder's own dropout would add to each vector
+                vectors = [torch.nn.functional.dropout(v, dropout, training=True) for v in vectors]
+            return _batch_scores(m, [usable[i] for i in idx], vectors)
+
         def batch_loss(m: torch.nn.Module, idx: Sequence[int]) -> torch.Tensor:
-            return kl_loss(*_batch_scores(m, [usable[i] for i in idx]), temperature)
+            return kl_loss(*scores(m, idx), temperature)
 
         def evaluate(m: torch.nn.Module, idx: Sequence[int]) -> tuple[float, float, np.ndarray]:
             if not len(idx):
                 return math.nan, math.nan, np.array([])
-            student, teacher, mask = _batch_scores(m, [usable[i] for i in idx])
+            student, teacher, mask = scores(m, idx)
             k, mask_np = max(1, settings.final_k or 3), mask.numpy()
             gains = None
             if truth is not None:
@@ -280,7 +316,7 @@ def train_reranker(
         labelled = usable[: len(usable) - truth_only]
         if truth is not None and labelled:  # the untrained scores, for the teacher's headroom over them
             with torch.no_grad():
-                student0, teacher0, mask0 = (x.numpy() for x in _batch_scores(model, labelled))
+                student0, teacher0, mask0 = (x.numpy() for x in scores(model, range(len(labelled))))
         result = fit(model, len(usable), batch_loss, evaluate, settings, progress, truth_only)
         if truth is not None and labelled:
             gains = np.full(mask0.shape, np.nan, dtype=np.float32)

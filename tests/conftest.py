@@ -75,7 +75,7 @@ TOGETHER |= {"test_mlflow_serving.py": "served_graph", "test_serving_latency.py"
 FILE_SECONDS = {
     "test_graph_e2e.py": 300, "demo_home": 190, "test_crash_recovery.py": 170, "test_compute_ray.py": 135,
     "test_pbr_graph.py": 125, "test_pbr_tuning.py": 90,
-    "test_cfrag_teacher.py": 150, "test_cfrag_tuning.py": 60, "test_promotion.py": 65,
+    "test_cfrag_teacher.py": 60, "test_cfrag_tuning.py": 60, "test_promotion.py": 65,
     "test_cfrag_graph.py": 65,
     "test_materialize_output.py": 55, "evaluated_graph": 60,
     "served_graph": 55, "test_served_privacy.py": 45, "test_marker_graph.py": 40, "test_lineage.py": 30,

@@ -148,13 +148,45 @@ def test_retriever_training_lowers_kl_and_round_trips(tmp_path) -> None:
     mask = np.ones((n, c), dtype=bool)
     mask[::2, -2:] = False
     settings = CfragSettings(
-        alpha=0.5, train_lr=0.05, train_epochs=15, train_batch_size=8, validation_share=0.0, early_stopping_patience=0
+        alpha=0.5, train_lr=0.05, train_epochs=15, train_batch_size=8, validation_share=0.0, early_stopping_patience=0,
+        retriever_projection="linear",
     )
     fitted = train_retriever(q, docs, mask, users, teacher, settings)
     model, curve = fitted.model, fitted.curve
     assert len(curve) == 15 * 4
     assert np.mean(curve[-4:]) < np.mean(curve[:4])
     assert curve == train_retriever(q, docs, mask, users, teacher, settings).curve
+    loaded = load_model(save_model(model, tmp_path / "retriever"))
+    np.testing.assert_array_equal(retriever_scores(model, q, docs, users), retriever_scores(loaded, q, docs, users))
+
+
+def test_the_diagonal_retriever_keeps_w_at_its_ridge_start_and_learns_a_metric(tmp_path) -> None:
+    """projection = "diagonal" (the default): W stays where init_projection put it, the per-dimension metric (all
+    ones at first, so the untrained model scores like the linear one) moves, the KL falls, the model round-trips."""
+    from prag_models.methods.cfrag.retriever import init_projection
+
+    rng = np.random.default_rng(0)
+    n, c, d = 32, 6, 8
+    users = rng.normal(size=(n, d)).astype(np.float32)
+    docs = rng.normal(size=(n, c, d)).astype(np.float32)
+    q = rng.normal(size=(n, d)).astype(np.float32)
+    teacher = 3.0 * docs[:, :, 0]  # the teacher likes documents high on one dimension
+    mask = np.ones((n, c), dtype=bool)
+    settings = CfragSettings(alpha=0.5, train_epochs=10, train_batch_size=8, validation_share=0.0,
+                             early_stopping_patience=0)  # fmt: skip
+    assert settings.retriever_projection == "diagonal"
+    start = PersonalizedRetriever(d, d, 0.5, "diagonal")
+    linear = PersonalizedRetriever(d, d, 0.5, "linear")
+    init_projection(start, users, users)
+    init_projection(linear, users, users)
+    np.testing.assert_allclose(retriever_scores(start, q, docs, users), retriever_scores(linear, q, docs, users),
+                               atol=1e-6)  # fmt: skip
+    w0 = start.proj.weight.detach().clone()
+    fitted = train_retriever(q, docs, mask, users, teacher, settings, model=start)
+    model = fitted.model
+    assert torch.equal(model.proj.weight, w0)
+    assert not torch.allclose(model.metric, torch.ones(d))
+    assert np.mean(fitted.curve[-4:]) < np.mean(fitted.curve[:4])
     loaded = load_model(save_model(model, tmp_path / "retriever"))
     np.testing.assert_array_equal(retriever_scores(model, q, docs, users), retriever_scores(loaded, q, docs, users))
 

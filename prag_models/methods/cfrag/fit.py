@@ -262,18 +262,23 @@ def fit(
 def _param_groups(model: torch.nn.Module, settings: CfragSettings) -> list[dict]:
     """Adam's parameter groups: a model's pretrained ``encoder`` (the reranker's cross-encoder) at
     cfrag.reranker_encoder_lr (frozen at 0), single numbers (the retriever's α shift and scale) at
-    cfrag.retriever_scalar_lr, everything else at cfrag.train_lr."""
+    cfrag.retriever_scalar_lr, the retriever's diagonal metric at cfrag.retriever_metric_lr, everything else at
+    cfrag.train_lr."""
     encoder = getattr(model, "encoder", None)
     pretrained = {id(p) for p in encoder.parameters()} if isinstance(encoder, torch.nn.Module) else set()
-    rest = [p for p in model.parameters() if p.requires_grad and id(p) not in pretrained]
+    metric = getattr(model, "metric", None)
+    special = pretrained | ({id(metric)} if isinstance(metric, torch.nn.Parameter) else set())
+    rest = [p for p in model.parameters() if p.requires_grad and id(p) not in special]
     groups = [{"params": [p for p in rest if p.dim() > 0], "lr": settings.train_lr}]
+    if isinstance(metric, torch.nn.Parameter) and metric.requires_grad:
+        groups.append({"params": [metric], "lr": settings.retriever_metric_lr})
     scalars = [p for p in rest if p.dim() == 0]
     if scalars:
         groups.append({"params": scalars, "lr": settings.retriever_scalar_lr})
     if pretrained and settings.reranker_encoder_lr > 0:
         groups.append({"params": [p for p in encoder.parameters() if p.requires_grad],
                        "lr": settings.reranker_encoder_lr})  # fmt: skip
-    return groups
+    return [g for g in groups if g["params"]]
 
 
 def _kl_samples(model: torch.nn.Module, evaluate: Callable, idx: Sequence[int]) -> tuple[float, ...]:

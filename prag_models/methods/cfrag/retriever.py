@@ -2,7 +2,8 @@
 
 The text encoders E_q and E_d are the frozen embedder: queries and documents arrive as pre-computed vectors, so the
 trainable part of the retriever is the user projection W (one linear layer as in the authors' code, or the paper's
-MLP via ``projection="mlp"``).
+MLP via ``projection="mlp"``) or, with ``projection="diagonal"`` (prag's default), a diagonal metric over the
+personalized term while W stays at its ridge start (§2.6: W itself memorises the ~100 users it is trained on).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ if TYPE_CHECKING:
     from prag_models.methods.cfrag.fit import FitResult
 
 ProgressFn = Callable[[int, int], None]
-PROJECTIONS: tuple[str, ...] = ("linear", "mlp")
+PROJECTIONS: tuple[str, ...] = ("diagonal", "linear", "mlp")
 
 
 class PersonalizedRetriever(nn.Module):
-    """S(q, d, u) = (1−α)·cos(q, d) + α·cos(W·e_u, d) over candidate documents (§2.4).
+    """S(q, d, u) = (1−α)·cos(q, d) + α·cos(W·e_u, d) over candidate documents (§2.4); with the diagonal projection
+    the personal term is cos(g ⊙ W·e_u, g ⊙ d), g learnt from all ones and W kept at its ridge start.
 
     α starts at the configured value and is learnable (``alpha_shift`` moves its logit; kept at 0 when
     ``cfrag.learn_alpha`` is off), so training can give the personalized term the weight that reorders a list. α = 0
@@ -39,7 +41,7 @@ class PersonalizedRetriever(nn.Module):
             raise ValueError(f"projection must be one of {PROJECTIONS}, got {projection!r}")
         self.user_dim, self.doc_dim = int(user_dim), int(doc_dim)
         self.alpha, self.projection = float(alpha), projection
-        if projection == "linear":
+        if projection in ("linear", "diagonal"):
             self.proj: nn.Module = nn.Linear(self.user_dim, self.doc_dim)
         else:  # paper variant: a two-layer MLP with a Tanh in between
             self.proj = nn.Sequential(
@@ -47,6 +49,8 @@ class PersonalizedRetriever(nn.Module):
             )
         self.alpha_shift = nn.Parameter(torch.zeros(()))
         self.log_scale = nn.Parameter(torch.zeros(()))
+        # the diagonal metric g: which dimensions of the document space the personal term compares (1 = plain cosine)
+        self.metric = nn.Parameter(torch.ones(self.doc_dim)) if projection == "diagonal" else None
         self.eval()
 
     def mixing_weight(self) -> torch.Tensor:
@@ -73,6 +77,8 @@ class PersonalizedRetriever(nn.Module):
         d = F.normalize(docs, dim=-1)
         u = F.normalize(self.proj(user_emb), dim=-1)
         relevance = torch.einsum("nd,ncd->nc", q, d)
+        if self.metric is not None:
+            u, d = F.normalize(u * self.metric, dim=-1), F.normalize(d * self.metric, dim=-1)
         personal = torch.einsum("nd,ncd->nc", u, d)
         alpha = self.mixing_weight()
         return (1.0 - alpha) * relevance + alpha * personal
@@ -112,8 +118,8 @@ def init_projection(
 ) -> None:
     """Start W where it already means something: the ridge least-squares map from e_u to the user's mean document
     embedding (z_u), so that cos(W·e_u, d) begins as "how typical d is of the user's history" instead of noise.
-    Only for the linear projection; the MLP keeps its random initialisation."""
-    if model.projection != "linear" or len(user_emb) == 0:
+    Only for the linear and diagonal projections; the MLP keeps its random initialisation."""
+    if model.projection not in ("linear", "diagonal") or len(user_emb) == 0:
         return
     e = np.asarray(user_emb, dtype=np.float64)
     z = np.asarray(targets, dtype=np.float64)
@@ -156,6 +162,8 @@ def train_retriever(
             if init_targets is not None:
                 init_projection(model, *init_targets)
         model.alpha_shift.requires_grad_(settings.learn_alpha)
+        if model.projection == "diagonal":  # W stays at its ridge start: the metric, α and the scale learn
+            model.proj.requires_grad_(False)
         q_t, d_t, u_t = _tensor(queries), _tensor(docs), _tensor(user_emb)
         m_t, t_t = torch.as_tensor(np.asarray(mask, dtype=bool)), _tensor(teacher_scores)
         temperature = settings.retriever_temperature

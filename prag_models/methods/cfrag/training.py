@@ -31,7 +31,7 @@ _ENCODER_PARAMS = ("max_history", "heads", "dropout", "finetune_doc_embeddings",
 _TRAIN_PARAMS = ("alpha", "retriever_projection", "train_lr", "train_epochs", "train_batch_size", "validation_share",
                  "early_stopping_patience", "feedback_signal", "selection_metric", "truth_validation", "seed",
                  "top_m_users", "user_vectors", "docs_per_user", "feedback_max_users", "max_feedback_samples",
-                 "learn_alpha")  # fmt: skip
+                 "learn_alpha", "retriever_metric_lr")  # fmt: skip
 
 #: kind -> a context around that kind's fit yielding its MLflow run id (``mlops.runs.RunTracker`` in the graph).
 Tracker = Callable[[str], AbstractContextManager[str]]
@@ -199,7 +199,8 @@ def train_task_rerankers(
         with track(kind) as run_id:
             fitted = train_reranker(samples, c, model=new_reranker(c, int(ts.user_emb.shape[1])),
                                     relevance=truth_rows, truth_only=truth_only)  # fmt: skip
-        params = {k: getattr(c, k) for k in _TRAIN_PARAMS if k not in ("alpha", "retriever_projection", "learn_alpha")}
+        params = {k: getattr(c, k) for k in _TRAIN_PARAMS if k not in ("alpha", "retriever_projection", "learn_alpha",
+                                                                 "retriever_metric_lr")}
         params |= {
             "temperature": c.reranker_temperature,
             "reranker_model": c.reranker_model,

@@ -36,6 +36,8 @@ def test_toml_then_env_override(tmp_path):
         ({"PRAG__CFRAG__RERANKER_USER_RANK": "-2"}, "settings.cfrag.reranker_user_rank"),
         ({"PRAG__RUN__LLM_BUDGET_S": "soon"}, "settings.run.llm_budget_s"),
         ({"PRAG__CFRAG__USER_VECTORS": "median"}, "settings.cfrag.user_vectors"),
+        ({"PRAG__CFRAG__RETRIEVER_PROJECTION": "diag"}, "settings.cfrag.retriever_projection"),
+        ({"PRAG__CFRAG__RETRIEVER_METRIC_LR": "-0.1"}, "settings.cfrag.retriever_metric_lr"),
         ({"PRAG__CFRAG__FEEDBACK_MAX_USERS": "0"}, "settings.cfrag.feedback_max_users"),
     ],
 )

@@ -89,6 +89,34 @@ def test_the_search_never_reads_dev(graph, tmp_path) -> None:
     assert before_trials["score"].tolist()[:3] == after_trials["score"].tolist()[:3]
 
 
+def test_the_time_budget_counts_trials_not_the_user_vectors_computed_once(graph, tmp_path, monkeypatch) -> None:
+    """Computing a user similarity's vectors (taste: seconds on a real user base) is a one-time cost of the search,
+    not of a trial: with it slower than the whole time budget every method still runs its max_trials (the demo's
+    first search stopped after 2 trials on a loaded machine, so its chosen knobs depended on the load)."""
+    import time
+
+    import prag_models.users.taste as taste
+
+    config, home, _ = graph
+    settings = _settings(config)
+    settings = settings.model_copy(update={"tuning": settings.tuning.model_copy(update={"budget_s": 1.0,
+                                                                                          "max_trials": 5})})
+    real = taste.similarity_vectors
+
+    def slow(*args, **kwargs):
+        time.sleep(1.5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(taste, "similarity_vectors", slow)
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(home / "prag.duckdb", copy)
+    with duckdb.connect(str(copy)) as con:
+        _, _, stats = tune_task(con, TASK, settings)
+    assert {m: s["trials"] for m, s in stats["methods"].items()} == {
+        "clusterrag_collaborative": 5, "clusterrag_community": 5}
+    assert all(s["stopped_by"] == "max_trials" for s in stats["methods"].values())
+
+
 def test_tuned_values_reach_the_retrieval_stage(graph, tmp_path) -> None:
     """A tuned neighbour count of 1 changes clusterrag_collaborative's rows and leaves @default the untuned ones."""
     config, home, _ = graph

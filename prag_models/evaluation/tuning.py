@@ -136,9 +136,10 @@ def tune_method(method: str, settings: Settings, space: UserSpace, index: Profil
 
 def method_rows(
     task: str, method: str, chosen: dict[str, Any], default: dict[str, Any], trials: list[tuple], metric: str,
-    gain: Any, n_samples: int,
+    gain: Any, n_samples: int, max_trials: int,
 ) -> tuple[list[tuple], list[tuple], dict[str, Any]]:  # fmt: skip
-    """One method's tuned_settings rows (one per knob), its trial rows and its statistics."""
+    """One method's tuned_settings rows (one per knob), its trial rows and its statistics (``stopped_by``: whether
+    max_trials or the time budget ended the search)."""
     default_score = trials[0][2]
     best_score = max(s for _, _, s, _ in trials) if chosen != default else default_score
     rows = [(task, method, knob, json.dumps(value), json.dumps(default[knob]), best_score, default_score, metric,
@@ -146,7 +147,8 @@ def method_rows(
     stats = {"chosen": chosen, "score": round(best_score, 4), "default_score": round(default_score, 4),
              "metric": metric, "trials": len(trials), "distinct_settings": len({p for _, p, _, _ in trials}),
              "best_train_gain": [round(gain.value, 4), round(gain.low, 4), round(gain.high, 4)],
-             "kept_default": chosen == default}  # fmt: skip
+             "kept_default": chosen == default,
+             "stopped_by": "max_trials" if len(trials) >= max_trials else "time budget"}  # fmt: skip
     return rows, [(task, method, *tr) for tr in trials], stats
 
 
@@ -167,13 +169,16 @@ def tune_task(con, task: str, settings: Settings) -> tuple[pd.DataFrame, pd.Data
         return pd.DataFrame(columns=TUNED_COLUMNS), pd.DataFrame(columns=TRIAL_COLUMNS), {"train_samples": 0}
     space = UserSpace(con, task, settings, index.vectors.shape[1])
     planted = planted_from_table(con, task)
+    space.prepare(settings, {m for method in KNOB_SPACE
+                             for m in method_space(settings, method).get("clustering.user_similarity", ())})
     chosen_rows, trial_rows, stats = [], [], {"train_samples": len(samples), "methods": {}}
     stats["sample_ids"] = samples["sample_id"].astype(str).tolist()
     for method in KNOB_SPACE:
         budget = t.budget_s / len(KNOB_SPACE)
         chosen, trials, metric, gain = tune_method(method, settings, space, index, samples, truth, budget)
-        rows, tried, stats["methods"][method] = method_rows(task, method, chosen, default_values(settings, method),
-                                                            trials, metric, gain, len(samples))  # fmt: skip
+        default = default_values(settings, method)
+        rows, tried, stats["methods"][method] = method_rows(task, method, chosen, default, trials, metric, gain,
+                                                            len(samples), t.max_trials)  # fmt: skip
         # the chosen values' user clusters (the search's cached fit) and, on the demo, their ARI vs the planted truth
         stats["methods"][method] |= space.cluster_summary(with_knobs(settings, chosen), planted)
         chosen_rows += rows
@@ -229,6 +234,6 @@ def tune_cfrag(con, task: str, settings: Settings) -> tuple[pd.DataFrame, pd.Dat
     k = settings.retrieval.k
     chosen, trials, metric, gain = search(CFRAG_KNOB_SPACE, default, lambda v: score(run(v), samples, truth, k),
                                           t.seed, t.max_trials, budget)  # fmt: skip
-    rows, tried, stats = method_rows(task, METHOD, chosen, default, trials, metric, gain, len(samples))
+    rows, tried, stats = method_rows(task, METHOD, chosen, default, trials, metric, gain, len(samples), t.max_trials)
     return (pd.DataFrame(rows, columns=TUNED_COLUMNS), pd.DataFrame(tried, columns=TRIAL_COLUMNS),
             {"train_samples": len(samples), "methods": {METHOD: stats}})  # fmt: skip

@@ -108,6 +108,12 @@ class UserSpace:
             self._vectors[key] = similarity_vectors(self.con, self.task, settings, self.ids, self.content)[0]
         return self._vectors[key]
 
+    def prepare(self, settings: Settings, similarities: Iterable[str]) -> None:
+        """Compute the user vectors of each user similarity a search may try, before its time budget starts: a
+        one-time cost (taste reads every user's labelled items) that must not decide how many trials run."""
+        for mode in similarities:
+            self.vectors(with_knobs(settings, {"clustering.user_similarity": mode}))
+
     def cluster_labels(self, settings: Settings) -> np.ndarray:
         """Each user's cluster (rows of ids): the user_clusters table's at the configured minimum cluster size, else a
         fit of the settings' user-similarity vectors with the settings' size (cached per vectors and size)."""

@@ -55,8 +55,9 @@ def tuning_markdown(stats: dict[str, dict]) -> str:
             kept = " (default kept)" if m["kept_default"] else ""
             ari = m.get("cluster_ari_vs_planted")
             clusters = f"{m.get('clusters', '')}" + (f" ({ari:.2f})" if ari is not None else "")
+            budget = " (time budget spent)" if m.get("stopped_by") == "time budget" else ""
             lines.append(f"| {task} | {method} | {chosen}{kept} | {m['score']:.3f} | {m['default_score']:.3f} | "
-                         f"{gain} | {m['metric']} | {m['trials']} | {clusters} |")  # fmt: skip
+                         f"{gain} | {m['metric']} | {m['trials']}{budget} | {clusters} |")  # fmt: skip
     return "\n".join(lines)
 
 

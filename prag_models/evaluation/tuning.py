@@ -29,6 +29,7 @@ from prag_models.methods.knobs import (
     default_values,
     knob_values,
     method_space,
+    read_tuned_table,
     with_knobs,
 )
 from prag_models.methods.profiles import ProfileIndex, Retrieved
@@ -188,16 +189,7 @@ def tune_task(con, task: str, settings: Settings) -> tuple[pd.DataFrame, pd.Data
 
 def read_tuned(con, task: str) -> dict[str, dict[str, Any]]:
     """The tuned values of a task per method (empty when the tuned_settings table or its rows are missing)."""
-    from prag_models.storage.store import table_exists
-
-    if not table_exists(con, "tuned_settings"):
-        return {}
-    out: dict[str, dict[str, Any]] = {}
-    for method, knob, value in con.execute(
-        "SELECT method, knob, value FROM tuned_settings WHERE task = ? ORDER BY method, knob", [task]
-    ).fetchall():
-        out.setdefault(method, {})[knob] = json.loads(value)
-    return out
+    return read_tuned_table(con, "tuned_settings", task)
 
 
 def tune_cfrag(con, task: str, settings: Settings) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:

@@ -54,6 +54,21 @@ CFRAG_KNOB_SPACE: dict[str, tuple[Any, ...]] = {
 }
 
 
+def read_tuned_table(con, table: str, task: str) -> dict[str, dict[str, Any]]:
+    """A tuned-settings table's values of a task per method (empty when the table or its rows are missing)."""
+    import json
+
+    from prag_models.storage.store import table_exists
+
+    if not table_exists(con, table):
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    rows = con.execute(f"SELECT method, knob, value FROM {table} WHERE task = ? ORDER BY method, knob", [task])
+    for method, knob, value in rows.fetchall():
+        out.setdefault(method, {})[knob] = json.loads(value)
+    return out
+
+
 def knob_values(settings: Settings, knobs: Iterable[str]) -> dict[str, Any]:
     """The settings' value of every ``section.field`` knob."""
     return {knob: getattr(getattr(settings, knob.split(".")[0]), knob.split(".")[1]) for knob in knobs}

@@ -11,13 +11,12 @@ models, the registered versions' inference settings and serving — so that serv
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 
 from prag_models.config.settings import Settings
-from prag_models.methods.knobs import with_knobs
+from prag_models.methods.knobs import read_tuned_table, with_knobs
 
 TUNED_TABLE = "cfrag_tuned_settings"
 METHOD = "cfrag"
@@ -27,12 +26,7 @@ DEFAULT_ROW = "cfrag@default"
 
 def read_cfrag_tuned(con, task: str) -> dict[str, Any]:
     """The task's tuned CFRAG knob values (empty when the table or its rows are missing)."""
-    from prag_models.storage.store import table_exists
-
-    if not table_exists(con, TUNED_TABLE):
-        return {}
-    rows = con.execute(f"SELECT knob, value FROM {TUNED_TABLE} WHERE task = ? ORDER BY knob", [task]).fetchall()
-    return {knob: json.loads(value) for knob, value in rows}
+    return read_tuned_table(con, TUNED_TABLE, task).get(METHOD, {})
 
 
 def tuned_cfrag_settings(con, task: str, settings: Settings) -> Settings:

@@ -108,7 +108,8 @@ def model_ndcgs(pools: list[dict], retriever, reranker, k: int) -> dict[str, np.
         base = p["docs"] @ p["q"]
         s = retriever_scores(retriever, p["q"][None], p["docs"][None], p["e_u"][None])[0]
         r = base if reranker is None else rerank_scores(reranker, [p["query"]] * n, p["texts"],
-                                                        np.tile(p["e_u"], (n, 1)), base)  # fmt: skip
+                                                        np.tile(p["e_u"], (n, 1)), base,
+                                                        doc_vectors=p["docs"])  # fmt: skip
         out["retriever"].append(ndcg_at(s, p["gains"], k))
         out["reranker"].append(ndcg_at(r, p["gains"], k))
     return {key: np.asarray(v) for key, v in out.items()}

@@ -94,6 +94,61 @@ def test_a_frozen_cross_encoder_reads_each_pair_once_and_keeps_its_weights() -> 
             assert sum(read) > 2 * pairs and moved
 
 
+def _community_rerank_samples(n: int = 40) -> tuple[list, np.ndarray, np.ndarray]:
+    """Samples whose relevant candidates are the documents near the asker's community centre, with texts that do not
+    say which (every candidate reads alike), and the (e_u, z_u) the personal term's ridge map is fitted on."""
+    from prag_models.methods.cfrag.reranker import RerankSample
+
+    rng = np.random.default_rng(1)
+    centres, users = _vectors(2, 16, 20), _vectors(2, 8, 21)
+    e = np.concatenate([users[c] + 0.05 * rng.normal(size=(10, 8)) for c in (0, 1)]).astype(np.float32)
+    z = np.concatenate([centres[c] + 0.1 * rng.normal(size=(10, 16)) for c in (0, 1)]).astype(np.float32)
+    z /= np.linalg.norm(z, axis=1, keepdims=True)
+    out = []
+    for i in range(n):
+        who = i % 2
+        sides = rng.permutation([0, 1, 0, 1, 0, 1])
+        docs = np.stack([centres[c] + 0.15 * rng.normal(size=16) for c in sides]).astype(np.float32)
+        docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+        out.append(RerankSample(f"item {i}", [f"a review of item {i}"] * 6, [0.0 if c == who else -3.0 for c in sides],
+                                e[who * 10 + i % 10], list(rng.uniform(0.2, 0.4, size=6)), docs))  # fmt: skip
+    return out, e, z
+
+
+def test_the_personal_term_starts_at_cosine_and_learns_what_the_text_does_not_say(tmp_path) -> None:
+    """cfrag.reranker_personal_term: the untrained reranker still ranks like cosine (exactly), needs the documents'
+    vectors, and from a teacher that prefers the asker's community (invisible in the texts) its weight grows and the
+    community's documents rise; without the term the heads cannot see it. The ridge map survives save and load."""
+    from prag_models.methods.cfrag.reranker import rerank_scores, train_reranker
+    from prag_models.methods.cfrag.serialization import load_reranker, save_model
+    from prag_models.methods.cfrag.training_set import new_reranker
+
+    samples, e, z = _community_rerank_samples()
+    hits = {}
+    for personal in (True, False):
+        settings = CfragSettings(reranker_layers=1, reranker_max_length=16, train_epochs=15, seed=0,
+                                 selection_confidence=0, reranker_personal_term=personal)  # fmt: skip
+        model = new_reranker(settings, user_dim=8, doc_dim=16)
+        model.set_personal_map(e, z)
+        s = samples[0]
+        users = np.stack([s.user_embedding] * 6)
+        start = rerank_scores(model, [s.query] * 6, s.candidates, users, s.base_scores, doc_vectors=s.doc_vectors)
+        np.testing.assert_allclose(start, s.base_scores, atol=1e-6)
+        fitted = train_reranker(samples, settings, model=model)
+        hits[personal] = np.mean([np.mean(np.asarray(x.teacher_scores)[np.argsort(-rerank_scores(
+            fitted.model, [x.query] * 6, x.candidates, np.stack([x.user_embedding] * 6), x.base_scores,
+            doc_vectors=x.doc_vectors))[:3]] == 0.0) for x in samples])  # fmt: skip
+        if personal:
+            assert float(fitted.model.personal_weight) > 0.1
+            with pytest.raises(ValueError, match="document vector"):
+                rerank_scores(fitted.model, [s.query], [s.candidates[0]], users[:1], s.base_scores[:1])
+            loaded = load_reranker(save_model(fitted.model, tmp_path / "reranker"))
+            again = rerank_scores(loaded, [s.query] * 6, s.candidates, users, s.base_scores, doc_vectors=s.doc_vectors)
+            np.testing.assert_allclose(again, rerank_scores(fitted.model, [s.query] * 6, s.candidates, users,
+                                                            s.base_scores, doc_vectors=s.doc_vectors), atol=1e-6)
+    assert hits[True] > 0.9 and hits[True] > hits[False] + 0.2, hits
+
+
 def test_untrained_residual_rerankers_are_reported_as_coinciding() -> None:
     """Two rerankers still at their zero correction make cfrag = cfrag_no_reranker_eu, and the metadata says why."""
     import torch

@@ -62,7 +62,7 @@ cfrag_retriever = training_asset(
 
 cfrag_reranker = training_asset(
     name="cfrag_reranker",
-    deps=[feedback_labels, cfrag_user_embeddings],
+    deps=[feedback_labels, cfrag_user_embeddings, user_embeddings],
     description="Personalized reranker MLP([CLS(q,d) ⊕ W2 e_u]) over a cross-encoder (§2.7) distilled from the "
     "feedback labels with KL at T = 0.1; plus the ablation reranker trained without e_u (§2.8). Both registered.",
     train=lambda step, track: train_task_rerankers(

@@ -142,6 +142,10 @@ class CfragSettings(Section):
     # prag's addition: rank of a user × pair term (U e_u)·(V pair) added to the MLP's score (0 = the paper's MLP only;
     # docs/methods.md §2.7: from a noiseless teacher the MLP alone did not find the user × text interaction)
     reranker_user_rank: int = Field(16, ge=0)
+    # prag's addition: the heads also get the retriever's personal similarity of each document, cos(g ⊙ P·e_u, g ⊙ d)
+    # over the frozen embedder's vectors, P the fixed ridge map from e_u to the user's mean document, g a diagonal
+    # metric learnt from ones (at retriever_metric_lr), its weight from zero (docs/methods.md §2.7)
+    reranker_personal_term: bool = True
     reranker_use_user_embedding: bool = True  # False = ablation "w/o e_u in reranker" (§2.8)
     # Residual reranker: score = cos(E(q), E(d)) of the frozen embedder + the learned MLP correction, whose last layer
     # starts at zero, so the untrained reranker ranks exactly like dense retrieval and training moves from there.

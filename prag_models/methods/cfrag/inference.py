@@ -102,6 +102,7 @@ def retrieve(
             np.stack([pairs[k].e_u for k in keys]),
             np.zeros(len(keys), dtype=np.float32) if residual[kind] else None,
             batch_size=64,
+            doc_vectors=index.vectors[[row for _, row in keys]],
         )
         reranked.update({(kind, sid, row): float(s) for (sid, row), s in zip(keys, scores, strict=True)})
     out: dict[tuple[str, str], list[Retrieved]] = {}

@@ -76,4 +76,5 @@ def probe_scores(kind: str, model: object, probe: Probe) -> np.ndarray:
     docs_t = [d for _ in probe.query_texts for d in probe.doc_texts]
     users = np.repeat(probe.user_emb, c, axis=0)
     base = (probe.queries @ probe.doc_vectors.T).ravel()
-    return rerank_scores(model, queries, docs_t, users, base)  # type: ignore[arg-type]
+    docs_v = np.tile(probe.doc_vectors, (n, 1))
+    return rerank_scores(model, queries, docs_t, users, base, doc_vectors=docs_v)  # type: ignore[arg-type]

@@ -50,6 +50,7 @@ class PersonalizedReranker(nn.Module):
         residual: bool = False,
         pooling: str = "cls",
         user_rank: int = 0,
+        personal_dim: int = 0,
     ) -> None:
         super().__init__()
         if pooling not in POOLINGS:
@@ -88,7 +89,23 @@ class PersonalizedReranker(nn.Module):
             self.user_factor = nn.Linear(self.user_dim, self.user_rank, bias=False)
             self.pair_factor = nn.Linear(hidden, self.user_rank, bias=False)
             nn.init.zeros_(self.pair_factor.weight)  # the term starts at zero too
+        # prag's addition (docs/methods.md §2.7): the retriever's personal similarity of the document,
+        # cos(g ⊙ P·e_u, g ⊙ d) over the frozen embedder's d, with P the fixed ridge map from e_u to the user's mean
+        # document (set_personal_map), g a learnt diagonal metric from ones and a weight from zero
+        self.personal_dim = int(personal_dim) if self.use_user_embedding else 0
+        if self.personal_dim:
+            self.register_buffer("personal_map", torch.zeros(self.user_dim + 1, self.personal_dim))
+            self.metric = nn.Parameter(torch.ones(self.personal_dim))
+            self.personal_weight = nn.Parameter(torch.zeros(()))
         self.eval()
+
+    def set_personal_map(self, user_emb: np.ndarray, targets: np.ndarray) -> None:
+        """Fix P of the personal term: the ridge map from every user's e_u to the user's mean document z_u."""
+        from prag_models.methods.cfrag.retriever import ridge_map
+
+        if self.personal_dim and len(user_emb):
+            with torch.no_grad():
+                self.personal_map.copy_(torch.as_tensor(ridge_map(user_emb, targets), dtype=torch.float32))
 
     def kept_initialisation(self) -> bool:
         """True for a residual reranker whose correction is still exactly zero (it ranks like dense retrieval)."""
@@ -96,6 +113,8 @@ class PersonalizedReranker(nn.Module):
         zero = not bool(last.weight.detach().any()) and not bool(last.bias.detach().any())
         if self.user_rank:
             zero = zero and not bool(self.pair_factor.weight.detach().any())
+        if self.personal_dim:
+            zero = zero and not bool(self.personal_weight.detach().any())
         return self.residual and zero
 
     def config(self) -> dict[str, Any]:
@@ -108,6 +127,7 @@ class PersonalizedReranker(nn.Module):
             "residual": self.residual,
             "pooling": self.pooling,
             "user_rank": self.user_rank,
+            "personal_dim": self.personal_dim,
         }
 
     def pair_vectors(self, queries: Sequence[str], docs: Sequence[str]) -> torch.Tensor:
@@ -127,17 +147,22 @@ class PersonalizedReranker(nn.Module):
         docs: Sequence[str],
         user_emb: np.ndarray | torch.Tensor,
         base: np.ndarray | torch.Tensor | None = None,
+        doc_vectors: np.ndarray | torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Scores (n,) for n (query, doc) pairs, the querying user's e_u rows (n, du) and, for a residual reranker,
-        the frozen embedder's cos(q, d) of each pair (n,); differentiable."""
-        return self.score_vectors(self.pair_vectors(queries, docs), user_emb, base)
+        """Scores (n,) for n (query, doc) pairs, the querying user's e_u rows (n, du), for a residual reranker the
+        frozen embedder's cos(q, d) of each pair (n,), and with the personal term each document's vector (n, d);
+        differentiable."""
+        return self.score_vectors(self.pair_vectors(queries, docs), user_emb, base, doc_vectors)
 
     def score_vectors(
-        self, cls: torch.Tensor, user_emb: np.ndarray | torch.Tensor, base: np.ndarray | torch.Tensor | None = None
+        self, cls: torch.Tensor, user_emb: np.ndarray | torch.Tensor, base: np.ndarray | torch.Tensor | None = None,
+        doc_vectors: np.ndarray | torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The heads' scores (n,) for pair vectors already computed by :meth:`pair_vectors` (n, hidden)."""
         if self.residual and base is None:
             raise ValueError("a residual reranker needs base = cos(E(q), E(d)) for every pair")
+        if self.personal_dim and doc_vectors is None:
+            raise ValueError("a reranker with the personal term needs every pair's document vector")
         if self.use_user_embedding:
             u = torch.as_tensor(np.asarray(user_emb, dtype=np.float32)) if not torch.is_tensor(user_emb) else user_emb
             u = u.float().reshape(len(cls), self.user_dim)
@@ -147,9 +172,22 @@ class PersonalizedReranker(nn.Module):
         out = self.head(torch.cat([cls, user_part], dim=-1)).squeeze(-1)
         if self.user_rank and self.use_user_embedding:
             out = out + (self.user_factor(u) * self.pair_factor(cls)).sum(-1)
+        if self.personal_dim:
+            out = out + self.personal_weight * self._personal_similarity(u, doc_vectors)
         if self.residual:
             out = out + torch.as_tensor(np.asarray(base, dtype=np.float32)).reshape(len(out))
         return out
+
+    def _personal_similarity(self, u: torch.Tensor, doc_vectors: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """cos(g ⊙ P·e_u, g ⊙ d) per pair (n,)."""
+        from torch.nn.functional import normalize
+
+        d = torch.as_tensor(np.asarray(doc_vectors, dtype=np.float32)) if not torch.is_tensor(doc_vectors) else (
+            doc_vectors.float())
+        target = torch.cat([u, torch.ones(len(u), 1)], dim=1) @ self.personal_map
+        a = normalize(normalize(target, dim=-1) * self.metric, dim=-1)
+        b = normalize(normalize(d.reshape(len(u), -1), dim=-1) * self.metric, dim=-1)
+        return (a * b).sum(-1)
 
     def forward(
         self,
@@ -157,9 +195,10 @@ class PersonalizedReranker(nn.Module):
         docs: Sequence[str],
         user_emb: np.ndarray | torch.Tensor,
         base: np.ndarray | torch.Tensor | None = None,
+        doc_vectors: np.ndarray | torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Same as :meth:`score`."""
-        return self.score(queries, docs, user_emb, base)
+        return self.score(queries, docs, user_emb, base, doc_vectors)
 
 
 @dataclass
@@ -171,10 +210,12 @@ class RerankSample:
     teacher_scores: list[float]
     user_embedding: np.ndarray
     base_scores: list[float] | None = None  # cos(E(q), E(d)) per candidate (residual reranker)
+    doc_vectors: np.ndarray | None = None  # (C, d) the frozen embedder's vector per candidate (personal term)
 
 
-def build_reranker(settings: CfragSettings, user_dim: int) -> PersonalizedReranker:
-    """A fresh reranker over ``settings.reranker_model`` (packaged MiniLM resolved to its local folder).
+def build_reranker(settings: CfragSettings, user_dim: int, doc_dim: int = 0) -> PersonalizedReranker:
+    """A fresh reranker over ``settings.reranker_model`` (packaged MiniLM resolved to its local folder); with
+    cfrag.reranker_personal_term and ``doc_dim`` (the embedder's dimension) the personal term too.
 
     The new heads (W₂, MLP) are initialised from ``settings.seed``; the caller's torch RNG state is untouched.
     """
@@ -191,6 +232,7 @@ def build_reranker(settings: CfragSettings, user_dim: int) -> PersonalizedRerank
             residual=settings.reranker_residual,
             pooling=settings.reranker_pooling,
             user_rank=settings.reranker_user_rank,
+            personal_dim=doc_dim if settings.reranker_personal_term else 0,
         )
 
 
@@ -201,8 +243,10 @@ def rerank_scores(
     user_emb: np.ndarray,
     base: np.ndarray | None = None,
     batch_size: int = 32,
+    doc_vectors: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Scores (n,) float32 without gradients, in chunks of ``batch_size`` pairs (base: cos(q, d) per pair).
+    """Scores (n,) float32 without gradients, in chunks of ``batch_size`` pairs (base: cos(q, d) per pair;
+    doc_vectors: each pair's document vector, for the personal term).
 
     A residual reranker that kept its initialisation adds exactly zero to the base, so the cross-encoder is skipped.
     """
@@ -215,7 +259,8 @@ def rerank_scores(
         for start in range(0, len(queries), batch_size):
             end = start + batch_size
             part = None if b is None else b[start:end]
-            out[start:end] = model.score(queries[start:end], docs[start:end], u[start:end], part).numpy()
+            vectors = None if doc_vectors is None else doc_vectors[start:end]
+            out[start:end] = model.score(queries[start:end], docs[start:end], u[start:end], part, vectors).numpy()
     return out
 
 
@@ -242,11 +287,14 @@ def _batch_scores(
     base = None
     if model.residual:
         base = np.asarray([b for s in batch for b in (s.base_scores or [0.0] * len(s.candidates))], dtype=np.float32)
+    docs = None
+    if model.personal_dim:
+        docs = np.concatenate([np.asarray(s.doc_vectors, dtype=np.float32) for s in batch])
     if vectors is None:
         queries = [s.query for s in batch for _ in s.candidates]
-        flat = model.score(queries, [d for s in batch for d in s.candidates], users, base)
+        flat = model.score(queries, [d for s in batch for d in s.candidates], users, base, docs)
     else:
-        flat = model.score_vectors(torch.cat(list(vectors)), users, base)
+        flat = model.score_vectors(torch.cat(list(vectors)), users, base, docs)
     rows = torch.repeat_interleave(torch.arange(len(batch)), torch.tensor(counts))
     cols = torch.cat([torch.arange(c) for c in counts])
     width = max(counts)

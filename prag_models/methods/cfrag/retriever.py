@@ -113,6 +113,13 @@ def kl_loss(
     return F.kl_div(log_p, q, reduction="batchmean")
 
 
+def ridge_map(user_emb: np.ndarray, targets: np.ndarray, ridge: float = 1e-2) -> np.ndarray:
+    """The ridge least-squares map (du + 1, d) from e_u (with a bias column, the last row) to each user's z_u."""
+    e = np.asarray(user_emb, dtype=np.float64)
+    x = np.hstack([e, np.ones((len(e), 1))])
+    return np.linalg.solve(x.T @ x + ridge * np.eye(x.shape[1]), x.T @ np.asarray(targets, dtype=np.float64))
+
+
 def init_projection(
     model: PersonalizedRetriever, user_emb: np.ndarray, targets: np.ndarray, ridge: float = 1e-2
 ) -> None:
@@ -121,10 +128,7 @@ def init_projection(
     Only for the linear and diagonal projections; the MLP keeps its random initialisation."""
     if model.projection not in ("linear", "diagonal") or len(user_emb) == 0:
         return
-    e = np.asarray(user_emb, dtype=np.float64)
-    z = np.asarray(targets, dtype=np.float64)
-    x = np.hstack([e, np.ones((len(e), 1))])  # bias column
-    w = np.linalg.solve(x.T @ x + ridge * np.eye(x.shape[1]), x.T @ z)  # (du + 1, d)
+    w = ridge_map(user_emb, targets, ridge)
     with torch.no_grad():
         model.proj.weight.copy_(torch.as_tensor(w[:-1].T, dtype=torch.float32))
         model.proj.bias.copy_(torch.as_tensor(w[-1], dtype=torch.float32))

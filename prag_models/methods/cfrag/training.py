@@ -189,6 +189,7 @@ def train_task_rerankers(
     ts, relevance, truth_only, extra_queries = with_truth_validation(con, task, settings, inputs, labelled)
     queries = dict(zip(inputs.samples["sample_id"], inputs.samples["query"], strict=True)) | extra_queries
     samples = rerank_samples(ts, queries, inputs.index.texts)
+    targets = projection_targets(con, task)  # P of the personal term (cfrag.reranker_personal_term)
     truth_rows = None if relevance is None else [relevance[i, : len(r)] for i, r in enumerate(ts.rows)]
     out = []
     for kind, use_eu in (("reranker", True), ("reranker_no_eu", False)):
@@ -196,9 +197,10 @@ def train_task_rerankers(
             continue
         c = settings.cfrag.model_copy(update={"reranker_use_user_embedding": use_eu})
         started = time.perf_counter()
+        model = new_reranker(c, int(ts.user_emb.shape[1]), int(ts.docs.shape[-1]))
+        model.set_personal_map(*targets)
         with track(kind) as run_id:
-            fitted = train_reranker(samples, c, model=new_reranker(c, int(ts.user_emb.shape[1])),
-                                    relevance=truth_rows, truth_only=truth_only)  # fmt: skip
+            fitted = train_reranker(samples, c, model=model, relevance=truth_rows, truth_only=truth_only)
         params = {k: getattr(c, k) for k in _TRAIN_PARAMS if k not in ("alpha", "retriever_projection", "learn_alpha",
                                                                  "retriever_metric_lr")}
         params |= {
@@ -207,6 +209,7 @@ def train_task_rerankers(
             "max_length": c.reranker_max_length,
             "layers": c.reranker_layers,
             "encoder_lr": c.reranker_encoder_lr,
+            "personal_term": c.reranker_personal_term,
             "use_user_embedding": use_eu,
             "task": task,
             "samples": len(labelled.sample_ids),
@@ -234,7 +237,7 @@ def untrained_models(con, task: str, settings: Settings, generator_id: str, kind
     if not reason:
         return []
     c, started = settings.cfrag, time.perf_counter()
-    e, z = projection_targets(con, task) if "retriever" in kinds else (user_vectors(con, task), None)
+    e, z = projection_targets(con, task)
     encoder = model_row(con, task, "user_encoder")
     encoder_version = f"{encoder['registered_name']}/{encoder['version']}"
     out = []
@@ -246,18 +249,11 @@ def untrained_models(con, task: str, settings: Settings, generator_id: str, kind
                 init_projection(model, e, z)  # as train_retriever starts it
             else:
                 kc = c.model_copy(update={"reranker_use_user_embedding": kind == "reranker"})
-                model = new_reranker(kc, int(e.shape[1]))
+                model = new_reranker(kc, int(e.shape[1]), int(z.shape[1]))
+                model.set_personal_map(e, z)  # as train_task_rerankers starts it
         params = {k: getattr(c, k) for k in _TRAIN_PARAMS} | {
             "task": task, "samples": 0, "generator": generator_id, "user_encoder": encoder_version,
             "untrained": reason}  # fmt: skip
         version = data_version(reason, encoder_version, generator_id, kind)
         out.append(Trained(kind, model, [], params, version, time.perf_counter() - started, skipped=reason))
     return out
-
-
-def user_vectors(con, task: str) -> np.ndarray:
-    """The e_u of a task's users (the rerankers' user dimension)."""
-    from prag_models.storage.store import column_to_matrix
-
-    rows = con.execute("SELECT embedding FROM cfrag_user_embeddings WHERE task = ? ORDER BY user_id", [task]).fetchall()
-    return column_to_matrix([r[0] for r in rows])

@@ -103,19 +103,20 @@ def rerank_samples(ts: TrainingSet, query_texts: Mapping[str, str], doc_texts: S
             teacher_scores=[float(t) for t in ts.teacher[i, : len(rows)]],
             user_embedding=ts.user_emb[i],
             base_scores=[float(b) for b in ts.docs[i, : len(rows)] @ ts.queries[i]],
+            doc_vectors=np.asarray(ts.docs[i, : len(rows)], dtype=np.float32),
         )
         for i, (sid, rows) in enumerate(zip(ts.sample_ids, ts.rows, strict=True))
     ]
 
 
-def new_reranker(settings: CfragSettings, user_dim: int) -> Any:
+def new_reranker(settings: CfragSettings, user_dim: int, doc_dim: int = 0) -> Any:
     """A fresh reranker (``build_reranker``) cut to its first ``reranker_layers`` Transformer layers (0 = all).
 
     The cut is saved with the model (the encoder config's ``num_hidden_layers``), so ``load_model`` rebuilds it.
     """
     from prag_models.methods.cfrag.reranker import build_reranker
 
-    model = build_reranker(settings, user_dim)
+    model = build_reranker(settings, user_dim, doc_dim)
     keep = settings.reranker_layers
     layers = getattr(getattr(model.encoder, "encoder", None), "layer", None)
     if keep > 0:

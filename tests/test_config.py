@@ -39,6 +39,8 @@ def test_toml_then_env_override(tmp_path):
         ({"PRAG__CFRAG__RETRIEVER_PROJECTION": "diag"}, "settings.cfrag.retriever_projection"),
         ({"PRAG__CFRAG__RETRIEVER_METRIC_LR": "-0.1"}, "settings.cfrag.retriever_metric_lr"),
         ({"PRAG__CFRAG__FEEDBACK_MAX_USERS": "0"}, "settings.cfrag.feedback_max_users"),
+        ({"PRAG__CFRAG__TRAIN_LR": "0"}, "settings.cfrag.train_lr"),
+        ({"PRAG__CFRAG__RERANKER_PERSONAL_TERM": "sometimes"}, "settings.cfrag.reranker_personal_term"),
     ],
 )
 def test_bad_values_are_named(env, message):

@@ -102,7 +102,7 @@ def retrieve(
             np.stack([pairs[k].e_u for k in keys]),
             np.zeros(len(keys), dtype=np.float32) if residual[kind] else None,
             batch_size=64,
-            doc_vectors=index.vectors[[row for _, row in keys]],
+            doc_vectors=index.vectors[[row for _, row in keys]] if getattr(models[kind], "personal_dim", 0) else None,
         )
         reranked.update({(kind, sid, row): float(s) for (sid, row), s in zip(keys, scores, strict=True)})
     out: dict[tuple[str, str], list[Retrieved]] = {}

@@ -66,7 +66,8 @@ DEMO_FILES = {"test_asset_metadata.py", "test_graph_plumbing.py", "test_ui.py"}
 #: Files that share a session fixture, scheduled as one unit likewise (DEMO_FILES: "demo_home").
 TOGETHER = {name: "demo_home" for name in DEMO_FILES}
 TOGETHER |= {"test_mlflow_serving.py": "served_graph", "test_serving_latency.py": "served_graph",
-             "test_retrieval_eval_graph.py": "evaluated_graph", "test_tuning.py": "evaluated_graph"}  # fmt: skip
+             "test_retrieval_eval_graph.py": "evaluated_graph", "test_tuning.py": "evaluated_graph",
+             "test_pbr_graph.py": "personabench_graph", "test_pbr_tuning.py": "personabench_graph"}  # fmt: skip
 
 #: About how many seconds a file of the CI selection takes on one free core (the files of TOGETHER under their
 #: unit's name): the scheduler hands out the longest first, so that no long file starts when the other worker is nearly
@@ -74,7 +75,7 @@ TOGETHER |= {"test_mlflow_serving.py": "served_graph", "test_serving_latency.py"
 #: Unlisted files take under 20 s and follow in xdist's order. Remeasure with --durations=0 after a large change.
 FILE_SECONDS = {
     "test_graph_e2e.py": 300, "demo_home": 190, "test_crash_recovery.py": 170, "test_compute_ray.py": 135,
-    "test_pbr_graph.py": 125, "test_pbr_tuning.py": 90,
+    "personabench_graph": 100,
     "test_cfrag_teacher.py": 60, "test_cfrag_tuning.py": 60, "test_promotion.py": 65,
     "test_cfrag_graph.py": 65,
     "test_materialize_output.py": 55, "evaluated_graph": 60,
@@ -361,3 +362,25 @@ def evaluated_graph(tmp_path_factory):
     result = materialize_graph(config, [EVALUATED_TASK], selection=selection)
     assert result.success
     return config, home, result
+
+
+@pytest.fixture(scope="session")
+def personabench_graph(tmp_path_factory):
+    """The retrieval_eval group on the real PersonaBench community 1 (replayed expansions, fake generator, PBR's
+    tuning on), once per session for tests/test_pbr_graph.py and tests/test_pbr_tuning.py (read only; one xdist
+    unit: TOGETHER): embedding its segments is most of the time; (config, result)."""
+    import dagster as dg
+
+    from prag_assets.definitions import defs
+    from prag_assets.resource_set import default_resources
+
+    if not (real_data_dir() / "personabench").is_dir():
+        pytest.skip(f"real PersonaBench data not found at {real_data_dir()} (set PRAG_REAL_DATA)")
+    tmp = tmp_path_factory.mktemp("personabench")
+    config = write_config(tmp / "prag.toml", tmp / "home", generator_backend="fake",
+                          data={"real_data_dir": str(real_data_dir())}, tuning={"enabled": True, "budget_s": 4.0},
+                          pbr={"datasets": ["personabench"]})  # fmt: skip
+    result = dg.materialize([*defs.assets, *defs.asset_checks], resources=default_resources(config_file=str(config)),
+                            selection=dg.AssetSelection.groups("retrieval_eval"))  # fmt: skip
+    assert result.success
+    return config, result

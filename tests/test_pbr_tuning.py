@@ -5,8 +5,7 @@ evaluates the tuned PBR next to the authors' settings."""
 
 import numpy as np
 import pytest
-from conftest import real_data_dir, write_config
-from test_pbr_graph import _checks, _con, _materialize, _meta
+from test_pbr_graph import _checks, _con, _meta
 
 from prag_models.config.settings import PbrSettings, TuningSettings
 from prag_models.data.personabench import RetrievalQuestion, Segment
@@ -108,22 +107,19 @@ def test_a_knob_that_matters_is_found_and_no_question_is_ranked_by_knobs_chosen_
 
 @pytest.mark.realdata
 @pytest.mark.models
-def test_real_personabench_tuned_next_to_the_authors_settings(tmp_path):
+def test_real_personabench_tuned_next_to_the_authors_settings(personabench_graph):
     """Community 1 (3 persons, replayed expansions): pbr_tuned_settings holds every knob per fold (3 persons, 'all'),
     its check passes, the MLflow run carries the search, and the evaluation has pbr (cross-fitted) and pbr@default
     (the authors' settings: R@5 as before tuning existed)."""
-    config = write_config(tmp_path / "prag.toml", tmp_path / "home", generator_backend="fake",
-                          data={"real_data_dir": str(real_data_dir())}, tuning={"enabled": True, "budget_s": 10.0},
-                          pbr={"datasets": ["personabench"], "eval_methods": ["base", "pbr"]})  # fmt: skip
-    result = _materialize(config)
-    assert result.success and all(_checks(result).values())
+    config, result = personabench_graph
+    assert all(_checks(result).values())
     assert "pbr_tuned_settings:tuned_values_in_space" in _checks(result)
     with _con(config) as con:
         folds = con.execute("SELECT fold, count(*), max(held_out) FROM pbr_tuned_settings GROUP BY fold").fetchall()
         r5 = dict(con.execute("SELECT method, value FROM retrieval_evaluation WHERE category = 'Overall' AND "
                               "metric = 'recall' AND k = 5 AND dataset = 'personabench'").fetchall())  # fmt: skip
     assert {f for f, n, _ in folds} == {"0", "1", "2", ALL_FOLDS} and {n for _, n, _ in folds} == {len(PBR_KNOB_SPACE)}
-    assert set(r5) == {"base", "pbr", "pbr@default"} and r5["pbr@default"] > r5["base"]
+    assert {"base", "pbr", "pbr@default"} <= set(r5) and r5["pbr@default"] > r5["base"]
     stats = _meta(result, "pbr_tuned_settings", "per_dataset")
     assert stats is not None
 

@@ -179,20 +179,3 @@ def test_real_longmemeval() -> None:
     for q in questions:
         assert 39 <= len(segments[q.q_id]) <= 41
         assert sorted(g[0] for g in q.gold_sets) == sorted(q.extra["answer_session_ids"])
-
-
-@pytest.mark.slow
-@pytest.mark.realdata
-@needs_personabench
-def test_real_personabench_base_retrieval() -> None:
-    """Base dense retrieval with the packaged all-MiniLM-L6-v2 on community 1 (see benchmarks/pbr_personabench.py)."""
-    from prag_models.config.settings import PbrSettings
-    from prag_models.methods.pbr_eval import evaluate_retrieval
-    from prag_models.text.embedder import EmbedderSettings, load_embedder
-
-    data = load_personabench(REAL)
-    df = evaluate_retrieval(data.questions, data.segments_by_user, load_embedder(EmbedderSettings()), ["base"], {},
-                            PbrSettings(top_k=5), ks=(5,))
-    overall = df[df.category == "Overall"].set_index("metric")["value"]
-    assert overall["recall"] == pytest.approx(0.4039, abs=0.003)
-    assert overall["ndcg"] == pytest.approx(0.3193, abs=0.003)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -63,25 +65,32 @@ def _context() -> Any:
     return context
 
 
+#: A process-wide counter for the names of each validation's datasource, suite and definition.
+_VALIDATIONS = itertools.count()
+
+
 def validate_frame(name: str, df: pd.DataFrame, expectations: Sequence[Expect]) -> tuple[bool, list[str]]:
     """Run a GX suite over a DataFrame; returns success and one line per failed expectation."""
     import great_expectations as gx
     import great_expectations.expectations as gxe
 
     context = _context()
-    suffix = f"{name}_{len(context.suites.all())}"
-    batch_def = (
-        context.data_sources.add_pandas(f"ds_{suffix}")
-        .add_dataframe_asset(f"asset_{suffix}")
-        .add_batch_definition_whole_dataframe(f"batch_{suffix}")
-    )
+    suffix = f"{name}_{next(_VALIDATIONS)}"
+    datasource = context.data_sources.add_pandas(f"ds_{suffix}")
+    asset = datasource.add_dataframe_asset(f"asset_{suffix}")
+    batch_def = asset.add_batch_definition_whole_dataframe(f"batch_{suffix}")
     suite = context.suites.add(gx.ExpectationSuite(name=f"suite_{suffix}"))
-    for e in expectations:
-        suite.add_expectation(getattr(gxe, e.kind)(**e.kwargs))
-    validation = context.validation_definitions.add(
-        gx.ValidationDefinition(data=batch_def, suite=suite, name=f"val_{suffix}")
-    )
-    result = validation.run(batch_parameters={"dataframe": df}, result_format="SUMMARY")
+    try:
+        for e in expectations:
+            suite.add_expectation(getattr(gxe, e.kind)(**e.kwargs))
+        validation = context.validation_definitions.add(
+            gx.ValidationDefinition(data=batch_def, suite=suite, name=f"val_{suffix}")
+        )
+        result = validation.run(batch_parameters={"dataframe": df}, result_format="SUMMARY")
+    finally:
+        # the context lives as long as the process (a code server, a test worker): what each validation adds to it is
+        # removed, else every later validation pays for the ones before it (listing and copying them) and memory grows
+        _forget(context, suffix)
     failures = []
     for r in result.results:
         if not r.success:
@@ -93,6 +102,14 @@ def validate_frame(name: str, df: pd.DataFrame, expectations: Sequence[Expect]) 
             }
             failures.append(f"{cfg.type} {dict(cfg.kwargs)} failed: {details}")
     return bool(result.success), failures
+
+
+def _forget(context: Any, suffix: str) -> None:
+    """Remove one validation's definition, suite and datasource from the context (those that were added)."""
+    for store, name in ((context.validation_definitions, f"val_{suffix}"), (context.suites, f"suite_{suffix}"),
+                        (context.data_sources, f"ds_{suffix}")):  # fmt: skip
+        with contextlib.suppress(Exception):  # not added (an earlier step failed): nothing to remove
+            store.delete(name)
 
 
 def matrix_problems(matrix: np.ndarray, dim: int | None = None, unit_norm: bool = False) -> list[str]:

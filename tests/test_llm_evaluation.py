@@ -29,6 +29,28 @@ def test_classification_rows_carry_n_and_an_interval() -> None:
     assert f1.ci_low <= f1.value <= f1.ci_high and table.loc[("good", "accuracy"), "is_primary"]
 
 
+def test_resampled_macro_f1_is_sklearns_on_every_resample() -> None:
+    """The bootstrap's macro-F1, counted for all resamples at once, equals sklearn's f1_score (through lamp_metrics)
+    on each resample: labels never true nor predicted, answers that are no label, and a gold outside the labels."""
+    import numpy as np
+
+    from prag_models.data.tasks import LABELS
+    from prag_models.evaluation.llm import resampled_macro_f1
+    from prag_models.metrics.lamp import lamp_metrics
+
+    rng = np.random.default_rng(3)
+    labels = list(LABELS["LaMP-2"])
+    golds = [labels[i] for i in rng.integers(0, 5, 40)] + ["not a tag"]
+    predictions = [labels[i] if i < len(labels) else "rambling" for i in rng.integers(0, len(labels) + 3, 41)]
+    index = {label: i for i, label in enumerate(labels)}
+    resamples = rng.integers(0, 41, (30, 41))
+    counted = resampled_macro_f1(np.array([index.get(g, -1) for g in golds]),
+                                 np.array([index.get(p, -1) for p in predictions]), len(labels), resamples)  # fmt: skip
+    expected = [lamp_metrics("LaMP-2", [predictions[i] for i in r], [golds[i] for i in r])["f1_macro"]
+                for r in resamples]  # fmt: skip
+    assert counted == pytest.approx(expected, abs=1e-12)
+
+
 def test_rating_comparison_is_oriented_so_that_positive_is_better() -> None:
     golds = ["3"] * 12
     gens = _gens("LaMP-3", {"close": ["3"] * 12, "random": ["5"] * 12, "dense_global": ["4"] * 12}, golds)

@@ -166,7 +166,30 @@ def write_config(path: Path, home: Path, generator_backend: str = "llama_cpp", *
     for name, values in sections.items():
         base.setdefault(name, {}).update(values)
     path.write_text(tomli_w.dumps({"home": str(home), **base}), encoding="utf-8")
+    if not (home / "mlflow.db").exists() and "tracking_uri" not in base.get("mlflow", {}):
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(_empty_mlflow_db(), home / "mlflow.db")
     return path
+
+
+_EMPTY_MLFLOW_DB: list[Path] = []
+
+
+def _empty_mlflow_db() -> Path:
+    """A new MLflow sqlite store (its schema migrated, nothing in it), made once per test process: a home's store is
+    a copy of it (0.02 s) instead of MLflow creating it on the first client (0.7-1.5 s: every migration)."""
+    if not _EMPTY_MLFLOW_DB:
+        import atexit
+        import tempfile
+
+        from mlflow import MlflowClient
+
+        folder = tempfile.mkdtemp(prefix="prag-mlflow-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        path = Path(folder) / "mlflow.db"
+        MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+        _EMPTY_MLFLOW_DB.append(path)
+    return _EMPTY_MLFLOW_DB[0]
 
 
 def range_tags(tasks: list[str]) -> dict[str, str]:

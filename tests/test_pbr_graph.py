@@ -335,6 +335,7 @@ def test_cli_runs_the_group_in_a_second_run_when_configured(tmp_path, monkeypatc
     assert second[second.index("--select") + 1] == "group:retrieval_eval" and "--partition-range" not in second
 
     calls.clear()
-    monkeypatch.setenv("PRAG_CONFIG", str(write_config(tmp_path / "plain.toml", tmp_path / "home")))
+    plain = write_config(tmp_path / "plain.toml", tmp_path / "home", generator_backend="fake")  # no LLM to time
+    monkeypatch.setenv("PRAG_CONFIG", str(plain))
     assert cli.main(["materialize"]) == 0 and len(calls) == 1
     assert "retrieval evaluation is skipped" in capsys.readouterr().out

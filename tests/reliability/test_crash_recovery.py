@@ -110,21 +110,20 @@ def _sigkill_at(started, step: str) -> None:
 
 
 def test_kills_at_several_points_then_one_unattended_run_recovers(tmp_path: Path, clean: dict) -> None:
-    """SIGKILL during embedding, raise (an ordinary step failure) after the first embedding chunk, exit during
+    """Raise (an ordinary step failure) after the first embedding chunk, SIGKILL during embedding, exit during
     training, exit inside a table write's transaction; then one plain run with readers hammering the file."""
     home = tmp_path / "home"
+
+    out = finish(_materialize(home, "embedding_chunk:raise"), expect=1)  # on the fresh home: nothing cached before
+    assert "InjectedFault" in out and "injected fault at embedding_chunk (raise)" in out
+    assert _embedding_cache_rows(home) > 0  # the finished chunk was committed before the fault
 
     _sigkill_at(_materialize(home), "document_embeddings")
     doctor = finish(start_prag(home, CONFIG, "doctor"))
     assert "stale runs  : 1" in doctor and "prag lock   : free" in doctor, doctor  # the kernel dropped the lock
 
-    cached = _embedding_cache_rows(home)
-    out = finish(_materialize(home, "embedding_chunk:raise"), expect=1)
-    assert "marked failed, its pool slots freed" in out  # the killed run, released unattended
-    assert "InjectedFault" in out and "injected fault at embedding_chunk (raise)" in out
-    assert _embedding_cache_rows(home) > cached  # the finished chunk was committed before the fault
-
     out = finish(_materialize(home, "training_epoch:exit"), expect=137)
+    assert "marked failed, its pool slots freed" in out  # the killed run, released unattended
     assert "injected fault at training_epoch (exit)" in out
 
     before = _tables(home)

@@ -31,7 +31,7 @@ SERVE_TIMEOUT_S = 300
 
 @pytest.fixture
 def graph(served_graph):
-    """The session's served LaMP-2 graph (tests/conftest.py `served_graph`, shared with test_serving_latency.py)."""
+    """The session's served LaMP-2 graph (tests/session_graphs.py `served_graph`, shared with test_serving_latency)."""
     return served_graph
 
 

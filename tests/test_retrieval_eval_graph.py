@@ -11,7 +11,7 @@ TASK = EVALUATED_TASK
 
 @pytest.fixture(scope="module")
 def evaluated(evaluated_graph):
-    """The session's retrieval-evaluation demo (tests/conftest.py `evaluated_graph`, tuning on: ClusterRAG's tuned
+    """The session's retrieval-evaluation demo (tests/session_graphs.py `evaluated_graph`, tuning on: ClusterRAG's tuned
     methods also keep an @default row); an open read-only connection and the run."""
     _, home, result = evaluated_graph
     con = duckdb.connect(str(home / "prag.duckdb"), read_only=True)

@@ -21,7 +21,7 @@ TASK = EVALUATED_TASK
 @pytest.fixture
 def graph(evaluated_graph):
     """The retrieval evaluation and everything upstream (tuned_settings included) for one task: the session's
-    (tests/conftest.py `evaluated_graph`); (config, home, result)."""
+    (tests/session_graphs.py `evaluated_graph`); (config, home, result)."""
     return evaluated_graph
 
 

@@ -1,5 +1,5 @@
 """The real Dagster UI: `dagster dev` with the project's workspace.yaml and dagster.yaml on a copy of the session's
-demo home (tests/conftest.py `demo_home`: the job prag_demo run over LaMP-2 and LaMP-3, its runs in the copied
+demo home (tests/session_graphs.py `demo_home`: the job prag_demo run over LaMP-2 and LaMP-3, its runs in the copied
 Dagster storage).
 
 Pages are rendered by headless Chromium (install it with scripts/install_chromium.sh; the tests skip without it);

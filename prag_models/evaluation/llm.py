@@ -41,7 +41,7 @@ def resampled_macro_f1(truth: np.ndarray, guess: np.ndarray, n_labels: int, resa
     """Macro-F1 (sklearn's: over every label, 0 where a label is neither true nor predicted, -1 = no label) of each
     resample (rows of sample indices), counted for all resamples at once in blocks."""
     out = []
-    for block in np.array_split(resamples, max(1, resamples.size // 2_000_000 + 1)):  # about 32 MB of indices a block
+    for block in np.array_split(resamples, max(1, resamples.size // 2_000_000 + 1)):  # <= 2e6 indices a block
         t, g = truth[block], guess[block]
         row = np.arange(len(block))[:, None] * n_labels  # each resample's own range of label counters
         hits = _label_counts(t + row, (t == g) & (t >= 0), len(block), n_labels)

@@ -30,6 +30,14 @@ class Generator(abc.ABC):
         """Log-likelihood of each choice as the complete assistant answer to each prompt (one row per prompt)."""
         raise NotImplementedError(f"{type(self).__name__} cannot score choices; generate and parse instead")
 
+    def score_answers(self, prompts: Sequence[str], answers: Sequence[str]) -> list[tuple[float, int]]:
+        """(log-likelihood, token count) of each answer as the complete assistant reply to its prompt: the LLM's
+        utility of what the prompt holds for producing that answer (one forward pass, no generation)."""
+        if len(prompts) != len(answers):
+            raise ValueError(f"{len(prompts)} prompts for {len(answers)} answers")
+        pairs = zip(prompts, answers, strict=True)
+        return [(self.score_choices([p], [a])[0][0], max(1, self.count_tokens(a))) for p, a in pairs]
+
     def _tokens(self, text: str) -> list:
         """The tokens of text: the model's own token ids where a backend has its tokenizer, else word-like pieces."""
         return _approx_tokens(text)

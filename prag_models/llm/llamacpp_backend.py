@@ -91,29 +91,36 @@ class LlamaCppGenerator(Generator):
         The prompt is evaluated once; each choice then reuses that KV-cache prefix and costs one decode of its
         tokens (all positions' logits at once).
         """
+        return [[total for total, _ in self._score(prompt, choices)] for prompt in prompts]
+
+    def score_answers(self, prompts: Sequence[str], answers: Sequence[str]) -> list[tuple[float, int]]:
+        """(log-likelihood, tokens scored) of each answer as the whole assistant reply to its prompt."""
+        if len(prompts) != len(answers):
+            raise ValueError(f"{len(prompts)} prompts for {len(answers)} answers")
+        return [self._score(prompt, [answer])[0] for prompt, answer in zip(prompts, answers, strict=True)]
+
+    def _score(self, prompt: str, choices: Sequence[str]) -> list[tuple[float, int]]:
+        """(log-likelihood, token count) of each choice after one evaluation of the prompt."""
         import numpy as np
 
         if self._llm is None or self._formatters is None:
             raise GenerationError(f"{self.model_id} cannot score choices (closed, or the GGUF has no chat template)")
         with_prompt, whole = self._formatters
-        rows: list[list[float]] = []
-        for prompt in prompts:
-            user = [{"role": "user", "content": prompt}]
-            prefix = with_prompt(messages=user).prompt
-            base = self._special_tokens(prefix)
-            answers = [
-                self._special_tokens(
-                    answer_continuation(prefix, whole(messages=[*user, {"role": "assistant", "content": c}]).prompt, c)
-                )
-                for c in choices
-            ]
-            needed = len(base) + max(len(a) for a in answers)
-            if needed > self.settings.n_ctx:
-                raise GenerationError(f"{self.model_id}: {needed} tokens to score exceed n_ctx={self.settings.n_ctx}")
-            self._eval_reusing_prefix(base)
-            after_prompt = log_softmax(self._logits(np, 1)[0])
-            rows.append([float(after_prompt[a[0]]) + self._continuation_log_prob(np, len(base), a) for a in answers])
-        return rows
+        user = [{"role": "user", "content": prompt}]
+        prefix = with_prompt(messages=user).prompt
+        base = self._special_tokens(prefix)
+        answers = [
+            self._special_tokens(
+                answer_continuation(prefix, whole(messages=[*user, {"role": "assistant", "content": c}]).prompt, c)
+            )
+            for c in choices
+        ]
+        needed = len(base) + max(len(a) for a in answers)
+        if needed > self.settings.n_ctx:
+            raise GenerationError(f"{self.model_id}: {needed} tokens to score exceed n_ctx={self.settings.n_ctx}")
+        self._eval_reusing_prefix(base)
+        after_prompt = log_softmax(self._logits(np, 1)[0])
+        return [(float(after_prompt[a[0]]) + self._continuation_log_prob(np, len(base), a), len(a)) for a in answers]
 
     def _eval_reusing_prefix(self, tokens: list[int]) -> None:
         """Evaluate tokens, keeping the KV cache of the longest prefix they share with the last evaluated tokens.

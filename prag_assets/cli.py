@@ -132,7 +132,7 @@ def _report(args: argparse.Namespace) -> int:
     from prag_models.evaluation import retrieval as rev
     from prag_models.evaluation.claims import claims_from_store, claims_markdown
     from prag_models.evaluation.report import comparisons_markdown, evaluation_markdown
-    from prag_models.evaluation.verdict import verdicts_from_store, verdicts_markdown
+    from prag_models.evaluation.verdict import verdicts_for, verdicts_markdown
     from prag_models.storage.store import DuckDBBusyError, read_connection, table_exists
 
     settings = load_settings()
@@ -148,8 +148,7 @@ def _report(args: argparse.Namespace) -> int:
             read = {t: con.execute(f"SELECT * FROM {t}").df() for t, ok in have.items() if ok}
             read.pop("retrieval_evaluation", None)
             claims = claims_from_store(con, tasks)
-            verdicts = verdicts_from_store(con, tasks, settings.data.verdict_min_llm_samples,
-                                           settings.data.verdict_min_gain)  # fmt: skip
+            verdicts = verdicts_for(con, settings, tasks)
     except (FileNotFoundError, DuckDBBusyError) as exc:
         print(f"prag report: {exc}", file=sys.stderr)
         return 3

@@ -100,12 +100,12 @@ def print_summary(settings: Settings, summaries: list[RunSummary], wall: float, 
 
 def verdict_text(settings: Settings) -> str:
     """The verdict table of the configured tasks (prag_models.evaluation.verdict), read from the store."""
-    from prag_models.evaluation.verdict import verdicts_from_store, verdicts_markdown
+    from prag_models.evaluation.verdict import verdicts_for, verdicts_markdown
     from prag_models.storage.store import DuckDBBusyError, read_connection
 
     try:
         with read_connection(settings.duckdb_path) as (con, _):
-            table = verdicts_from_store(con)
+            table = verdicts_for(con, settings)
     except (FileNotFoundError, DuckDBBusyError) as exc:
         return f"[prag] no verdict: {exc}"
     table = table[table["task"].isin(list(settings.data.tasks))] if len(table) else table

@@ -27,6 +27,7 @@ from prag_models.config.sources import ConfigError as ConfigError  # re-exported
 from prag_models.config.sources import Csv as Csv  # re-exported as well
 from prag_models.config.sources import Section as Section
 from prag_models.config.sources import load_context, settings_sources, validation_message
+from prag_models.config.utility import UtilitySettings as UtilitySettings  # re-exported as well
 
 #: Every LaMP retrieval/generation method prag implements (the method registry that retrieval.methods is checked
 #: against; tests assert it equals what the stages produce).
@@ -166,6 +167,11 @@ class TuningSettings(Section):
     max_trials: int = 40  # per method; the configured default is always trial 0
     max_samples: int = 300  # train samples scored per trial (a seeded subset above this)
     seed: int = 0
+    # Where no label sees a task (LaMP-4/5/7 and LaMP-1 on real files), trials are scored by the LLM's utility of
+    # their documents (docs/methods.md §6.7) on this many train samples, within these seconds per task (0: keep the
+    # defaults there).
+    utility_samples: int = 8
+    utility_budget_s: float = 20.0
 
 
 class ClusteringSettings(Section):
@@ -232,6 +238,7 @@ class Settings(BaseSettings):
     privacy: PrivacySettings = Field(default_factory=PrivacySettings)
     compute: ComputeSettings = Field(default_factory=ComputeSettings)
     run: RunSettings = Field(default_factory=RunSettings)
+    utility: UtilitySettings = Field(default_factory=UtilitySettings)
 
     @property
     def home_path(self) -> Path:

@@ -157,14 +157,18 @@ def demo_truth_frames(settings: Settings, task: str) -> tuple[pd.DataFrame, pd.D
 LLM_EVAL_SEED = 0
 
 
-def llm_eval_sample_ids(sample_ids: Iterable[str], settings: Settings) -> list[str]:
-    """The dev samples the LLM evaluation uses: the first data.llm_eval_samples of a fixed seeded order of the ids
-    (0 = all), sorted; a larger count only adds samples."""
+def llm_eval_order(sample_ids: Iterable[str]) -> list[str]:
+    """Every sample id in the fixed seeded order the LLM work takes samples in (the first N are the LLM-evaluation
+    samples; the LLM utility's pilot and test samples follow the same order)."""
     import numpy as np
 
     ids = sorted(str(s) for s in sample_ids)
+    return [ids[int(i)] for i in np.random.default_rng(LLM_EVAL_SEED).permutation(len(ids))]
+
+
+def llm_eval_sample_ids(sample_ids: Iterable[str], settings: Settings) -> list[str]:
+    """The dev samples the LLM evaluation uses: the first data.llm_eval_samples of a fixed seeded order of the ids
+    (0 = all), sorted; a larger count only adds samples."""
     n = settings.data.llm_eval_samples
-    if n <= 0 or n >= len(ids):
-        return ids
-    order = np.random.default_rng(LLM_EVAL_SEED).permutation(len(ids))
-    return sorted(ids[int(i)] for i in order[:n])
+    order = llm_eval_order(sample_ids)
+    return sorted(order if n <= 0 else order[:n])

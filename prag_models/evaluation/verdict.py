@@ -31,19 +31,27 @@ import pandas as pd
 
 from prag_models.evaluation.claims import FAMILY_ALPHA, CrossFit, cross_fit, fold_of
 from prag_models.evaluation.selection_test import selection_p_values
-from prag_models.metrics.intervals import CONFIDENCE, holm, paired_difference, paired_p_value, samples_for_power
-
-BASELINE = "dense_global"
-OWN_PROFILE = "dense"  # personal but not collaborative: what collaboration must also beat
-SHIP, KEEP, WORSE = "ship", "keep the baseline", "personalization hurts"
-OWN = "own profile suffices"  # beats dense_global, but collaboration is not shown to beat the user's own profile
-CONFIRMS, CONTRADICTS, NOT_SHOWN = "confirms", "contradicts", "not shown"
-TOO_FEW, NO_LLM, IS_EVIDENCE = "too few samples to tell", "no LLM evaluation", "is the evidence"
-MIN_LLM_SAMPLES = 30  # default of data.verdict_min_llm_samples
-MIN_GAIN = 0.01  # default of data.verdict_min_gain
-NO_LLM_FIELDS = {"llm_metric": "", "llm_gain": 0.0, "llm_gain_low": 0.0, "llm_gain_high": 0.0, "llm_n_samples": 0,
-                 "llm_decision": NO_LLM}  # fmt: skip
-
+from prag_models.evaluation.verdict_terms import (  # noqa: F401 - re-exported: the verdict's vocabulary
+    BASELINE,
+    CONFIRMS,
+    CONTRADICTS,
+    IS_EVIDENCE,
+    KEEP,
+    MIN_GAIN,
+    MIN_LLM_SAMPLES,
+    MIN_UTILITY_SAMPLES,
+    NO_LLM,
+    NO_LLM_FIELDS,
+    NOT_SHOWN,
+    OWN,
+    OWN_PROFILE,
+    SHIP,
+    TOO_FEW,
+    WORSE,
+    llm_decision,
+    power_note,
+)
+from prag_models.metrics.intervals import CONFIDENCE, holm, paired_difference, paired_p_value
 
 VERDICT_COLUMNS = [
     "task", "evidence", "metric", "method", "value", "baseline_value", "gain", "gain_low", "gain_high", "n_samples",
@@ -63,19 +71,6 @@ def _paired(
     both = both.loc[[s for s in base.index if s in both.index]]  # the baseline's order: resamples independent of folds
     x, y = both["a"].to_numpy(), both["b"].to_numpy()
     return (x, y) if higher_is_better else (-x, -y)
-
-
-def power_note(diffs: np.ndarray, min_gain: float = MIN_GAIN) -> tuple[int, str]:
-    """(samples for 80 % power of a paired t-test at the observed effect and spread, a note); 0 when no sample size
-    would show a gain."""
-    gain = float(np.mean(diffs)) if len(diffs) else 0.0
-    if gain <= 0:
-        return 0, "no gain observed: more samples would not show one"
-    needed = samples_for_power(diffs)
-    small = f"; a gain of {gain:.3f} is too small to matter (< {min_gain:g})" if gain < min_gain else ""
-    if needed is None:
-        return 0, "no effect to power" + small
-    return needed, f"about {needed} samples for 80 % power at this effect (now {len(diffs)})" + small
 
 
 def task_verdict(
@@ -123,15 +118,6 @@ def _named(crossed: CrossFit) -> str:
     return crossed.single or "no single method: " + crossed.describe()
 
 
-def _llm_decision(low: float, high: float, n: int, min_llm_samples: int) -> str:
-    """confirms / contradicts / not shown, or too few samples to tell below ``min_llm_samples``."""
-    if n == 0:
-        return NO_LLM
-    if n < min_llm_samples:
-        return TOO_FEW
-    return CONFIRMS if low > 0 else CONTRADICTS if high < 0 else NOT_SHOWN
-
-
 def llm_confirmation(
     scores: pd.DataFrame, method: str | CrossFit, metric: str, higher_is_better: bool,
     min_llm_samples: int = MIN_LLM_SAMPLES,
@@ -151,7 +137,7 @@ def llm_confirmation(
                 "llm_decision": NO_LLM}  # fmt: skip
     gain = paired_difference(x, y)
     return {"llm_metric": metric, "llm_gain": gain.value, "llm_gain_low": gain.low, "llm_gain_high": gain.high,
-            "llm_n_samples": gain.n, "llm_decision": _llm_decision(gain.low, gain.high, gain.n, min_llm_samples)}
+            "llm_n_samples": gain.n, "llm_decision": llm_decision(gain.low, gain.high, gain.n, min_llm_samples)}
 
 
 def with_holm(table: pd.DataFrame, alpha: float = FAMILY_ALPHA) -> pd.DataFrame:
@@ -165,11 +151,16 @@ def with_holm(table: pd.DataFrame, alpha: float = FAMILY_ALPHA) -> pd.DataFrame:
 
 
 def verdicts_from_store(
-    con, tasks: list[str] | None = None, min_llm_samples: int = MIN_LLM_SAMPLES, min_gain: float = MIN_GAIN
-) -> pd.DataFrame:
-    """One verdict row per task with a retrieval evaluation (its primary metric), plus the LLM confirmation, with
-    Holm over the tasks (the given ones; all when None)."""
+    con, tasks: list[str] | None = None, min_llm_samples: int = MIN_LLM_SAMPLES, min_gain: float = MIN_GAIN,
+    min_utility_samples: int = MIN_UTILITY_SAMPLES,
+) -> pd.DataFrame:  # fmt: skip
+    """One verdict row per task, with Holm over the tasks (the given ones; all when None). The evidence, in order:
+    the retrieval evaluation where its labels see the task (relevance labels, or LaMP-2/3's document labels), with
+    the LLM utility (else the generated outputs' metric) of the same choice as its LLM leg; the LLM utility where no
+    label sees the task (docs/methods.md §6.7); the generated outputs' metric; else a row saying nothing decided."""
     from prag_models.evaluation.claims import llm_scores, retrieval_scores
+    from prag_models.evaluation.utility import LABEL_HIT_SEES, utility_plan, utility_scores
+    from prag_models.evaluation.utility_verdict import utility_leg, utility_task_verdict
     from prag_models.storage.store import table_exists
 
     keep = (lambda task: True) if tasks is None else (lambda task: task in tasks)
@@ -177,27 +168,62 @@ def verdicts_from_store(
     llm_tasks = [t for (t,) in con.execute("SELECT DISTINCT task FROM generations").fetchall()] if have_llm else []
     rows = []
     for task, metric, scores in retrieval_scores(con):
-        row = task_verdict(scores, metric, min_gain=min_gain) if keep(task) else None
+        if not keep(task) or not (metric.startswith("ndcg") or task in LABEL_HIT_SEES):
+            continue
+        row = task_verdict(scores, metric, min_gain=min_gain)
         if row is None:
             continue
         crossed = cross_fit(scores, True)
         llm = dict(NO_LLM_FIELDS)
-        if task in llm_tasks and crossed is not None:
+        utility = utility_scores(con, task)
+        if crossed is not None and not utility.empty:
+            llm = utility_leg(utility, crossed, min_utility_samples)
+        elif task in llm_tasks and crossed is not None:
             llm_table, llm_metric, higher = llm_scores(con, task)
             llm = llm_confirmation(llm_table, crossed, llm_metric, higher, min_llm_samples)
-        rows.append({"task": task, "evidence": "retrieval", **row, **llm})
+        rows.append({"task": task, "evidence": f"retrieval ({metric})", **row, **llm})
     decided = {r["task"] for r in rows}
-    for task in sorted(llm_tasks):  # tasks the retrieval evaluation cannot score (LaMP-4/5/7 on real files)
+    for task in sorted({*llm_tasks, *_utility_tasks(con)}):  # no label sees them: LaMP-4/5/7 (and 1) on real files
         if task in decided or not keep(task):
             continue
-        llm_table, llm_metric, higher = llm_scores(con, task)
-        row = task_verdict(llm_table, llm_metric, higher, min_gain=min_gain)
+        plan, utility = utility_plan(con, task), utility_scores(con, task)
+        row = None
+        if plan is not None and not utility.empty:
+            row = utility_task_verdict(utility, str(plan["chosen"]), min_utility_samples, min_gain)
+            evidence = "LLM utility (no labels)"
         if row is not None:
-            rows.append({"task": task, "evidence": "LLM evaluation", **row, "llm_metric": llm_metric, "llm_gain": 0.0,
-                         "llm_gain_low": 0.0, "llm_gain_high": 0.0, "llm_n_samples": 0, "llm_decision": IS_EVIDENCE})
+            llm = dict(NO_LLM_FIELDS)
+            if task in llm_tasks:  # the generated outputs' metric of the same method, beside it
+                llm_table, llm_metric, higher = llm_scores(con, task)
+                llm = llm_confirmation(llm_table, row["method"], llm_metric, higher, min_llm_samples)
+        elif task in llm_tasks:
+            llm_table, llm_metric, higher = llm_scores(con, task)
+            row = task_verdict(llm_table, llm_metric, higher, min_gain=min_gain)
+            evidence = "LLM evaluation"
+            llm = {"llm_metric": llm_metric, "llm_gain": 0.0, "llm_gain_low": 0.0, "llm_gain_high": 0.0,
+                   "llm_n_samples": 0, "llm_decision": IS_EVIDENCE}  # fmt: skip
+        if row is not None:
+            rows.append({"task": task, "evidence": evidence, **row, **llm})
     table = pd.DataFrame(rows, columns=[c for c in VERDICT_COLUMNS if c not in ("p_holm", "holm_verdict",
                                                                                  "family_size")])  # fmt: skip
     return with_holm(table)[VERDICT_COLUMNS]
+
+
+def verdicts_for(con, settings, tasks: list[str] | None = None) -> pd.DataFrame:
+    """verdicts_from_store with the thresholds of the settings (data.verdict_*, utility.min_samples): the one call
+    the report, the run summary and the Dagster report asset make, so all three say the same."""
+    return verdicts_from_store(con, tasks, settings.data.verdict_min_llm_samples, settings.data.verdict_min_gain,
+                               settings.utility.min_samples)  # fmt: skip
+
+
+def _utility_tasks(con) -> list[str]:
+    """The tasks with utility test rows."""
+    from prag_models.evaluation.utility import UTILITY_TABLE
+    from prag_models.storage.store import table_exists
+
+    if not table_exists(con, UTILITY_TABLE):
+        return []
+    return [t for (t,) in con.execute(f"SELECT DISTINCT task FROM {UTILITY_TABLE} WHERE phase = 'test'").fetchall()]
 
 
 def _complete(table: pd.DataFrame) -> pd.DataFrame:

@@ -1,0 +1,68 @@
+"""The LLM utility (docs/methods.md §6.7): the measure, its cache, the planned sample size and the verdict it gives
+where no label sees a task."""
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+from prag_models.evaluation.utility import gold_answer, per_token, planned_samples, utility_values
+from prag_models.evaluation.utility_verdict import utility_leg, utility_task_verdict
+from prag_models.evaluation.verdict import KEEP, OWN, SHIP, WORSE
+from prag_models.llm.fake import FakeGenerator
+
+
+def test_the_gold_answer_is_written_as_the_prompt_asks_for_it():
+    assert gold_answer("LaMP-4", "A headline") == '{"title": "A headline"}'
+    assert gold_answer("LaMP-7", "so good") == '{"tweet": "so good"}'
+    assert gold_answer("LaMP-2", " comedy ") == "comedy"
+
+
+def test_utility_is_higher_where_the_prompt_holds_the_answers_words_and_is_cached(tmp_path):
+    con = duckdb.connect(str(tmp_path / "u.duckdb"))
+    generator = FakeGenerator()
+    prompts = ["profile: knights and castles and jousting", "profile: espresso and latte"]
+    answers = ["knights jousting", "knights jousting"]
+    logliks, tokens, ran = utility_values(con, generator, prompts, answers)
+    values = per_token(logliks, tokens)
+    assert ran == 2 and values[0] > values[1]
+    again, _, ran_again = utility_values(con, generator, prompts, answers)
+    assert ran_again == 0 and np.allclose(again, logliks)
+
+
+def test_the_planned_size_gives_power_at_the_pilots_effect_within_its_bounds():
+    noise = np.array([-1.5, -1.0, -0.5, -0.2, 0.2, 0.5, 1.0, 1.5])
+    strong, weak = 1.0 + noise, 0.3 + noise
+    assert planned_samples(strong, 5, 200, 0.8) < planned_samples(weak, 5, 200, 0.8)
+    assert planned_samples(weak, 5, 30, 0.8) <= 30
+    assert planned_samples(-np.abs(strong), 12, 200, 0.8) == 12  # no gain in the pilot: the minimum
+    assert planned_samples(strong, 12, 5, 0.8) == 5  # the budget's cap wins
+
+
+def _scores(gain: float, own_gain: float, n: int = 40, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    base = rng.normal(-3.0, 0.5, n)
+    ids = [f"s{i}" for i in range(n)]
+    rows = [("dense_global", s, b) for s, b in zip(ids, base, strict=True)]
+    rows += [("clusterrag_community", s, b + gain + rng.normal(0, 0.3)) for s, b in zip(ids, base, strict=True)]
+    rows += [("dense", s, b + gain - own_gain + rng.normal(0, 0.3)) for s, b in zip(ids, base, strict=True)]
+    return pd.DataFrame(rows, columns=["method", "sample_id", "value"])
+
+
+@pytest.mark.parametrize(
+    ("gain", "own_gain", "n", "expected"),
+    [(0.8, 0.8, 40, SHIP), (0.8, 0.0, 40, OWN), (0.0, 0.0, 40, KEEP), (-0.8, -0.8, 40, WORSE), (0.8, 0.8, 10, KEEP)],
+)
+def test_the_utility_verdict_ships_only_a_shown_gain_over_both_alternatives(gain, own_gain, n, expected):
+    row = utility_task_verdict(_scores(gain, own_gain, n), "clusterrag_community", 20, 0.01)
+    assert row["verdict"] == expected
+    assert row["n_samples"] == n and row["metric"] == "utility"
+    if n < 20:
+        assert "fewer than utility.min_samples" in row["power_note"]
+
+
+def test_the_utility_leg_says_too_few_below_its_minimum_and_confirms_above():
+    scores = _scores(0.8, 0.8, 30)
+    assert utility_leg(scores, "clusterrag_community", 20)["llm_decision"] == "confirms"
+    assert utility_leg(scores, "clusterrag_community", 40)["llm_decision"] == "too few samples to tell"
+    assert utility_leg(_scores(-0.8, 0.0, 30), "clusterrag_community", 20)["llm_decision"] == "contradicts"

@@ -20,6 +20,7 @@ from prag_assets.assets import (
     retrieval_evaluation,
     tuning,
     users,
+    utility,
 )
 from prag_assets.checks.cfrag_checks import cfrag_checks
 from prag_assets.checks.history_checks import history_checks
@@ -37,7 +38,7 @@ from prag_models.config.settings import Settings, load_settings
 # pbr_lamp: PBR as a LaMP retrieval option (group retrieval); pbr_eval: real-data retrieval evaluation (retrieval_eval).
 # One call: a module re-exporting an imported asset must not load it twice.
 ASSET_MODULES = [lamp_data, embeddings, users, retrieval, cfrag_users, cfrag_training, cfrag, pbr_lamp, generation,
-                 evaluation, retrieval_evaluation, cfrag_promotion, history, pbr_eval, tuning]  # fmt: skip
+                 evaluation, retrieval_evaluation, cfrag_promotion, history, pbr_eval, tuning, utility]  # fmt: skip
 
 
 def _settings() -> Settings | None:

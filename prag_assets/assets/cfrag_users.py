@@ -56,7 +56,8 @@ cfrag_tuned_settings = task_table_asset(
     "CFRAG as it stands before training (docs/methods.md §2.9); the default is kept unless the best trial's paired "
     "train gain is shown. Everything downstream uses them; cfrag_retrievals keeps the untuned row as cfrag@default. "
     "The search is logged to MLflow (run cfrag-tuning-<task>).",
-    build=lambda step: cfrag_tuned_rows(step.con, step.task, step.settings, step.mlflow.target()),
+    build=lambda step: cfrag_tuned_rows(step.con, step.task, step.settings, step.mlflow.target(),
+                                       step.models.generator),
     summary=lambda stats: {"tuning": dg.MetadataValue.md(tuning_markdown(stats))},
 )
 

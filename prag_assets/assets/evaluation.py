@@ -7,13 +7,14 @@ import pandas as pd
 
 from prag_assets.assets.generation import generations
 from prag_assets.assets.retrieval_evaluation import lamp_retrieval_evaluation
+from prag_assets.assets.utility import llm_utility
 from prag_assets.common import evaluation_table_metadata, frame_table, report_partitions, task_run
 from prag_assets.partitions import DUCKDB_POOL, single_run
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_assets.task_table import CODE_VERSION, task_asset
 from prag_models.evaluation.llm import compare_with_baselines, evaluate_generations
 from prag_models.evaluation.report import comparisons_markdown, primary_by_task, write_evaluation_report
-from prag_models.evaluation.verdict import verdicts_from_store
+from prag_models.evaluation.verdict import verdicts_for
 from prag_models.storage.store import read_rows, replace_many
 
 GROUP = "evaluation"
@@ -72,7 +73,7 @@ def verdict_table(verdicts: pd.DataFrame) -> dg.MetadataValue:
 
 @dg.asset(
     group_name=GROUP,
-    deps=[lamp_evaluation, lamp_retrieval_evaluation],
+    deps=[lamp_evaluation, lamp_retrieval_evaluation, llm_utility],
     backfill_policy=single_run,
     pool=DUCKDB_POOL,
     kinds={"duckdb"},
@@ -88,7 +89,7 @@ def lamp_evaluation_report(
     settings = prag_settings.get()
     with duckdb.connect() as con:
         table, _, chart = write_evaluation_report(con, settings.data.tasks, settings.home_path / "reports")
-        verdicts = verdicts_from_store(con)
+        verdicts = verdicts_for(con, settings)
     image = base64.b64encode(chart.read_bytes()).decode()
     context.log.info(f"evaluation table written to {chart.parent / 'lamp_evaluation.md'}")
     return dg.MaterializeResult(

@@ -25,6 +25,7 @@ tuned_settings = task_table_asset(
     "(NDCG@k where relevance labels exist, label-hit@k otherwise; never dev) within tuning.budget_s; the search is "
     "logged to MLflow (run tuning-<task>). clusterrag_retrievals retrieves with them and keeps the untuned rows as "
     "<method>@default.",
-    build=lambda step: tuned_settings_rows(step.con, step.task, step.settings, step.mlflow.target()),
+    build=lambda step: tuned_settings_rows(step.con, step.task, step.settings, step.mlflow.target(),
+                                          step.models.generator),
     summary=_summary,
 )

@@ -4,12 +4,13 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from prag_assets.assets import embeddings, evaluation, generation, lamp_data, retrieval, tuning, users
+from prag_assets.assets import embeddings, evaluation, generation, lamp_data, retrieval, tuning, users, utility
 from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report, task_check
 from prag_assets.common import task_run
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_models.config.settings import Settings
 from prag_models.stages import table_rules as rules
+from prag_models.stages.llm_utility import utility_extra, utility_suite
 from prag_models.stages.table_rules import Extra
 from prag_models.storage.store import read_rows
 from prag_models.storage.validation import (
@@ -147,6 +148,15 @@ lamp_checks = [
         "Every (method, dev sample) has a generation; outputs non-empty (at least 90 %).",
         rules.generation_suite,
         rules.generation_extra,
+    ),
+    table_check(
+        utility.llm_utility,
+        "llm_utility",
+        "utility_valid",
+        "Every utility value is a finite log-likelihood per token (<= 0) over at least one token; every test sample "
+        "has the chosen method's value and dense_global's.",
+        utility_suite,
+        utility_extra,
     ),
     table_check(
         evaluation.lamp_evaluation,

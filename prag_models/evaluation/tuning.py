@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -38,9 +38,16 @@ from prag_models.methods.vector_index import numpy_blas_threads
 from prag_models.storage.store import column_to_matrix
 from prag_models.users.pool_quality import planted_from_table
 
+if TYPE_CHECKING:
+    from prag_models.llm.base import Generator
+
 TUNED_COLUMNS = ["task", "method", "knob", "value", "default_value", "score", "default_score", "metric",
                  "n_trials", "n_samples"]  # fmt: skip
 TRIAL_COLUMNS = ["task", "method", "trial", "params", "score", "seconds"]
+#: A search's score of a trial: its top-k lists of the train samples -> (metric name, value per sample).
+Scorer = Callable[[list], tuple[str, np.ndarray]]
+#: Loads the generator when a search needs it (only where no label sees the task); None: never.
+GeneratorSource = Callable[[], "Generator"] | None
 
 
 def train_samples(con, task: str, dim: int, limit: int, seed: int) -> pd.DataFrame:
@@ -121,7 +128,7 @@ def search(
 
 
 def tune_method(method: str, settings: Settings, space: UserSpace, index: ProfileIndex, samples: pd.DataFrame,
-                truth: Truth, budget_s: float) -> tuple[dict[str, Any], list[tuple], str, Any]:  # fmt: skip
+                scorer: Scorer, budget_s: float) -> tuple[dict[str, Any], list[tuple], str, Any]:  # fmt: skip
     """One ClusterRAG method's search (:func:`search` over the method's knobs, ``method_space``)."""
     t = settings.tuning
 
@@ -130,9 +137,28 @@ def tune_method(method: str, settings: Settings, space: UserSpace, index: Profil
         return retrieve(method, with_knobs(settings, values), space, index, samples)
 
     default = default_values(settings, method)
+    return search(method_space(settings, method), default, lambda v: scorer(run(v)), t.seed, t.max_trials,
+                  budget_s)  # fmt: skip
+
+
+def train_scorer(
+    con, task: str, settings: Settings, samples: pd.DataFrame, truth: Truth | None, generator: GeneratorSource
+) -> tuple[pd.DataFrame, Scorer | None, float, str]:
+    """(the samples a search scores, how a trial's top-k lists are scored, the search's seconds, why nothing is
+    searched): the labels where they see the task (tuning.budget_s), else the LLM utility on tuning.utility_samples
+    train samples (tuning.utility_budget_s), else no scorer and the reason the defaults are kept."""
+    from prag_models.evaluation.utility_objective import UtilityObjective, label_free_plan, truth_sees
+
     k = settings.retrieval.k
-    return search(method_space(settings, method), default, lambda v: score(run(v), samples, truth, k), t.seed,
-                  t.max_trials, budget_s)  # fmt: skip
+    if truth_sees(task, truth):
+        return samples, lambda found: score(found, samples, truth, k), settings.tuning.budget_s, ""
+    model = generator() if generator is not None and settings.tuning.utility_budget_s > 0 else None
+    ok, why = label_free_plan(task, settings, model)
+    if not ok:
+        return samples, None, 0.0, why
+    subset = samples.head(settings.tuning.utility_samples).reset_index(drop=True)
+    objective = UtilityObjective(con, task, settings, model)
+    return subset, lambda found: objective(found, subset), settings.tuning.utility_budget_s, ""
 
 
 def method_rows(
@@ -161,13 +187,20 @@ def train_inputs(con, task: str, settings: Settings) -> tuple[ProfileIndex, pd.D
     return index, samples, None if samples.empty else load_truth(con, task, "train")
 
 
-def tune_task(con, task: str, settings: Settings) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+def tune_task(
+    con, task: str, settings: Settings, generator: GeneratorSource = None
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """Tune every tunable method of a task on its train samples: the chosen values (one row per knob), every
-    trial, and statistics (train sample ids used, per method the default's and the chosen score)."""
+    trial, and statistics (train sample ids used, per method the default's and the chosen score). Without labels
+    that see the task, trials are scored by the LLM utility (``generator`` loads it), else the defaults are kept."""
     t = settings.tuning
     index, samples, truth = train_inputs(con, task, settings)
     if samples.empty:
         return pd.DataFrame(columns=TUNED_COLUMNS), pd.DataFrame(columns=TRIAL_COLUMNS), {"train_samples": 0}
+    samples, scorer, budget_s, why = train_scorer(con, task, settings, samples, truth, generator)
+    if scorer is None:
+        return (pd.DataFrame(columns=TUNED_COLUMNS), pd.DataFrame(columns=TRIAL_COLUMNS),
+                {"train_samples": len(samples), "kept_default": True, "why": why})  # fmt: skip
     space = UserSpace(con, task, settings, index.vectors.shape[1])
     planted = planted_from_table(con, task)
     space.prepare(settings, {m for method in KNOB_SPACE
@@ -175,8 +208,8 @@ def tune_task(con, task: str, settings: Settings) -> tuple[pd.DataFrame, pd.Data
     chosen_rows, trial_rows, stats = [], [], {"train_samples": len(samples), "methods": {}}
     stats["sample_ids"] = samples["sample_id"].astype(str).tolist()
     for method in KNOB_SPACE:
-        budget = t.budget_s / len(KNOB_SPACE)
-        chosen, trials, metric, gain = tune_method(method, settings, space, index, samples, truth, budget)
+        budget = budget_s / len(KNOB_SPACE)
+        chosen, trials, metric, gain = tune_method(method, settings, space, index, samples, scorer, budget)
         default = default_values(settings, method)
         rows, tried, stats["methods"][method] = method_rows(task, method, chosen, default, trials, metric, gain,
                                                             len(samples), t.max_trials)  # fmt: skip
@@ -192,7 +225,9 @@ def read_tuned(con, task: str) -> dict[str, dict[str, Any]]:
     return read_tuned_table(con, "tuned_settings", task)
 
 
-def tune_cfrag(con, task: str, settings: Settings) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+def tune_cfrag(
+    con, task: str, settings: Settings, generator: GeneratorSource = None
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """Search CFRAG's knobs on the task's train samples before its training (docs/methods.md §2.9): the chosen
     values (one row per knob, the tuned_settings columns), every trial, and statistics (train samples, default and
     chosen score, the paired train gain)."""
@@ -206,6 +241,10 @@ def tune_cfrag(con, task: str, settings: Settings) -> tuple[pd.DataFrame, pd.Dat
     index, samples, truth = train_inputs(con, task, settings)
     if samples.empty:
         return pd.DataFrame(columns=TUNED_COLUMNS), pd.DataFrame(columns=TRIAL_COLUMNS), {"train_samples": 0}
+    samples, scorer, budget_s, why = train_scorer(con, task, settings, samples, truth, generator)
+    if scorer is None:
+        return (pd.DataFrame(columns=TUNED_COLUMNS), pd.DataFrame(columns=TRIAL_COLUMNS),
+                {"train_samples": len(samples), "kept_default": True, "why": why})  # fmt: skip
     users = read_rows(con, "cfrag_user_embeddings", {"task": task})
     user_emb = dict(zip(users["user_id"], column_to_matrix(users["embedding"].tolist()), strict=True))
     queries = [inference.CfragQuery(s.sample_id, s.user_id, "", np.asarray(s.embedding, dtype=np.float32),
@@ -222,10 +261,9 @@ def tune_cfrag(con, task: str, settings: Settings) -> tuple[pd.DataFrame, pd.Dat
         return untrained.retrieve(neighbours[key], s)
 
     default = knob_values(settings, CFRAG_KNOB_SPACE)
-    budget = t.budget_s / len(KNOB_SPACE)  # the share of each ClusterRAG method
-    k = settings.retrieval.k
-    chosen, trials, metric, gain = search(CFRAG_KNOB_SPACE, default, lambda v: score(run(v), samples, truth, k),
-                                          t.seed, t.max_trials, budget)  # fmt: skip
+    budget = budget_s / len(KNOB_SPACE)  # the share of each ClusterRAG method
+    chosen, trials, metric, gain = search(CFRAG_KNOB_SPACE, default, lambda v: scorer(run(v)), t.seed, t.max_trials,
+                                          budget)  # fmt: skip
     rows, tried, stats = method_rows(task, METHOD, chosen, default, trials, metric, gain, len(samples), t.max_trials)
     return (pd.DataFrame(rows, columns=TUNED_COLUMNS), pd.DataFrame(tried, columns=TRIAL_COLUMNS),
             {"train_samples": len(samples), "methods": {METHOD: stats}})  # fmt: skip

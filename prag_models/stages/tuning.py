@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from prag_models.config.settings import Settings
-from prag_models.evaluation.tuning import TUNED_COLUMNS, read_tuned, retrieve, tune_task
+from prag_models.evaluation.tuning import TUNED_COLUMNS, GeneratorSource, read_tuned, retrieve, tune_task
 from prag_models.methods.knobs import UserSpace, with_knobs
 from prag_models.methods.profiles import ProfileIndex
 from prag_models.mlops.registry import MlflowTarget
@@ -16,13 +16,13 @@ from prag_models.mlops.tuning_log import log_tuning
 
 
 def tuned_settings_rows(
-    con, task: str, settings: Settings, target: MlflowTarget | None = None
+    con, task: str, settings: Settings, target: MlflowTarget | None = None, generator: GeneratorSource = None
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The tuned_settings rows of one task (none when tuning.enabled is false) and the search's statistics; the
     search is logged to MLflow when a target is given."""
     if not settings.tuning.enabled:
         return pd.DataFrame(columns=TUNED_COLUMNS), {"enabled": False}
-    chosen, trials, stats = tune_task(con, task, settings)
+    chosen, trials, stats = tune_task(con, task, settings, generator)
     stats.pop("sample_ids", None)
     if target is not None and len(chosen):
         stats["mlflow_run_id"] = log_tuning(target, task, chosen, trials)
@@ -30,7 +30,7 @@ def tuned_settings_rows(
 
 
 def cfrag_tuned_rows(
-    con, task: str, settings: Settings, target: MlflowTarget | None = None
+    con, task: str, settings: Settings, target: MlflowTarget | None = None, generator: GeneratorSource = None
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The cfrag_tuned_settings rows of one task (none when tuning.enabled is false) and the search's statistics;
     the search is logged to MLflow (run cfrag-tuning-<task>) when a target is given."""
@@ -38,7 +38,7 @@ def cfrag_tuned_rows(
 
     if not settings.tuning.enabled:
         return pd.DataFrame(columns=TUNED_COLUMNS), {"enabled": False}
-    chosen, trials, stats = tune_cfrag(con, task, settings)
+    chosen, trials, stats = tune_cfrag(con, task, settings, generator)
     if target is not None and len(chosen):
         stats["mlflow_run_id"] = log_tuning(target, task, chosen, trials, "cfrag-tuning")
     return chosen, stats

@@ -1,0 +1,220 @@
+"""Stage 5b (LLM utility): the label-free comparison that decides or confirms each task's verdict
+(docs/methods.md §6.7).
+
+The LLM calls go where they decide. Dev samples are taken in the LLM work's seeded order:
+
+1. **Pilot** — the first ``utility.pilot_samples``: every candidate personalized method, ``dense_global`` and
+   ``dense`` are scored. Where labels already chose the method (the retrieval evaluation's cross-fitted choice: on
+   each fold the method best on the other), the pilot scores that choice only; where no labels exist, the pilot
+   chooses it (best mean utility). The pilot also gives the spread of the paired differences.
+2. **Plan** — the test's sample size for ``utility.power`` at the pilot's effect (paired t-test), within
+   [``min_samples``, ``max_samples``] and what the budget pays for at the pilot's measured seconds per prompt. The
+   plan is fixed before any test sample is scored (no peeking) and stored, so a rerun takes the same samples.
+3. **Test** — the next n samples, never seen by the choice: the chosen method, ``dense_global`` and ``dense``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from prag_models.config.settings import Settings
+from prag_models.data.source import llm_eval_order
+from prag_models.evaluation.claims import PERSONALIZED, fold_of
+from prag_models.evaluation.retrieval import LLM_SUBSET_METHODS
+from prag_models.evaluation.utility import (
+    PLAN_TABLE,
+    affordable,
+    can_score,
+    gold_answer,
+    labelled_choice,
+    per_token,
+    planned_samples,
+    utility_values,
+)
+from prag_models.evaluation.verdict import BASELINE, OWN_PROFILE
+from prag_models.generation.answers import lamp_prompt
+from prag_models.stages.generation import retrieved_texts
+from prag_models.storage.store import table_exists
+
+if TYPE_CHECKING:
+    from prag_models.llm.base import Generator
+
+UTILITY_COLUMNS = ["task", "method", "sample_id", "phase", "loglik", "tokens", "value", "generator_id"]
+PLAN_COLUMNS = ["task", "evidence", "chosen", "fold_choices", "candidates", "pilot_n", "pilot_gain", "pilot_sd",
+                "seconds_per_prompt", "budget_s", "affordable_n", "planned_n", "test_n", "key"]  # fmt: skip
+PLAN_VERSION = "v1"
+@dataclass
+class UtilityPlan:
+    """How one task's utility comparison was planned (one row of llm_utility_plans)."""
+
+    task: str
+    evidence: str  # "labels chose" (retrieval's cross-fitted choice) or "pilot chose" (no labels)
+    chosen: str  # the method tested (labels: per fold, in fold_choices)
+    fold_choices: str
+    candidates: str
+    pilot_n: int
+    pilot_gain: float
+    pilot_sd: float
+    seconds_per_prompt: float
+    budget_s: float
+    affordable_n: int
+    planned_n: int
+    test_n: int
+    key: str
+
+
+def plan_key(settings: Settings, generator_id: str) -> str:
+    """What a stored plan depends on: the utility settings, budget, generator, prompt and the retrieval settings."""
+    parts = [PLAN_VERSION, settings.utility.model_dump(mode="json"), settings.run.llm_budget_s, generator_id,
+             settings.prompt.model_dump(mode="json"), settings.retrieval.k, list(settings.data.tasks)]  # fmt: skip
+    return json.dumps(parts, sort_keys=True)
+
+
+def _stored_plan(con, task: str, key: str) -> UtilityPlan | None:
+    """The plan an earlier run stored for this task with the same key, else None."""
+    if not table_exists(con, PLAN_TABLE):
+        return None
+    rows = con.execute(f"SELECT * FROM {PLAN_TABLE} WHERE task = ?", [task]).df()
+    if rows.empty or rows.iloc[0]["key"] != key:
+        return None
+    row = rows.iloc[0].to_dict()
+    return UtilityPlan(**{c: row[c] for c in PLAN_COLUMNS})
+
+
+class _Scorer:
+    """Scores (method, sample) prompts of one task through the cache and keeps the values and the time spent."""
+
+    def __init__(self, con, task: str, settings: Settings, generator: Generator, samples: pd.DataFrame,
+                 docs: dict[str, dict[str, list[str]]], progress: Callable | None) -> None:  # fmt: skip
+        self.con, self.task, self.settings, self.generator = con, task, settings, generator
+        self.samples, self.docs, self.progress = samples.set_index("sample_id"), docs, progress
+        self.rows: list[tuple] = []
+        self.computed, self.seconds = 0, 0.0
+
+    def score(self, pairs: list[tuple[str, str]], phase: str) -> dict[tuple[str, str], float]:
+        """Utility of each (method, sample) pair; rows kept for the table."""
+        if not pairs:
+            return {}
+        prompts = [
+            lamp_prompt(self.task, self.samples.at[s, "input"], self.docs.get(m, {}).get(s, []), self.generator,
+                        self.settings.prompt)
+            for m, s in pairs
+        ]  # fmt: skip
+        answers = [gold_answer(self.task, self.samples.at[s, "gold"]) for _, s in pairs]
+        started = time.perf_counter()
+        logliks, tokens, ran = utility_values(self.con, self.generator, prompts, answers,
+                                              self.settings.generator.batch_size, self.progress)  # fmt: skip
+        if ran:
+            self.computed, self.seconds = self.computed + ran, self.seconds + time.perf_counter() - started
+        values = per_token(logliks, tokens)
+        for (m, s), ll, n, v in zip(pairs, logliks, tokens, values, strict=True):
+            self.rows.append((self.task, m, s, phase, float(ll), int(n), float(v), self.generator.model_id))
+        return {pair: float(v) for pair, v in zip(pairs, values, strict=True)}
+
+
+def _covered(docs: dict[str, dict[str, list[str]]], methods: list[str], samples: list[str]) -> list[str]:
+    """The methods with retrieved documents for every one of the samples."""
+    return [m for m in methods if m in docs and all(s in docs[m] for s in samples)]
+
+
+def utility_rows(
+    con, task: str, settings: Settings, generator: Generator, progress: Callable[[int, int], None] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """(utility rows, the task's plan row, statistics) of one task: pilot, plan, test (module docstring)."""
+    u = settings.utility
+    empty = pd.DataFrame(columns=UTILITY_COLUMNS), pd.DataFrame(columns=PLAN_COLUMNS)
+    if not u.enabled or not can_score(generator):
+        why = "utility.enabled = false" if not u.enabled else f"{generator.model_id} exposes no log-likelihoods"
+        return *empty, {"skipped": why}
+    samples = con.execute(
+        "SELECT sample_id, input, gold FROM lamp_samples WHERE task = ? AND split = 'dev'", [task]
+    ).df()
+    samples["sample_id"] = samples["sample_id"].astype(str)
+    order = llm_eval_order(samples["sample_id"])
+    pilot_ids = order[: u.pilot_samples]
+    rest = order[u.pilot_samples :]
+    if u.max_samples:
+        rest = rest[: u.max_samples]
+    docs = retrieved_texts(con, task, tuple({*PERSONALIZED, BASELINE, OWN_PROFILE}))
+    if BASELINE not in docs:
+        return *empty, {"skipped": f"no {BASELINE} retrievals"}
+    scorer = _Scorer(con, task, settings, generator, samples, docs, progress)
+    labelled = labelled_choice(con, task)
+    budget = settings.run.llm_budget_s * u.budget_share / max(1, len(settings.data.tasks))
+    key = plan_key(settings, generator.model_id)
+    stored = _stored_plan(con, task, key)
+
+    if labelled is not None:
+        crossed = labelled[1]
+        fold_methods = list(crossed.chosen)
+        chosen_of = {s: fold_methods[fold_of(s)] for s in order}
+        candidates = sorted({m for m in fold_methods if m})
+        evidence = "labels chose"
+    else:
+        candidates = _covered(docs, [m for m in PERSONALIZED if m not in LLM_SUBSET_METHODS], pilot_ids + rest)
+        fold_methods, chosen_of, evidence = [], {}, "pilot chose"
+    own = [OWN_PROFILE] if _covered(docs, [OWN_PROFILE], pilot_ids + rest) else []
+    if not candidates:
+        return *empty, {"skipped": "no personalized method retrieved for every sample"}
+
+    # 1. pilot
+    pilot_pairs = [(m, s) for s in pilot_ids for m in (candidates if not chosen_of else [chosen_of[s]])]
+    pilot_pairs += [(m, s) for s in pilot_ids for m in [BASELINE, *own]]
+    pilot = scorer.score(list(dict.fromkeys(pilot_pairs)), "pilot")
+    if not chosen_of:
+        means = {m: np.mean([pilot[(m, s)] for s in pilot_ids]) for m in candidates}
+        best = max(candidates, key=lambda m: (means[m], -candidates.index(m)))
+        chosen_of = {s: best for s in order}
+    diffs = np.asarray([pilot[(chosen_of[s], s)] - pilot[(BASELINE, s)] for s in pilot_ids])
+
+    # 2. plan (fixed before any test sample is scored; a stored plan with the same settings is reused)
+    per_prompt = scorer.seconds / scorer.computed if scorer.computed else 0.0
+    if stored is not None:
+        plan = stored
+    else:
+        prompts_per_sample = 2 + len(own)
+        budgeted = budget > 0 and per_prompt > 0
+        paid = affordable(budget - scorer.seconds, prompts_per_sample, per_prompt) if budgeted else len(rest)
+        cap = min(len(rest), paid)
+        planned = planned_samples(diffs, u.min_samples, cap, u.power)
+        chosen_name = fold_methods and " / ".join(m or "—" for m in fold_methods) or chosen_of[pilot_ids[0]]
+        plan = UtilityPlan(task, evidence, str(chosen_name), " / ".join(m or "—" for m in fold_methods),
+                           ", ".join(candidates), len(pilot_ids), float(np.mean(diffs)),
+                           float(np.std(diffs, ddof=1)) if len(diffs) > 1 else 0.0, per_prompt, budget, cap, planned,
+                           planned, key)  # fmt: skip
+
+    # 3. test
+    test_ids = rest[: int(plan.test_n)]
+    scorer.score([(m, s) for s in test_ids for m in dict.fromkeys([chosen_of[s], BASELINE, *own])], "test")
+    frame = pd.DataFrame(scorer.rows, columns=UTILITY_COLUMNS).drop_duplicates(["method", "sample_id", "phase"])
+    stats = {**asdict(plan), "prompts_computed": scorer.computed, "seconds": round(scorer.seconds, 1)}
+    stats.pop("key")
+    return frame, pd.DataFrame([asdict(plan)], columns=PLAN_COLUMNS), stats
+
+
+def utility_suite(task: str, settings: Settings) -> list:
+    """Expectations of llm_utility: keys present and unique, at least one token scored, a log-likelihood <= 0."""
+    from prag_models.storage.validation import between, not_null, unique
+
+    return [*not_null("method", "sample_id", "phase", "value", "tokens"), unique("method", "sample_id", "phase"),
+            between("tokens", 1, None), between("value", None, 0.0)]  # fmt: skip
+
+
+def utility_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
+    """Every test sample has the baseline's value and the chosen method's, and the values are finite."""
+    problems = []
+    if not np.isfinite(df["value"].to_numpy(dtype=float)).all():
+        problems.append("non-finite utility values")
+    test = df[df["phase"] == "test"]
+    for sample_id, group in test.groupby("sample_id"):
+        if BASELINE not in set(group["method"]) or len(group) < 2:
+            problems.append(f"test sample {sample_id} lacks {BASELINE} or the chosen method")
+            break
+    return problems

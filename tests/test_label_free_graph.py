@@ -1,0 +1,82 @@
+"""The graph on LaMP files without relevance labels (issue 40): the demo's own files with the planted labels withheld,
+as real LaMP files come. Every task gets a verdict naming its evidence: labels where they see the task (LaMP-2/3's
+document labels), the LLM utility elsewhere; tuning and the checks run without labels."""
+
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+from conftest import materialize_graph, write_config
+
+from prag_models.data.demo import write_demo
+
+TASKS = ["LaMP-2", "LaMP-4", "LaMP-7"]
+
+
+@pytest.fixture(scope="module")
+def label_free_run(tmp_path_factory) -> tuple[Path, object]:
+    """A tiny demo world's LaMP files without its manifest (the planted truth), materialized with source = lamp."""
+    root = tmp_path_factory.mktemp("label_free")
+    files = root / "lamp"
+    write_demo(files, users=24, communities=3, dev_samples=16, seed=11, tasks=TASKS)
+    (files / "demo_manifest.json").unlink()  # the planted relevance labels stay behind
+    config = write_config(
+        root / "prag.toml", root / "home", generator_backend="fake",
+        data={"source": "lamp", "lamp_dir": str(files), "tasks": TASKS},
+        tuning={"enabled": True, "budget_s": 2.0, "utility_budget_s": 2.0, "utility_samples": 4, "max_trials": 3},
+        utility={"pilot_samples": 4, "min_samples": 4},
+    )  # fmt: skip
+    result = materialize_graph(config, TASKS, raise_on_error=False)
+    return root, result
+
+
+def test_label_free_files_run_to_the_end_with_a_verdict_per_task_naming_its_evidence(label_free_run):
+    root, result = label_free_run
+    assert result.success
+    from prag_models.evaluation.verdict import verdicts_from_store
+
+    with duckdb.connect(str(root / "home" / "prag.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM lamp_samples WHERE task = 'LaMP-4'").fetchone()[0] > 0
+        verdicts = verdicts_from_store(con, min_utility_samples=4).set_index("task")
+        plans = con.execute("SELECT task, evidence, chosen, test_n FROM llm_utility_plans").df().set_index("task")
+    assert set(verdicts.index) == set(TASKS)
+    assert verdicts.at["LaMP-2", "evidence"].startswith("retrieval (label_hit")
+    for task in ("LaMP-4", "LaMP-7"):
+        assert verdicts.at[task, "evidence"] == "LLM utility (no labels)"
+        assert verdicts.at[task, "metric"] == "utility"
+        assert plans.at[task, "evidence"] == "pilot chose" and plans.at[task, "test_n"] >= 4
+        assert verdicts.at[task, "n_samples"] == plans.at[task, "test_n"]
+    assert plans.at["LaMP-2", "evidence"] == "labels chose"
+    assert verdicts.at["LaMP-2", "llm_metric"] == "utility"  # the LLM leg of a labelled task is the utility too
+
+
+def test_without_labels_tuning_scores_trials_by_utility_or_keeps_the_defaults_and_says_so(label_free_run):
+    root, _ = label_free_run
+    with duckdb.connect(str(root / "home" / "prag.duckdb"), read_only=True) as con:
+        metrics = dict(con.execute("SELECT task, any_value(metric) FROM tuned_settings GROUP BY task").fetchall())
+    assert metrics.get("LaMP-4") == "utility" and metrics.get("LaMP-7") == "utility"
+    assert metrics.get("LaMP-2", "").startswith("label_hit")
+
+
+def test_pilot_and_test_samples_never_overlap(label_free_run):
+    root, _ = label_free_run
+    with duckdb.connect(str(root / "home" / "prag.duckdb"), read_only=True) as con:
+        overlap = con.execute(
+            "SELECT count(*) FROM (SELECT DISTINCT task, sample_id FROM llm_utility WHERE phase = 'pilot') p "
+            "JOIN (SELECT DISTINCT task, sample_id FROM llm_utility WHERE phase = 'test') t USING (task, sample_id)"
+        ).fetchone()[0]
+    assert overlap == 0
+
+
+def test_without_a_utility_budget_the_defaults_are_kept_and_said(label_free_run, tmp_path):
+    from prag_models.config.settings import load_settings
+    from prag_models.evaluation.tuning import tune_task
+
+    root, _ = label_free_run
+    copy = tmp_path / "home"
+    shutil.copytree(root / "home", copy)
+    settings = load_settings(root / "prag.toml", home=str(copy), environ={"PRAG__TUNING__UTILITY_BUDGET_S": "0"})
+    with duckdb.connect(str(copy / "prag.duckdb")) as con:
+        chosen, trials, stats = tune_task(con, "LaMP-4", settings, lambda: pytest.fail("no generator needed"))
+    assert chosen.empty and stats["kept_default"] and "defaults are kept" in stats["why"]

@@ -129,6 +129,7 @@ def _report(args: argparse.Namespace) -> int:
     """Print the evaluation tables (value ± half-width, n), the paired comparisons, the seed claims, the paths."""
     import pandas as pd
 
+    from prag_models.data.set_aside import set_aside_lines
     from prag_models.evaluation import retrieval as rev
     from prag_models.evaluation.claims import claims_from_store, claims_markdown
     from prag_models.evaluation.report import comparisons_markdown, evaluation_markdown
@@ -142,6 +143,8 @@ def _report(args: argparse.Namespace) -> int:
             have = {t: table_exists(con, t) for t in
                     ("lamp_evaluation", "lamp_evaluation_comparisons", "lamp_retrieval_evaluation",
                      "lamp_retrieval_comparisons", "retrieval_evaluation")}  # fmt: skip
+            set_aside = set_aside_lines(con, tasks)  # malformed records left out (data.malformed), one line a task
+            print("\n".join(set_aside) + "\n\n" if set_aside else "", end="")
             if not have["lamp_evaluation"] and not have["lamp_retrieval_evaluation"]:
                 print("no evaluation yet: run `prag materialize` first", file=sys.stderr)
                 return 1

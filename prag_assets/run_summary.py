@@ -88,6 +88,8 @@ def print_summary(settings: Settings, summaries: list[RunSummary], wall: float, 
     failures = [f for s in summaries for f in s.failures] + [f"check {c}" for s in summaries for c in s.checks_failed]
     if code or failures:
         lines.append(f"[prag] the run FAILED (exit code {code}): " + ("; ".join(failures[:5]) or "see the log"))
+    if not code:
+        lines += [f"[prag] {line}" for line in set_aside_note(settings)]
     lines += [
         "[prag] next: `prag report` (every table with its intervals, the seeds' claims) | scripts/ui.sh (Dagster UI: "
         "runs, event logs, lineage)",
@@ -111,3 +113,15 @@ def verdict_text(settings: Settings) -> str:
     table = table[table["task"].isin(list(settings.data.tasks))] if len(table) else table
     title = "## Verdict: the best personalized method against non-personalized retrieval (dense_global)"
     return f"{title}\n\n{verdicts_markdown(table)}"
+
+
+def set_aside_note(settings: Settings) -> list[str]:
+    """One line per configured task with malformed records set aside (data.malformed), read from the store."""
+    from prag_models.data.set_aside import set_aside_lines
+    from prag_models.storage.store import DuckDBBusyError, read_connection
+
+    try:
+        with read_connection(settings.duckdb_path) as (con, _):
+            return set_aside_lines(con, list(settings.data.tasks))
+    except (FileNotFoundError, DuckDBBusyError):
+        return []

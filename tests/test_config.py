@@ -30,6 +30,7 @@ def test_toml_then_env_override(tmp_path):
         ({"PRAG__DATA__TASKS": "LaMP-6"}, "unknown task(s) ['LaMP-6']"),
         ({"PRAG__GENERATOR__BACKEND": "gpt"}, "generator.backend unknown"),
         ({"PRAG__DATA__SOURCE": "lamp"}, "needs data.lamp_dir"),
+        ({"PRAG__DATA__MALFORMED": "skip"}, "settings.data.malformed: Input should be 'stop' or 'set_aside'"),
         ({"PRAG__CFRAG__RERANKER_POOLING": "max"}, "settings.cfrag.reranker_pooling"),
         ({"PRAG__CFRAG__RERANKER_ENCODER_LR": "-1e-5"}, "settings.cfrag.reranker_encoder_lr"),
         ({"PRAG__CFRAG__RETRIEVER_SCALAR_LR": "fast"}, "settings.cfrag.retriever_scalar_lr"),
@@ -47,6 +48,11 @@ def test_bad_values_are_named(env, message):
     with pytest.raises(ConfigError) as err:
         load_settings(environ=env)
     assert message in str(err.value)
+
+
+def test_malformed_records_stop_by_default_and_can_be_set_aside() -> None:
+    assert load_settings(environ={}).data.malformed == "stop"
+    assert load_settings(environ={"PRAG__DATA__MALFORMED": "set_aside"}).data.malformed == "set_aside"
 
 
 def test_missing_or_broken_config_file(tmp_path):

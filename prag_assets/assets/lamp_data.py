@@ -7,6 +7,7 @@ from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_assets.task_table import CODE_VERSION
 from prag_models.data.lamp import undated_documents
+from prag_models.data.set_aside import SET_ASIDE_TABLE, SetAside, set_aside_frame
 from prag_models.data.sharing import SHARING_TABLE, VISIBILITY_TABLE, task_sharing
 from prag_models.data.source import (
     demo_truth_frames,
@@ -32,9 +33,11 @@ GROUP = "lamp_data"
     description="LaMP questions and golds of the train and dev splits (demo or LaMP folder), validated on load "
     "(every task's files before anything is written), each user's sharing consent and the documents' visibility "
     "(tables user_sharing, document_visibility; docs/privacy.md); for the demo also its planted truth (tables "
-    "relevance_labels, planted_communities). Users erased by `prag forget` are skipped (erasure_audit). Metadata "
-    "counts, on each task partition, the samples per split, the undated profile documents, the skipped erased users "
-    "and the user ids derived from the profile (original split only; a time split must name every question's user).",
+    "relevance_labels, planted_communities). Users erased by `prag forget` are skipped (erasure_audit). A malformed "
+    "record stops the run unless data.malformed = \"set_aside\": then it is left out, one row per record in table "
+    "set_aside_records (file, record, field, reason). Metadata counts, on each task partition, the samples per split, "
+    "the undated profile documents, the records set aside, the skipped erased users and the user ids derived from the "
+    "profile (original split only; a time split must name every question's user).",
 )
 def lamp_samples(
     context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
@@ -44,8 +47,11 @@ def lamp_samples(
     tasks = run_tasks(context, settings)
     with duckdb.connect() as con:
         erased = {task: erased_users(con, task) for task in tasks}
-    loaded = {task: load_task_samples(settings, task) for task in tasks}
+    set_aside: dict[str, list[SetAside]] = {task: [] for task in tasks}  # data.malformed = "set_aside" fills them
+    loaded = {task: load_task_samples(settings, task, set_aside[task]) for task in tasks}
     counts: dict[str, dict[str, int]] = {}
+    set_aside_counts: dict[str, int] = {}
+    previews: dict[str, dict[str, dg.MetadataValue]] = {}
     skipped: dict[str, int] = {}
     undated = {
         task: undated_documents(s for samples in splits.values() for s in samples) for task, splits in loaded.items()
@@ -60,7 +66,9 @@ def lamp_samples(
         loaded[task] = splits
         sharing, visibility = task_sharing(settings, task, splits)  # consent and visibility (docs/privacy.md)
         where = {"task": task}
+        aside = set_aside_frame(r for r in set_aside[task] if r.user_id not in erased[task])
         writes += [
+            (SET_ASIDE_TABLE, aside, where),
             (SHARING_TABLE, sharing, where),
             (VISIBILITY_TABLE, visibility, where),
             ("lamp_samples", samples_frame(task, splits), where),
@@ -69,14 +77,20 @@ def lamp_samples(
             ("planted_communities", communities, where),
         ]
         counts[task] = {split: len(samples) for split, samples in splits.items()}
-    stats = {task: {"samples": counts[task], "undated_documents": undated[task], "erased_users_skipped": skipped[task],
-                    "derived_user_ids": derived[task]} for task in loaded}  # fmt: skip
+        previews[task] = {"preview": preview(samples_frame(task, splits))} | (
+            {"set_aside_preview": preview(aside)} if len(aside) else {})
+        set_aside_counts[task] = len(aside)
+    stats = {task: {"samples": counts[task], "undated_documents": undated[task], "set_aside_records":
+                    set_aside_counts[task], "erased_users_skipped": skipped[task], "derived_user_ids": derived[task]}
+             for task in loaded}  # fmt: skip
     with duckdb.connect() as con:
         replace_many(con, writes)  # one transaction: all of it lands, or none
-        previews = {task: {"preview": preview(samples_frame(task, splits))} for task, splits in loaded.items()}
         report_partitions(context, con, "lamp_samples", stats, previews)
     context.log.info(f"loaded samples: {counts}")
-    return dg.MaterializeResult(metadata={"source": settings.data.source, "undated_policy": settings.data.undated})
+    if any(set_aside_counts.values()):
+        context.log.warning(f"malformed records set aside (table {SET_ASIDE_TABLE}): {set_aside_counts}")
+    return dg.MaterializeResult(metadata={"source": settings.data.source, "undated_policy": settings.data.undated,
+                                          "malformed_policy": settings.data.malformed})  # fmt: skip
 
 
 @dg.asset(

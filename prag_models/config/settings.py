@@ -13,7 +13,7 @@ import os
 import tomllib
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -77,6 +77,11 @@ class DataSettings(Section):
     # A profile date in no accepted format (prag_models/data/dates.py): "error" fails the load naming the file,
     # record and field; "keep" keeps the document undated (sorted last). Undated documents are counted in metadata.
     undated: str = "error"
+    # A malformed record in the LaMP files (a wrong type, a label outside the task's set, a missing field): "stop"
+    # fails the load naming the file, record and field; "set_aside" leaves it out and goes on, each such record a row
+    # of table set_aside_records (a malformed question or gold drops that sample, a malformed profile document only
+    # that document); lamp_samples and `prag report` count them per task. Flaws of a whole file always stop.
+    malformed: Literal["stop", "set_aside"] = "stop"
 
 
 class EmbedderSettings(Section):

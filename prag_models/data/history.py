@@ -38,7 +38,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from prag_models.data.lamp import (
+from prag_models.data.lamp_validation import (
     PROFILE_LABELS,
     VISIBILITIES,
     _as_id,

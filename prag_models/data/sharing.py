@@ -29,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from prag_models.data.lamp import VISIBILITIES, _read_json
+from prag_models.data.lamp_validation import VISIBILITIES, _read_json
 from prag_models.data.tasks import LampDataError
 
 __all__ = ["VISIBILITIES", "SharingFile", "append_statements", "load_sharing_file", "parse_sharing", "sharing_frames"]

@@ -11,6 +11,7 @@ import pandas as pd
 
 from prag_models.config.settings import Settings
 from prag_models.data.lamp import LampSample, load_lamp_task
+from prag_models.data.set_aside import SetAside
 from prag_models.storage.hashing import content_hash
 
 
@@ -47,10 +48,14 @@ def lamp_root(settings: Settings) -> Path:
     return root
 
 
-def load_task_samples(settings: Settings, task: str) -> dict[str, list[LampSample]]:
-    """Train and dev samples of one task from the configured source."""
+def load_task_samples(
+    settings: Settings, task: str, set_aside: list[SetAside] | None = None
+) -> dict[str, list[LampSample]]:
+    """Train and dev samples of one task from the configured source; with ``data.malformed = "set_aside"`` the
+    malformed records are left out, and recorded in ``set_aside`` when it is given."""
     split_kind = "time" if settings.data.source == "demo" else settings.data.split_kind
-    splits = load_lamp_task(lamp_root(settings), task, ("train", "dev"), split_kind, settings.data.undated)
+    rows = (set_aside if set_aside is not None else []) if settings.data.malformed == "set_aside" else None
+    splits = load_lamp_task(lamp_root(settings), task, ("train", "dev"), split_kind, settings.data.undated, rows)
     if settings.data.max_eval_samples and "dev" in splits:
         splits["dev"] = splits["dev"][: settings.data.max_eval_samples]
     return splits

@@ -188,6 +188,10 @@ CASES: dict[str, Case] = {
 }
 
 
+#: Flaws of a whole file: no record to set aside, so their error does not offer data.malformed = "set_aside".
+FILE_LEVEL = {"empty_question_list", "invalid_json", "not_utf8", "top_level_not_list", "outputs_task_mismatch"}
+
+
 @pytest.fixture(scope="module")
 def good(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     """A home holding a good materialization of lamp_samples and profile_documents from a LaMP folder."""
@@ -235,6 +239,7 @@ def test_bad_input_fails_clearly_and_changes_no_table(good: dict, name: str) -> 
     assert "LampDataError" in message and str(blamed) in message, message
     for part in expected:
         assert part in message, (part, message)
+    assert ('data.malformed = "set_aside"' in message) == (name not in FILE_LEVEL), message
     message.encode("utf-8")  # the error itself is printable (no lone surrogate, escaped NUL)
     assert table_checksums(good["db"]) == good["before"]  # type: ignore[arg-type]
 

@@ -138,3 +138,29 @@ def test_no_headroom_registers_the_initialisation_tagged_why(probe_home, monkeyp
     for _, _, name, version in models:
         tags = client.get_model_version(name, str(version)).tags
         assert tags["training.skipped"].startswith("no teacher headroom"), tags
+
+
+def test_the_probe_decides_on_fresh_samples_as_many_as_the_pilot_says_it_needs(probe_home) -> None:
+    """A pilot of 3 plans the second stage for 80 % power at its headroom (at least feedback_probe_min_samples, at
+    most the budget's other informative samples) and the headroom is decided on those fresh samples alone."""
+    from prag_models.methods.cfrag import feedback_probe as fp
+    from prag_models.methods.cfrag.feedback import label_task, load_feedback_inputs
+
+    config, settings, gains = probe_home
+    small = settings.model_copy(update={"cfrag": settings.cfrag.model_copy(
+        update={"feedback_probe_samples": 3, "feedback_probe_min_samples": 2})})  # fmt: skip
+    with duckdb.connect(str(settings.duckdb_path)) as con:
+        inputs = load_feedback_inputs(con, TASK, small)
+        truth = fp.candidate_gains(con, TASK, inputs)
+        ids = inputs.samples["sample_id"].tolist()
+        pilot = fp.probe_sample_ids(ids, truth, small)
+        rest = [s for s in fp.informative_ids(ids, truth) if s not in pilot]
+        strong, weak = np.array([0.9, 1.0, 1.1]), np.array([-0.4, 0.1, 0.6])
+        assert len(fp.second_stage_ids(ids, truth, pilot, strong, small)) == min(2, len(rest))
+        assert len(fp.second_stage_ids(ids, truth, pilot, weak, small)) == len(rest)  # a weak effect needs them all
+        assert not set(fp.second_stage_ids(ids, truth, pilot, weak, small)) & set(pilot)
+        good = KnownTeacher(gains, signal=3.0, noise=0.3, name="good-two-stage")
+        known = label_task(con, TASK, small, good)
+    probe = known["probe"]
+    assert probe["pilot_samples"] == 3 and probe["decided_on"] == probe["headroom_n"] >= 2
+    assert probe["probe_samples"] == 3 + probe["decided_on"] and probe["decision"] == "continued"

@@ -79,6 +79,9 @@ class CfragSettings(Section):
     # initialisation instead of training towards it (0 = no probe: the whole budget, as does feedback_force). 4 samples
     # x 6 candidates = 24 scored prompts a task: 150 s of the demo's main job on 2 AVX2-only cores at 8 samples.
     feedback_probe_samples: int = Field(4, ge=0)
+    # The probe's second stage (docs/methods.md §2.5): fresh samples, as many as 80 % power at the pilot's headroom
+    # needs, at least this many (at most what the budget holds); the headroom is decided on them alone.
+    feedback_probe_min_samples: int = Field(6, ge=1)
     feedback_force: bool = False
     # The teacher signal of a (sample, candidate) label: "gold_loglik" = the generator's log-probability of the gold
     # output given the prompt with that one document (one scored continuation; labels differ even when the task

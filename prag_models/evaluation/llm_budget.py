@@ -70,11 +70,10 @@ class LlmPlan:
         limit = "all" if self.limit <= 0 else str(self.limit)
         cut = f"cut from {limit}" if self.cut else f"the configured {limit} fit"
         kind = "the tasks' own prompts" if t.realistic else "synthetic prompts of the maximal length"
-        return (f"LLM budget {self.budget_s:.0f} s (run.llm_budget_s): generator {t.prompt_tokens_per_s:,.0f} prompt "
-                f"tokens/s, {t.scored_s:.2f} s a scored, {t.generated_s:.2f} s a generated and {t.pbr_s:.2f} s a "
-                f"P-PRF prompt (timed on {kind} in {t.measured_in_s:.1f} s) -> about {self.per_sample_s:.0f} s "
-                f"per sample over the tasks: the LLM evaluation and P-PRF take {self.chosen} samples per task "
-                f"({cut}); the retrieval evaluation keeps every dev sample")  # fmt: skip
+        return (f"LLM budget: {self.budget_s:.0f} s for generated outputs and P-PRF (run.llm_budget_s after the "
+                f"utility's share); {t.prompt_tokens_per_s:,.0f} prompt tokens/s, {t.scored_s:.2f} s a scored, "
+                f"{t.generated_s:.2f} s a generated, {t.pbr_s:.2f} s a P-PRF prompt ({kind}, timed in "
+                f"{t.measured_in_s:.1f} s) -> {self.chosen} samples per task ({cut})")  # fmt: skip
 
     def metadata(self) -> dict[str, Any]:
         """The plan as a JSON-able dict."""
@@ -207,18 +206,31 @@ def per_sample_seconds(settings: Settings, t: Throughput) -> float:
     return total
 
 
+def generation_budget_s(settings: Settings) -> float:
+    """The part of run.llm_budget_s left to the generated outputs and P-PRF: the LLM utility, which decides or
+    confirms the verdicts, takes utility.budget_share of it first (docs/methods.md §6.7)."""
+    share = settings.utility.budget_share if settings.utility.enabled else 0.0
+    return settings.run.llm_budget_s * (1.0 - share)
+
+
 def plan(settings: Settings, t: Throughput) -> LlmPlan:
-    """The largest sample count the budget pays for (at least 1, at most data.llm_eval_samples when that is set)."""
-    per_sample, limit = per_sample_seconds(settings, t), settings.data.llm_eval_samples
-    fits = int(settings.run.llm_budget_s // per_sample) if per_sample > 0 else 10**9
+    """The largest sample count the generation budget pays for (at least 1, at most data.llm_eval_samples when that
+    is set)."""
+    per_sample, limit, budget = (
+        per_sample_seconds(settings, t),
+        settings.data.llm_eval_samples,
+        generation_budget_s(settings),
+    )
+    fits = int(budget // per_sample) if per_sample > 0 else 10**9
     chosen = max(1, fits if limit <= 0 else min(limit, fits))
-    return LlmPlan(settings.run.llm_budget_s, per_sample, chosen, limit, t, plan_key(settings))
+    return LlmPlan(budget, per_sample, chosen, limit, t, plan_key(settings))
 
 
 def plan_key(settings: Settings) -> str:
     """What a plan depends on besides the machine: how it is measured, budget, limit, tasks, methods, generator and
     prompt settings."""
-    parts = [PLAN_VERSION, settings.run.llm_budget_s, settings.data.llm_eval_samples, list(settings.data.tasks),
+    parts = [PLAN_VERSION, settings.run.llm_budget_s, settings.utility.budget_share, settings.utility.enabled,
+             settings.data.llm_eval_samples, list(settings.data.tasks),
              list(settings.retrieval.methods), settings.generator.model_dump(mode="json"),
              settings.prompt.model_dump(mode="json")]  # fmt: skip
     return json.dumps(parts, sort_keys=True)

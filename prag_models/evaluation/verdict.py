@@ -204,9 +204,22 @@ def verdicts_from_store(
                    "llm_n_samples": 0, "llm_decision": IS_EVIDENCE}  # fmt: skip
         if row is not None:
             rows.append({"task": task, "evidence": evidence, **row, **llm})
+        elif plan is not None:  # the budget paid for no test sample: said, not silently dropped
+            why = (f"{int(plan['test_n'])} test samples within the budget (utility.budget_share of "
+                   "run.llm_budget_s): raise it, or use a GPU")
+            rows.append(undecided(task, "LLM utility (no labels)", why))
     table = pd.DataFrame(rows, columns=[c for c in VERDICT_COLUMNS if c not in ("p_holm", "holm_verdict",
                                                                                  "family_size")])  # fmt: skip
     return with_holm(table)[VERDICT_COLUMNS]
+
+
+def undecided(task: str, evidence: str, why: str) -> dict:
+    """A verdict row for a task its evidence could not decide: keep the baseline, and why."""
+    return {"task": task, "evidence": evidence, "metric": "", "method": "", "value": 0.0, "baseline_value": 0.0,
+            "gain": 0.0, "gain_low": 0.0, "gain_high": 0.0, "n_samples": 0, "p_value": 1.0, "selection_p": 1.0,
+            "verdict": KEEP, "cross_fitted_methods": "", "fold_methods": "", "samples_needed": 0, "power_note": why,
+            "own_gain": 0.0, "own_gain_low": 0.0, "own_gain_high": 0.0, "own_n_samples": 0,
+            **NO_LLM_FIELDS}  # fmt: skip
 
 
 def verdicts_for(con, settings, tasks: list[str] | None = None) -> pd.DataFrame:
@@ -217,68 +230,10 @@ def verdicts_for(con, settings, tasks: list[str] | None = None) -> pd.DataFrame:
 
 
 def _utility_tasks(con) -> list[str]:
-    """The tasks with utility test rows."""
-    from prag_models.evaluation.utility import UTILITY_TABLE
+    """The tasks with a utility plan (tested or not)."""
+    from prag_models.evaluation.utility import PLAN_TABLE
     from prag_models.storage.store import table_exists
 
-    if not table_exists(con, UTILITY_TABLE):
+    if not table_exists(con, PLAN_TABLE):
         return []
-    return [t for (t,) in con.execute(f"SELECT DISTINCT task FROM {UTILITY_TABLE} WHERE phase = 'test'").fetchall()]
-
-
-def _complete(table: pd.DataFrame) -> pd.DataFrame:
-    """A verdict table with every column, missing LLM fields as "no LLM evaluation" (never NaN), Holm if absent."""
-    out = table.copy()
-    defaults = {**NO_LLM_FIELDS, "samples_needed": 0, "power_note": "", "p_value": 1.0, "selection_p": 1.0,
-                "own_gain": 0.0, "own_gain_low": 0.0, "own_gain_high": 0.0, "own_n_samples": 0}  # fmt: skip
-    for column, empty in defaults.items():
-        out[column] = out[column].fillna(empty) if column in out else empty
-    out.loc[out["llm_n_samples"] == 0, "llm_decision"] = out["llm_decision"].where(
-        out["llm_decision"] == IS_EVIDENCE, NO_LLM)
-    return out if "holm_verdict" in out else with_holm(out)
-
-
-def _llm_cell(r) -> str:  # noqa: ANN001
-    """The LLM column of one verdict row, never NaN."""
-    if r.llm_decision in (NO_LLM, IS_EVIDENCE) or not r.llm_n_samples:
-        return "(the verdict's evidence)" if r.llm_decision == IS_EVIDENCE else NO_LLM
-    interval = f"[{r.llm_gain_low:+.3f}, {r.llm_gain_high:+.3f}]"
-    return f"{r.llm_metric} {r.llm_gain:+.3f} {interval} (n={int(r.llm_n_samples)}): {r.llm_decision}"
-
-
-def verdicts_markdown(table: pd.DataFrame) -> str:
-    """The verdict table: per task the method each fold chose, the gain of that choice over dense_global on held-out
-    samples (95 % interval, n), the verdict raw and Holm-adjusted, the samples a "keep" would need, and the LLM
-    evaluation of the same choice."""
-    if table.empty:
-        return "_no evaluation with a personalized method and dense_global: nothing to decide_"
-    table = _complete(table)
-    lines = [
-        "| task | evidence | verdict | Holm | method chosen (cross-fitted) | held-out value | dense_global "
-        "| gain [95 % CI], p | n | over the own profile (dense) [95 % CI] | samples for 80 % power "
-        "| LLM evaluation: same choice − dense_global [95 % CI] (n) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in table.itertuples(index=False):
-        p = "p < 0.001" if r.selection_p < 0.001 else f"p = {r.selection_p:.3f}"
-        gain = f"{r.gain:+.3f} [{r.gain_low:+.3f}, {r.gain_high:+.3f}], {p}"
-        own = (f"{r.own_gain:+.3f} [{r.own_gain_low:+.3f}, {r.own_gain_high:+.3f}]" if r.own_n_samples
-               else f"— (no {OWN_PROFILE} rows)")
-        power = r.power_note if r.verdict in (KEEP, OWN) and isinstance(r.power_note, str) and r.power_note else "—"
-        lines.append(
-            f"| {r.task} | {r.evidence} | **{r.verdict}** | {r.holm_verdict} | {r.cross_fitted_methods} "
-            f"| {r.metric} {r.value:.3f} | {r.baseline_value:.3f} | {gain} | {int(r.n_samples)} | {own} | {power} "
-            f"| {_llm_cell(r)} |"
-        )
-    family = int(table["family_size"].iloc[0])
-    lines.append(
-        f"\nThe gain is that of choosing the method by cross-fitting (on each half of the samples, the method best on "
-        f"the other half), measured on held-out samples; where both folds chose the same method it is that method's "
-        f"own held-out gain; p: the sign-flip randomisation test of that whole choosing procedure (one-sided), which "
-        f"\"ship\" needs below 0.025 besides the interval. The verdict column decides each task on its own; Holm: the "
-        f"{family} verdicts as one family (the test's two-sided p, family-wise 5 %), the column to read for a count "
-        f"across tasks (\"ships "
-        f"on k of {family}\"). The oracle (`oracle_community`) is a reference ceiling, never a "
-        f"candidate."
-    )
-    return "\n".join(lines)
+    return [t for (t,) in con.execute(f"SELECT DISTINCT task FROM {PLAN_TABLE}").fetchall()]

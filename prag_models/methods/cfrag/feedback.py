@@ -166,15 +166,20 @@ def label_task(
         result = fp.ProbeResult(**base, decision=fp.NO_PROBE, reason="no probe (cfrag.feedback_probe_samples): "
                                 "whole budget")  # fmt: skip
     else:
-        first = [p for p in todo if p[0].sample_id in set(probe)]
-        todo = [p for p in todo if p[0].sample_id not in set(probe)]
-        generated, labelled = _label_pairs(con, task, settings, generator, inputs, first, log)
+        pilot, probe = probe, list(probe)
+        generated, labelled = _label_pairs(con, task, settings, generator, inputs, _of(todo, pilot), log)
         have = existing_labels(con, task, generator.model_id, version)
-        result = fp.decide(base, fp.measure_headroom(inputs, have, gains, probe, settings),
+        teacher, init = fp.headroom_differences(inputs, have, gains, pilot, settings)
+        second = fp.second_stage_ids(inputs.samples["sample_id"].tolist(), gains, pilot, teacher - init, settings)
+        if second:  # decided on fresh samples, as many as the pilot's spread says the interval needs
+            more, now = _label_pairs(con, task, settings, generator, inputs, _of(todo, second), log)
+            generated, labelled, probe = generated + more, labelled + now, [*pilot, *second]
+            have = existing_labels(con, task, generator.model_id, version)
+        base |= {"probe_samples": len(probe), "pilot_samples": len(pilot), "decided_on": len(second or pilot)}
+        result = fp.decide(base, fp.measure_headroom(inputs, have, gains, second or pilot, settings),
                            settings.cfrag.feedback_force)  # fmt: skip
-        log(f"{task} feedback probe ({len(probe)} samples): {result.decision}: {result.reason}")
-        if result.decision == fp.STOPPED:
-            todo = []
+        log(f"{task} feedback probe ({len(pilot)} pilot + {len(second)} samples): {result.decision}: {result.reason}")
+        todo = [] if result.decision == fp.STOPPED else [p for p in todo if p[0].sample_id not in set(probe)]
     fp.write_probe(con, result)
     more, now = _label_pairs(con, task, settings, generator, inputs, todo, log)
     generated, labelled = generated + more, labelled + now
@@ -199,6 +204,12 @@ def label_task(
         "signal": settings.cfrag.feedback_signal,
         "probe": result.metadata(),
     }
+
+
+def _of(todo: list, sample_ids: list[str]) -> list:
+    """The (sample, candidate) pairs of the given samples."""
+    wanted = set(sample_ids)
+    return [p for p in todo if p[0].sample_id in wanted]
 
 
 def _label_pairs(

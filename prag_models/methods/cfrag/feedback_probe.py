@@ -2,7 +2,13 @@
 compares the teacher's ranking of their candidates with cosine's, by truth NDCG@k with a paired 95 % interval (the
 same figure the training records as the teacher's headroom, prag_models.methods.cfrag.fit.teacher_headroom). Where
 the interval is not above 0, distilling the teacher cannot beat the initialisation: labelling stops after the probe
-and the retriever and rerankers register their initialisation (``feedback_probe`` rows say why)."""
+and the retriever and rerankers register their initialisation (``feedback_probe`` rows say why).
+
+The probe has two stages, so that its decision rests on the samples its interval needs (docs/methods.md §2.5): a
+pilot of ``cfrag.feedback_probe_samples`` gives the spread and effect from which the second stage's size is planned
+for 80 % power (at least ``cfrag.feedback_probe_min_samples``, at most the budget's other informative samples); the
+headroom is then decided on the second stage's fresh samples alone (the plan is fixed before they are labelled: no
+peeking), or on the pilot where the budget holds no other informative sample."""
 
 from __future__ import annotations
 
@@ -33,8 +39,10 @@ class ProbeResult:
     prompt_version: str
     decision: str
     reason: str
-    probe_samples: int
+    probe_samples: int  # labelled by the probe: pilot + second stage
     budget_samples: int
+    pilot_samples: int = 0
+    decided_on: int = 0  # the samples the headroom was decided on (the second stage's; the pilot's without one)
     headroom: float | None = None
     headroom_low: float | None = None
     headroom_high: float | None = None
@@ -57,33 +65,65 @@ def candidate_gains(con, task: str, inputs) -> dict[str, np.ndarray]:  # noqa: A
     return out
 
 
+def informative_ids(sample_ids: Sequence[str], gains: dict[str, np.ndarray]) -> list[str]:
+    """The samples whose candidates differ in truth: only those can show a ranking better than cosine's."""
+    return [s for s in sample_ids if len(gains.get(s, [])) and np.ptp(np.nan_to_num(gains[s], nan=0.0)) > 0]
+
+
 def probe_sample_ids(sample_ids: Sequence[str], gains: dict[str, np.ndarray], settings: Settings) -> list[str] | None:
-    """The probe: a seeded choice of cfrag.feedback_probe_samples among the selected samples whose candidates differ
-    in truth (only those can show a ranking better than cosine's); None when there is no probe (0, or it would hold
-    every selected sample)."""
+    """The probe's pilot: a seeded choice of cfrag.feedback_probe_samples among the informative samples; None when
+    there is no probe (0, or it would hold every selected sample)."""
     n = settings.cfrag.feedback_probe_samples
-    informative = [s for s in sample_ids if len(gains.get(s, [])) and np.ptp(np.nan_to_num(gains[s], nan=0.0)) > 0]
+    informative = informative_ids(sample_ids, gains)
     if n <= 0 or min(n, len(informative)) >= len(sample_ids):
         return None
     return select_feedback_samples(informative, n, settings.cfrag.seed + 1)
 
 
-def measure_headroom(inputs, labels: pd.DataFrame, gains: dict[str, np.ndarray], probe: Sequence[str],  # noqa: ANN001
-                     settings: Settings):  # noqa: ANN201 - teacher_headroom's tuple or None
-    """Truth NDCG@k of the teacher's ranking of the probe's candidates minus cosine's, paired interval (value, low,
-    high, n, teacher mean, cosine mean); None where no probe sample has labelled candidates of different truth."""
-    from prag_models.methods.cfrag.fit import teacher_headroom
+def second_stage_ids(
+    sample_ids: Sequence[str], gains: dict[str, np.ndarray], pilot: Sequence[str], pilot_differences: np.ndarray,
+    settings: Settings,
+) -> list[str]:  # fmt: skip
+    """The probe's second stage: fresh informative samples, as many as 80 % power at the pilot's headroom needs
+    (at least cfrag.feedback_probe_min_samples, at most those the budget holds); planned before any is labelled."""
+    from prag_models.evaluation.utility import planned_samples
+
+    rest = [s for s in informative_ids(sample_ids, gains) if s not in set(pilot)]
+    n = planned_samples(pilot_differences, settings.cfrag.feedback_probe_min_samples, len(rest), 0.8)
+    return select_feedback_samples(rest, n, settings.cfrag.seed + 2) if n > 0 else []
+
+
+def headroom_differences(inputs, labels: pd.DataFrame, gains: dict[str, np.ndarray], probe: Sequence[str],  # noqa: ANN001
+                         settings: Settings) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(teacher's, cosine's) truth NDCG@k of each probe sample with labelled candidates of different truth."""
+    from prag_models.methods.cfrag.fit import relevance_ndcg_samples
 
     samples = inputs.samples[inputs.samples["sample_id"].isin(set(probe))]
     ts = training_set(inputs.index, samples, inputs.candidates, labels, {u: np.zeros(1) for u in samples["user_id"]})
     if not ts.sample_ids:
-        return None
+        return np.zeros(0), np.zeros(0)
     cosine = np.einsum("ncd,nd->nc", ts.docs, ts.queries)
     truth = np.full(ts.mask.shape, np.nan, dtype=np.float32)
     for i, (sample_id, rows) in enumerate(zip(ts.sample_ids, ts.rows, strict=True)):
         of_row = {c.row: g for c, g in zip(inputs.candidates[sample_id], gains[sample_id], strict=True)}
         truth[i, : len(rows)] = [of_row[r] for r in rows]
-    return teacher_headroom(ts.teacher, cosine, truth, ts.mask, max(1, settings.cfrag.final_k or 3))
+    k = max(1, settings.cfrag.final_k or 3)
+    teacher, init = (relevance_ndcg_samples(x, truth, ts.mask, k) for x in (ts.teacher, cosine))
+    keep = np.isfinite(teacher) & np.isfinite(init)
+    return teacher[keep], init[keep]
+
+
+def measure_headroom(inputs, labels: pd.DataFrame, gains: dict[str, np.ndarray], probe: Sequence[str],  # noqa: ANN001
+                     settings: Settings):  # noqa: ANN201 - (value, low, high, n, teacher mean, cosine mean) or None
+    """Truth NDCG@k of the teacher's ranking of the probe's candidates minus cosine's, paired interval (value, low,
+    high, n, teacher mean, cosine mean); None where no probe sample has labelled candidates of different truth."""
+    from prag_models.metrics.intervals import paired_difference
+
+    teacher, init = headroom_differences(inputs, labels, gains, probe, settings)
+    if not len(teacher):
+        return None
+    est = paired_difference(teacher, init)
+    return est.value, est.low, est.high, est.n, float(teacher.mean()), float(init.mean())
 
 
 def decide(base: dict, headroom, force: bool) -> ProbeResult:  # noqa: ANN001 - teacher_headroom's tuple or None

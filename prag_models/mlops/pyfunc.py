@@ -18,6 +18,13 @@ promoted with. e_u comes from that user encoder: the stored ``cfrag_user_embeddi
 they were made by it (what evaluation reads), else every user re-encoded from the histories; a user unknown to the
 tables gets the cold start of ``serving.cfrag_user``.
 
+The version's ``model_config`` stores the settings sections its inference reads (``STORED_SECTIONS``): cfrag (CFRAG's
+tuned knobs included), retrieval, embedder, privacy, and clustering — the user similarity (content, taste or blend,
+its weight and taste knobs) that ranked its similar users, so a re-encode (e.g. after a rollback) ranks them as the
+version was evaluated. A version logged before a section was stored: privacy fails closed (``UNKNOWN_PRIVACY``), and
+without clustering the re-encode path refuses (``UnknownSettingsError``) instead of ranking by the default; the
+tables its own encoder made still serve.
+
 Documents, histories and user tables are read read-only from the prag DuckDB file: ``model_config["duckdb_path"]``
 (``$PRAG_HOME/prag.duckdb`` when ``PRAG_HOME`` is set at serving time), its published snapshot
 ``prag.snapshot.duckdb`` when that is at least as new. The registry is ``$MLFLOW_TRACKING_URI``, else
@@ -28,7 +35,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from importlib import metadata
 from pathlib import Path
@@ -70,6 +77,10 @@ def _plain(section: Any) -> dict[str, Any]:
     return json.loads(json.dumps(values))
 
 
+#: The settings sections a version's inference reads, stored in its model_config.
+STORED_SECTIONS: tuple[str, ...] = ("cfrag", "retrieval", "embedder", "privacy", "clustering")
+
+
 def model_config(task: str, kind: str, registered_name: str, settings: Any, tracking_uri: str) -> dict[str, Any]:
     """The pyfunc ``model_config`` of a CFRAG version: what it serves, where the data is, the inference settings."""
     if kind not in KIND_VARIANTS:
@@ -81,7 +92,7 @@ def model_config(task: str, kind: str, registered_name: str, settings: Any, trac
         "variant": KIND_VARIANTS[kind].method,
         "duckdb_path": str(settings.duckdb_path),
         "tracking_uri": tracking_uri,
-        "settings": {name: _plain(getattr(settings, name)) for name in ("cfrag", "retrieval", "embedder", "privacy")},
+        "settings": {name: _plain(getattr(settings, name)) for name in STORED_SECTIONS},
     }
 
 
@@ -141,10 +152,26 @@ def _section(cls: type, values: Mapping[str, Any]) -> Any:
 UNKNOWN_PRIVACY = {"default_share": False}
 
 
+class UnknownSettingsError(LookupError):
+    """A version logged before a settings section its inference needs was stored in its model_config."""
+
+
+def unknown_sections(config: Mapping[str, Any]) -> list[str]:
+    """The sections of STORED_SECTIONS a version's model_config lacks (logged before they were stored)."""
+    return [name for name in STORED_SECTIONS if name not in config["settings"]]
+
+
 def inference_settings(config: Mapping[str, Any]) -> Any:
-    """Settings holding the stored cfrag, retrieval, embedder and privacy sections (defaults elsewhere)."""
+    """Settings holding the stored sections (STORED_SECTIONS; defaults elsewhere; privacy fails closed when missing,
+    clustering is the default then and the re-encode path refuses, see ``read_task_data``)."""
     from prag_models.config.privacy import PrivacySettings
-    from prag_models.config.settings import CfragSettings, EmbedderSettings, RetrievalSettings, Settings
+    from prag_models.config.settings import (
+        CfragSettings,
+        ClusteringSettings,
+        EmbedderSettings,
+        RetrievalSettings,
+        Settings,
+    )
 
     stored = config["settings"]
     return Settings(
@@ -152,6 +179,7 @@ def inference_settings(config: Mapping[str, Any]) -> Any:
         retrieval=_section(RetrievalSettings, stored["retrieval"]),
         embedder=_section(EmbedderSettings, stored["embedder"]),
         privacy=_section(PrivacySettings, stored.get("privacy", UNKNOWN_PRIVACY)),
+        clustering=_section(ClusteringSettings, stored.get("clustering", {})),
     )
 
 
@@ -202,10 +230,12 @@ class TaskData:
 
 
 def read_task_data(
-    path: Path, task: str, encoder: Any, encoder_ref: tuple[str, int], settings: Any, live: Path | None = None
+    path: Path, task: str, encoder: Any, encoder_ref: tuple[str, int], settings: Any, live: Path | None = None,
+    unknown: Sequence[str] = (),
 ) -> TaskData:
     """Documents (shown to others as the version's privacy settings and the current consent say), e_u and similar
-    users of a task (stored when made by ``encoder_ref``, else re-encoded); ``live``: the live file (``path``)."""
+    users of a task (stored when made by ``encoder_ref``, else re-encoded); ``live``: the live file (``path``);
+    ``unknown``: the sections the version's model_config lacks (no re-encode without clustering)."""
     live = live or path
     from prag_models.mlops import serving
     from prag_models.privacy.rules import require_current_consent
@@ -224,6 +254,14 @@ def read_task_data(
             how = "stored e_u"
         else:
             described = f"{encoder_ref[0]} v{encoder_ref[1]}"
+            if "clustering" in unknown:
+                raise UnknownSettingsError(
+                    f"{described} must re-encode the users of {task} (the stored CFRAG user tables were made by "
+                    f"{'/'.join(map(str, made_by)) if made_by else 'no encoder'}), but it was registered before its "
+                    "clustering settings were stored in its model_config: its similar users would be ranked by the "
+                    "default clustering.user_similarity, not the one it was evaluated with; serve the version whose "
+                    "encoder made the tables, or retrain (`prag materialize`) and promote a new version"
+                )
             vectors, similar = serving.encode_task_users(con, task, encoder, settings, described)
             how = f"e_u re-encoded (tables made by {made_by[0]}/{made_by[1]})" if made_by else "e_u re-encoded"
     embedded_with = embedded - {settings.embedder.model}
@@ -243,7 +281,7 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
 
         self.config = dict(context.model_config)
         self.task, self.kind = self.config["task"], self.config["kind"]
-        self.settings = inference_settings(self.config)
+        self.settings, self.unknown = inference_settings(self.config), unknown_sections(self.config)
         self.variant = KIND_VARIANTS[self.kind]
         target = registry.MlflowTarget(os.environ.get("MLFLOW_TRACKING_URI") or self.config["tracking_uri"])
         bundle, self.how = registry.resolve_bundle(
@@ -280,7 +318,7 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
         if self._data is None or self._data[0] != key:
             encoder = self.models["user_encoder"]
             self._data = (key, read_task_data(path, self.task, encoder, self.refs["user_encoder"], self.settings,
-                                              live_file(self.config)))
+                                              live_file(self.config), self.unknown))
         return self._data[1]
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:

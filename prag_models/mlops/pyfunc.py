@@ -10,6 +10,10 @@ kind:
 - reranker_no_eu: the "w/o e_u in reranker" ablation; retriever: "w/o reranker tuning"; user encoder: the similar
   users' documents ranked by cos(q, d).
 
+A version flagged for retraining after an erasure (``privacy.needs_retraining``), or one of its bundle, is never
+served: loading it fails (``mlops.flagged.FlaggedVersionError``, naming how to retrain), and a loaded model refuses
+requests once the flag appears (checked whenever the DuckDB file changes, as `prag forget` changes it).
+
 The models a kind needs besides its own weights (the user encoder, the retriever) are resolved when the model loads,
 as the bundle this version belongs to: the versions holding the same alias (``champion`` first, then
 ``challenger``; promotion moves the aliases of all four models together), else the versions of its ``eval.bundle``
@@ -278,6 +282,7 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
         """Load the own weights, resolve and load the bundle's other models, prepare the settings."""
         from prag_models.methods.cfrag.serialization import load_model
         from prag_models.mlops import registry
+        from prag_models.mlops.flagged import refuse_flagged
 
         self.config = dict(context.model_config)
         self.task, self.kind = self.config["task"], self.config["kind"]
@@ -287,6 +292,8 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
         bundle, self.how = registry.resolve_bundle(
             target, self.config["registered_name"], self.config["run_id"], self.kind, self.task, COMPANIONS[self.kind]
         )
+        refuse_flagged(target, bundle.values(), self.task)  # trained on an erased user's data: never served
+        self.target, self.bundle = target, bundle
         self.models = {self.kind: load_model(context.artifacts["weights"])}
         for kind, entry in bundle.items():
             if kind != self.kind:
@@ -309,13 +316,17 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
         load_embedder(self.settings.embedder).embed(["warm-up"])
 
     def task_data(self) -> TaskData:
-        """The task's tables, re-read when the DuckDB file or the consent stamp beside it changed."""
+        """The task's tables, re-read when the DuckDB file or the consent stamp beside it changed; then the bundle's
+        versions are checked again (`prag forget` flags them and changes the file: a running server stops serving)."""
         from prag_models.data.sharing import consent_stamp_path
+        from prag_models.mlops.flagged import refuse_flagged
 
         path, stamp = duckdb_file(self.config), consent_stamp_path(live_file(self.config))
         mtime = [p.stat().st_mtime if p.exists() else 0.0 for p in (path, stamp)]
         key = (str(path), mtime[0], mtime[1])
         if self._data is None or self._data[0] != key:
+            self._data = None
+            refuse_flagged(self.target, self.bundle.values(), self.task)
             encoder = self.models["user_encoder"]
             self._data = (key, read_task_data(path, self.task, encoder, self.refs["user_encoder"], self.settings,
                                               live_file(self.config), self.unknown))

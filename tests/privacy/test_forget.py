@@ -132,9 +132,20 @@ def test_flagged_models_and_the_promotion_gate(tmp_path) -> None:
     for kind, version in old.items():
         assert client.get_model_version(registry.registered_name(kind, TASK), str(version)).tags[RETRAIN_TAG] == "true"
     assert RETRAIN_TAG not in client.get_model_version(other.name, str(other.version)).tags  # not the user's task
+    # no new challenger: the flagged champion is not kept silently: the decision and champion.status say it is not
+    # served (the pyfunc and `prag answer` refuse it, tests/privacy/test_served_privacy.py) and how to retrain
     kept = promotion.promote(target, TASK, "test", "again", override=True)
-    assert not kept.promoted and "must be retrained" in kept.message
-    new = _bundle(target, folder)  # the retraining after the erasure: unflagged versions
+    assert not kept.promoted and "not served" in kept.message and "prag materialize" in kept.message
+    for kind, version in old.items():
+        status = client.get_registered_model(registry.registered_name(kind, TASK)).tags[registry.CHAMPION_STATUS_TAG]
+        assert status.startswith(f"v{version}: flagged for retraining") and "not served" in status
+    # the retraining after the erasure (unflagged versions), whose reranker did not beat its initialisation: it
+    # replaces the flagged champion (privacy first), and the decision and champion.status say it did not learn
+    new = _bundle(target, folder)
+    reranker = registry.registered_name("reranker", TASK)
+    client.set_model_version_tag(reranker, str(new["reranker"]), promotion.IMPROVED_TAG, "false")
     replaced = promotion.promote(target, TASK, "test", "retrained")
-    assert replaced.promoted and "cannot be kept" in replaced.message
+    assert replaced.promoted and "cannot be kept" in replaced.message and promotion.NOT_LEARNED in replaced.message
     assert replaced.to_versions == new
+    status = client.get_registered_model(reranker).tags[registry.CHAMPION_STATUS_TAG]
+    assert "replaces a flagged champion" in status and "did not beat its initialisation" in status

@@ -312,3 +312,41 @@ def test_mlflow_models_serve_never_shows_hidden_or_unconsented_documents(planted
                                                       "WHERE task = ?", [TASK]).fetchall()}  # fmt: skip
     leaks = [(v, o, d) for v, o, d in shown if set(MARK.findall(texts[(o, d)])) - {v}]
     assert leaks == []
+
+
+def test_a_version_flagged_after_an_erasure_is_never_served(planted, tmp_path, monkeypatch, capsys) -> None:
+    """Issue 39: once `prag forget` flags the versions (privacy.needs_retraining, here on the champion's user encoder,
+    a companion of the served reranker), the pyfunc refuses to load them, a model loaded before refuses requests once
+    the DuckDB file changes (as the erasure changes it), and `prag answer` refuses them; each says how to retrain.
+    On a copy of the MLflow store (the module's other tests serve the unflagged one)."""
+    import mlflow
+
+    from prag_assets.cli import main
+    from prag_models.privacy.forget import RETRAIN_TAG
+
+    settings, _ = planted
+    store = tmp_path / "mlflow.db"
+    shutil.copy(settings.mlflow_uri.removeprefix("sqlite:///"), store)
+    home, _ = _served_home(planted, tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+    monkeypatch.setenv("PRAG_HOME", str(home))
+    requests = _requests(home / "prag.duckdb")
+    running = mlflow.pyfunc.load_model(RERANKER)  # loaded before the erasure: serves
+    assert len(running.predict(requests)) == len(requests)
+    client = registry.make_client(registry.MlflowTarget(f"sqlite:///{store}"))
+    encoder = client.get_model_version_by_alias(registry.registered_name("user_encoder", TASK), "champion")
+    client.set_model_version_tag(encoder.name, encoder.version, RETRAIN_TAG, "true")
+    refused = rf"{encoder.name} v{encoder.version} .*never served.*prag materialize.*prag promote --task {TASK}"
+    with pytest.raises(Exception, match=refused):
+        mlflow.pyfunc.load_model(RERANKER)
+    with duckdb.connect(str(home / "prag.duckdb")) as con:  # the erasure's write: the running model re-reads
+        con.execute("DELETE FROM lamp_samples WHERE user_id = ?", [OPTED])
+    with pytest.raises(LookupError, match=refused):
+        running.predict(requests)
+    config = write_config(tmp_path / "answer.toml", home, generator_backend="fake", data={"tasks": [TASK]},
+                          cfrag=CFRAG, privacy=PRIVACY, clustering=CLUSTERING,
+                          mlflow={"tracking_uri": f"sqlite:///{store}"})  # fmt: skip
+    monkeypatch.setenv("PRAG_CONFIG", str(config))
+    capsys.readouterr()
+    assert main(["answer", "--task", TASK, "--user", PRIVATE, "--input", requests["query"].iloc[0]]) == 2
+    assert re.search(refused, capsys.readouterr().err)

@@ -18,18 +18,25 @@ from typing import Any
 
 import dagster as dg
 
-#: The settings sections that change the rows of each group's assets (data.tasks only chooses partitions).
+#: The settings sections that change the rows of each group's assets (data.tasks only chooses partitions). Never
+#: mlflow, compute or run: where models are registered and work runs, not what it computes (run.llm_budget_s reaches
+#: a run as data.llm_eval_samples, prag_assets/cli.py). tests/test_code_versions.py holds the same table as a spec.
 GROUP_SECTIONS: dict[str, tuple[str, ...]] = {
-    "lamp_data": ("data", "privacy"),
+    "lamp_data": ("data", "privacy"),  # consent defaults (user_sharing)
     "embeddings": ("embedder",),
-    "users": ("clustering",),
-    "history": ("clustering", "embedder"),
-    "retrieval": ("retrieval", "clustering", "pbr", "privacy"),
-    "cfrag": ("cfrag", "retrieval", "generator"),
-    "generation": ("generator", "prompt", "retrieval"),
+    # z_u and taste from shareable documents only (privacy.default_share); taste embeds LaMP-1/4/5 titles (embedder)
+    "users": ("clustering", "privacy", "embedder"),
+    "history": ("clustering", "embedder", "privacy", "data"),  # data.undated: how drop-folder records are dated
+    # tuned_settings and the tuned rows (tuning); PBR's P-PRF: the generator writes expansions, the embedder embeds
+    # them, on the data.llm_eval_samples samples
+    "retrieval": ("retrieval", "clustering", "pbr", "privacy", "tuning", "embedder", "generator", "data"),
+    # CFRAG's tuned knobs (tuning), its histories (privacy), its similar users (clustering: taste), the feedback
+    # labels' prompts (generator, prompt)
+    "cfrag": ("cfrag", "retrieval", "generator", "prompt", "clustering", "privacy", "tuning", "embedder"),
+    "generation": ("generator", "prompt", "retrieval", "data"),  # data.llm_eval_samples: which samples
     "evaluation": ("retrieval",),
-    "retrieval_eval": ("pbr", "embedder", "retrieval"),
-    "user_shards": ("embedder", "generator", "pbr", "cfrag"),
+    "retrieval_eval": ("pbr", "embedder", "retrieval", "tuning", "generator", "data"),  # PBR's tuning, real_data_dir
+    "user_shards": ("embedder", "generator", "pbr", "cfrag", "prompt", "privacy", "retrieval"),
 }
 
 #: prag_models packages whose changes do not change what a stage computes (where and how rows are stored).

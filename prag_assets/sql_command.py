@@ -2,7 +2,9 @@
 
 The `duckdb` CLI on PyPI cannot open a file written by DuckDB 2.0, so prag ships its own reader: it opens the file
 read-only through ``storage.store.read_connection`` (the last published snapshot while a run holds the file), so
-a query can never change a table.
+a query can never change a table, and turns DuckDB's external access off on that connection (the configuration then
+locked), so a query can neither write a file (``COPY ... TO``), read one (``read_csv('/etc/passwd')``), attach
+another database nor install an extension: it reads the prag tables and nothing else.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import argparse
 import sys
 
 FORMATS = ("table", "csv", "json")
+#: Run on the connection before the query: no file system or network access, and no way to turn it back on.
+LOCKDOWN = ("SET enable_external_access = false", "SET lock_configuration = true")
 
 
 def run_sql(query: str, fmt: str = "table", max_rows: int = 200) -> int:
@@ -26,6 +30,8 @@ def run_sql(query: str, fmt: str = "table", max_rows: int = 200) -> int:
         return 1
     try:
         with read_connection(path) as (con, source):
+            for statement in LOCKDOWN:
+                con.execute(statement)
             frame = con.execute(query).df()
     except duckdb.Error as exc:
         print(f"prag sql: {exc}", file=sys.stderr)

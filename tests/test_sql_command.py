@@ -1,11 +1,17 @@
-"""`prag sql`: a read-only query on the home's DuckDB file, printed as a table, CSV or JSON."""
+"""`prag sql`: a read-only query on the home's DuckDB file, printed as a table, CSV or JSON; no file outside it."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import duckdb
 import pytest
 
 from prag_assets import cli
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -51,3 +57,45 @@ def test_missing_file_and_bad_sql_fail_clearly(tmp_path, home, capsys, monkeypat
     monkeypatch.setenv("PRAG_HOME", str(tmp_path / "empty"))
     assert cli.main(["sql", "select 1"]) == 1
     assert "prag materialize" in capsys.readouterr().err
+
+
+def _hold_writer(path: Path) -> subprocess.Popen:
+    """Another process holding the DuckDB file for writing (as a run does), until killed."""
+    code = ("import sys, time\nfrom prag_models.storage.store import connect\n"
+            "with connect(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(600)\n")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["live file", "snapshot while a run holds the file"])
+def test_no_file_is_written_or_read_outside_the_database(home, tmp_path, capsys, held) -> None:
+    """COPY ... TO writes no file and read_csv / read_text read none (issue 39): external access is off on the live
+    file and on the snapshot a reader gets while a run holds it; it cannot be turned back on; queries still work."""
+    from prag_models.storage.store import publish_snapshot
+
+    outside = tmp_path / "outside.csv"
+    outside.write_text("secret\nzqoutside\n", encoding="utf-8")
+    written = tmp_path / "written.csv"
+    holder = None
+    if held:
+        publish_snapshot(home / "prag.duckdb")
+        holder = _hold_writer(home / "prag.duckdb")
+    try:
+        assert cli.main(["sql", f"COPY (SELECT 1 AS x) TO '{written}'"]) == 1
+        assert "disabled by configuration" in capsys.readouterr().err and not written.exists()
+        for reader in (f"read_csv_auto('{outside}')", f"read_text('{outside}')"):
+            assert cli.main(["sql", f"SELECT * FROM {reader}"]) == 1
+            err = capsys.readouterr().err
+            assert "disabled by configuration" in err and "zqoutside" not in err
+        assert cli.main(["sql", f"SET enable_external_access = true; COPY (SELECT 1 AS x) TO '{written}'"]) == 1
+        assert "locked" in capsys.readouterr().err and not written.exists()
+        assert cli.main(["sql", "select count(*) as n from lamp_evaluation", "--format", "json"]) == 0
+        captured = capsys.readouterr()
+        assert json.loads(captured.out) == [{"n": 2}]
+        assert ("snapshot" in captured.err) == held
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait(timeout=30)

@@ -130,3 +130,79 @@ def test_incremental_assignment_refuses_vectors_of_another_space() -> None:
     with pytest.raises(ValueError, match="user_similarity"):
         assign_new_users(fit, content)
     assert len(assign_new_users(fit, blend)) == len(ids)
+
+
+def _neighbours_and_clusters(config, home) -> tuple[dict[str, list[str]], dict[str, frozenset[str]]]:
+    """Run the users group under a config; each user's neighbours (rank order) and the members of its cluster."""
+    import duckdb
+
+    users_group = ["user_embeddings", "user_clusters", "similar_users"]
+    assert materialize_graph(config, ["LaMP-2"], selection=users_group).success
+    with duckdb.connect(str(home / "prag.duckdb"), read_only=True) as con:
+        pairs = con.execute("SELECT user_id, neighbour_id FROM similar_users ORDER BY user_id, rank").fetchall()
+        clusters = dict(con.execute("SELECT user_id, cluster FROM user_clusters").fetchall())
+    neighbours: dict[str, list[str]] = {}
+    for user, nb in pairs:
+        neighbours.setdefault(user, []).append(nb)
+    members = {u: frozenset(v for v, c in clusters.items() if c == clusters[u]) for u in clusters}
+    return neighbours, members
+
+
+def _relabel_hidden(con, hidden: set[tuple[str, str]]) -> None:
+    """Give every hidden document another of the task's tags (the next one in sorted order)."""
+    import json
+
+    rows = con.execute("SELECT user_id, doc_id, fields_json FROM profile_documents WHERE task = 'LaMP-2'").fetchall()
+    tags = sorted({json.loads(f)["tag"] for _, _, f in rows})
+    for user, doc, fields in rows:
+        if (user, doc) in hidden:
+            f = json.loads(fields)
+            f["tag"] = tags[(tags.index(f["tag"]) + 1) % len(tags)]
+            con.execute("UPDATE profile_documents SET fields_json = ? WHERE task = 'LaMP-2' AND user_id = ? "
+                        "AND doc_id = ?", [json.dumps(f), user, doc])  # fmt: skip
+
+
+def test_documents_others_may_not_see_shape_no_other_users_neighbours(tmp_path) -> None:
+    """docs/privacy.md, issue 39: a fifth of the users opted out and every second document of three others private;
+    relabelling only those documents changes no other user's clusters or neighbours under content, taste and blend
+    (taste read every document's label: every user's taste vector moved with the centring)."""
+    import duckdb
+
+    from prag_models.privacy.rules import opted_out_users, shareable_flags
+    from prag_models.users.taste import similarity_vectors
+
+    home, task = tmp_path / "home", "LaMP-2"
+    base = write_config(tmp_path / "prag.toml", home, generator_backend="fake", data={"tasks": [task]})
+    embedded = dg.AssetSelection.assets("document_embeddings", "query_embeddings").upstream()
+    assert materialize_graph(base, [task], selection=embedded).success
+    with duckdb.connect(str(home / "prag.duckdb")) as con:
+        users = [u for (u,) in con.execute("SELECT DISTINCT user_id FROM profile_documents ORDER BY 1").fetchall()]
+        opted = opted_out_users(users, 0.2, seed=3)
+        con.execute("UPDATE user_sharing SET share = false WHERE user_id IN (SELECT unnest(?))", [sorted(opted)])
+        docs = con.execute("SELECT user_id, doc_id, position FROM profile_documents ORDER BY user_id, position").df()
+        private = docs[docs["user_id"].isin(sorted(set(users) - opted)[:3]) & (docs["position"] % 2 == 0)]
+        con.executemany("INSERT INTO document_visibility VALUES (?, ?, ?, 'private')",
+                        [[task, u, d] for u, d in zip(private["user_id"], private["doc_id"], strict=True)])  # fmt: skip
+        flags = shareable_flags(con, task, docs["user_id"].tolist(), docs["doc_id"].tolist(), default_share=True)
+    hidden = {(u, d) for u, d, f in zip(docs["user_id"], docs["doc_id"], flags, strict=True) if not f}
+    owners = {u for u, _ in hidden}
+    assert len(opted) == 3 and len(owners) == 6 and len(hidden) < len(docs)
+    configs = {mode: write_config(tmp_path / f"{mode}.toml", home, generator_backend="fake", data={"tasks": [task]},
+                                  clustering={"similar_users": 2, "user_similarity": mode})
+               for mode in ("content", "taste", "blend")}  # fmt: skip
+    before = {mode: _neighbours_and_clusters(config, home) for mode, config in configs.items()}
+    everything = load_settings(configs["taste"])
+    with duckdb.connect(str(home / "prag.duckdb")) as con:
+        ids = [u for (u,) in con.execute("SELECT user_id FROM user_embeddings ORDER BY user_id").fetchall()]
+        content = np.ones((len(ids), 2), dtype=np.float32)
+        all_docs = lambda u, d: np.ones(len(u), dtype=bool)  # noqa: E731 - teeth: a rule that shares everything
+        unfiltered = similarity_vectors(con, task, everything, ids, content, all_docs)[0]
+        _relabel_hidden(con, hidden)
+        moved = similarity_vectors(con, task, everything, ids, content, all_docs)[0]
+    others = [i for i, u in enumerate(ids) if u not in owners]
+    assert not np.allclose(unfiltered[others], moved[others]), "the relabelling would move nobody: no teeth"
+    for mode, config in configs.items():
+        neighbours, members = _neighbours_and_clusters(config, home)
+        changed = [u for u in ids if u not in owners and (neighbours.get(u) != before[mode][0].get(u)
+                                                         or members[u] != before[mode][1][u])]  # fmt: skip
+        assert changed == [], f"{mode}: {len(changed)} of {len(ids) - len(owners)} other users changed: {changed}"

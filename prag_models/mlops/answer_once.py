@@ -43,17 +43,22 @@ def answer_once(con, settings: Settings, task: str, user_id: str, method: str, t
     models, uris = {}, {"embedder": settings.embedder.model}
     if method == "cfrag":
         from prag_models.methods.cfrag.tuning import tuned_cfrag_settings
+        from prag_models.mlops.flagged import refuse_flagged
+        from prag_models.mlops.registry import get_version
 
         settings = tuned_cfrag_settings(con, task, settings)  # m and the pool per user as evaluated
         target = mlflow_target(settings)
+        name, version = con.execute(
+            "SELECT registered_name, version FROM cfrag_models WHERE task = ? AND kind = 'user_encoder'", [task]
+        ).fetchone()
+        serving_versions = [get_version(target, registered_name(kind, task), alias=CHAMPION)
+                            for kind in ("retriever", "reranker")]  # fmt: skip
+        refuse_flagged(target, [*serving_versions, get_version(target, name, int(version))], task)  # erasures
         for kind in ("retriever", "reranker"):
             uri = f"models:/{registered_name(kind, task)}@{CHAMPION}"
             models[kind], entry = load_model_uri(target, uri)
             uris[kind] = f"{uri} (version {entry.version})"
         vectors = read_rows(con, "cfrag_user_embeddings", {"task": task})
-        name, version = con.execute(
-            "SELECT registered_name, version FROM cfrag_models WHERE task = ? AND kind = 'user_encoder'", [task]
-        ).fetchone()
         champion = model_aliases(target, name).get(CHAMPION)
         uris["user_encoder"] = f"models:/{name}/{version} made the stored e_u (champion: version {champion})"
         encoder = None

@@ -14,6 +14,11 @@ Every decision, refusals included, is written as ``promotion.*`` tags on the ver
 :class:`PromotionDecision`; the Dagster job and the CLI append its rows to the DuckDB table ``model_promotions``
 (:func:`append_decision`).
 
+A flagged champion is never kept: a retrained, unflagged challenger replaces it whatever the metric (even one whose
+training did not beat its initialisation, said in the message and ``champion.status``); while there is none, the
+decision and ``champion.status`` say it is not served (``mlops.flagged``: the pyfunc and `prag answer` refuse flagged
+versions).
+
 mlflow is imported lazily (through ``registry.make_client``); importing this module is cheap.
 """
 
@@ -165,6 +170,7 @@ def _aliases(client: MlflowClient, name: str, task: str) -> dict[str, int]:
 IMPROVED_TAG = "training.improved"
 ERASED = "trained on data of an erased user"
 NOT_LEARNED = "training did not beat its untrained initialisation on its validation samples"
+NOT_SERVED = "not served (the served model and `prag answer` refuse flagged versions)"
 
 
 def _not_improved(client: MlflowClient, names: Mapping[str, str], versions: Mapping[str, int | None]) -> str:
@@ -245,21 +251,28 @@ def promote(target: MlflowTarget, task: str, actor: str, reason: str, override: 
     chal_value, chal_data = _bundle_value(client, names, challenger, metric)
     champ_value, champ_data = _bundle_value(client, names, champion, metric)
     erased, kept = _flagged(client, names, challenger), _flagged(client, names, champion)  # docs/privacy.md
+    how = "passed the gate"
     if challenger == champion:
         verdict = Verdict(False, f"{task}: nothing to promote, the challenger versions are already champion "
-                                 f"({bundle_key(challenger)})" + (f"; {kept} must be retrained" if kept else ""))
+                                 f"({bundle_key(challenger)})")  # fmt: skip
     elif erased and not override:
         verdict = Verdict(False, f"{task}: refused: {erased} {ERASED}; retrain first (or override, audited)")
     elif erased:
-        verdict = Verdict(True, f"{task}: promoted by override although {erased} {ERASED}")
-    elif kept:
+        verdict = Verdict(True, f"{task}: promoted by override although {erased} {ERASED} ({NOT_SERVED})")
+    elif kept:  # a flagged champion is never kept: a retrained challenger replaces it, learned or not (said so)
         verdict = Verdict(True, f"{task}: the champion {kept} was trained on data of an erased user and cannot be "
-                                "kept; the retrained challenger replaces it")  # fmt: skip
+                                "kept; the retrained challenger replaces it" + (
+                                    f" although {not_learned} ({NOT_LEARNED})" if not_learned else ""))  # fmt: skip
+        how = "replaces a flagged champion" + (", although its training did not beat its initialisation"
+                                               if not_learned else "")  # fmt: skip
     elif not_learned and not override:
         verdict = Verdict(False, f"{task}: refused: {not_learned} ({NOT_LEARNED}); override to promote anyway")
     else:
         verdict = decide_promotion(task, chal_value, champ_value, higher, override, metric)
     message = verdict.message
+    if kept and not verdict.promote:  # the flagged champion stays only as a name: nothing serves it
+        message += (f"; the champion {kept} {ERASED}: {NOT_SERVED} until a retrained challenger passes the gate "
+                    f"(retrain: `prag materialize`, then `prag promote --task {task}`)")  # fmt: skip
     if verdict.promote and chal_data and champ_data and chal_data != champ_data:
         message += f" (note: evaluated on different data: champion {champ_data}, challenger {chal_data})"
     decision = PromotionDecision(
@@ -271,8 +284,13 @@ def promote(target: MlflowTarget, task: str, actor: str, reason: str, override: 
             stack = [*_history(client, name), champion[kind]][-_MAX_HISTORY:]
             client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(stack))
             client.set_registered_model_alias(name, CHAMPION, str(challenger[kind]))
-            how = "by override" if "by override" in message else "passed the gate"
+            how = "by override" if "by override" in message else how
             client.set_registered_model_tag(name, CHAMPION_STATUS_TAG, f"v{challenger[kind]}: promoted, {how}")
+    elif kept:
+        for kind, name in names.items():
+            if champion[kind] is not None:
+                client.set_registered_model_tag(name, CHAMPION_STATUS_TAG, f"v{champion[kind]}: flagged for "
+                                                f"retraining after an erasure, {NOT_SERVED}")  # fmt: skip
     _tag_versions(client, decision, ("to",))
     return decision
 
@@ -314,6 +332,7 @@ def rollback(target: MlflowTarget, task: str, actor: str, reason: str, override:
     message = f"{task}: champion rolled back to the versions before the last promotion ({moves})"
     if problems:
         message += f"; by override although {'; '.join(problems)}"
+        message += f" ({NOT_SERVED})" if any(ERASED in p for p in problems) else ""
     decision = PromotionDecision(
         task, ROLLED_BACK, False, metric, HIGHER_IS_BETTER[metric], to_value, from_value, bool(problems) and override,
         actor, reason, _now(), message, names, current, restored,

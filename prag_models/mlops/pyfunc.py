@@ -10,6 +10,10 @@ kind:
 - reranker_no_eu: the "w/o e_u in reranker" ablation; retriever: "w/o reranker tuning"; user encoder: the similar
   users' documents ranked by cos(q, d).
 
+A version flagged for retraining after an erasure (``privacy.needs_retraining``), or one of its bundle, is never
+served: loading it fails (``mlops.flagged.FlaggedVersionError``, naming how to retrain), and a loaded model refuses
+requests once the flag appears (checked whenever the DuckDB file changes, as `prag forget` changes it).
+
 The models a kind needs besides its own weights (the user encoder, the retriever) are resolved when the model loads,
 as the bundle this version belongs to: the versions holding the same alias (``champion`` first, then
 ``challenger``; promotion moves the aliases of all four models together), else the versions of its ``eval.bundle``
@@ -17,6 +21,13 @@ tag (the bundle it was evaluated with). So a served version always runs with the
 promoted with. e_u comes from that user encoder: the stored ``cfrag_user_embeddings`` / ``cfrag_similar_users`` when
 they were made by it (what evaluation reads), else every user re-encoded from the histories; a user unknown to the
 tables gets the cold start of ``serving.cfrag_user``.
+
+The version's ``model_config`` stores the settings sections its inference reads (``STORED_SECTIONS``): cfrag (CFRAG's
+tuned knobs included), retrieval, embedder, privacy, and clustering — the user similarity (content, taste or blend,
+its weight and taste knobs) that ranked its similar users, so a re-encode (e.g. after a rollback) ranks them as the
+version was evaluated. A version logged before a section was stored: privacy fails closed (``UNKNOWN_PRIVACY``), and
+without clustering the re-encode path refuses (``UnknownSettingsError``) instead of ranking by the default; the
+tables its own encoder made still serve.
 
 Documents, histories and user tables are read read-only from the prag DuckDB file: ``model_config["duckdb_path"]``
 (``$PRAG_HOME/prag.duckdb`` when ``PRAG_HOME`` is set at serving time), its published snapshot
@@ -28,7 +39,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from importlib import metadata
 from pathlib import Path
@@ -70,6 +81,10 @@ def _plain(section: Any) -> dict[str, Any]:
     return json.loads(json.dumps(values))
 
 
+#: The settings sections a version's inference reads, stored in its model_config.
+STORED_SECTIONS: tuple[str, ...] = ("cfrag", "retrieval", "embedder", "privacy", "clustering")
+
+
 def model_config(task: str, kind: str, registered_name: str, settings: Any, tracking_uri: str) -> dict[str, Any]:
     """The pyfunc ``model_config`` of a CFRAG version: what it serves, where the data is, the inference settings."""
     if kind not in KIND_VARIANTS:
@@ -81,7 +96,7 @@ def model_config(task: str, kind: str, registered_name: str, settings: Any, trac
         "variant": KIND_VARIANTS[kind].method,
         "duckdb_path": str(settings.duckdb_path),
         "tracking_uri": tracking_uri,
-        "settings": {name: _plain(getattr(settings, name)) for name in ("cfrag", "retrieval", "embedder", "privacy")},
+        "settings": {name: _plain(getattr(settings, name)) for name in STORED_SECTIONS},
     }
 
 
@@ -141,10 +156,26 @@ def _section(cls: type, values: Mapping[str, Any]) -> Any:
 UNKNOWN_PRIVACY = {"default_share": False}
 
 
+class UnknownSettingsError(LookupError):
+    """A version logged before a settings section its inference needs was stored in its model_config."""
+
+
+def unknown_sections(config: Mapping[str, Any]) -> list[str]:
+    """The sections of STORED_SECTIONS a version's model_config lacks (logged before they were stored)."""
+    return [name for name in STORED_SECTIONS if name not in config["settings"]]
+
+
 def inference_settings(config: Mapping[str, Any]) -> Any:
-    """Settings holding the stored cfrag, retrieval, embedder and privacy sections (defaults elsewhere)."""
+    """Settings holding the stored sections (STORED_SECTIONS; defaults elsewhere; privacy fails closed when missing,
+    clustering is the default then and the re-encode path refuses, see ``read_task_data``)."""
     from prag_models.config.privacy import PrivacySettings
-    from prag_models.config.settings import CfragSettings, EmbedderSettings, RetrievalSettings, Settings
+    from prag_models.config.settings import (
+        CfragSettings,
+        ClusteringSettings,
+        EmbedderSettings,
+        RetrievalSettings,
+        Settings,
+    )
 
     stored = config["settings"]
     return Settings(
@@ -152,6 +183,7 @@ def inference_settings(config: Mapping[str, Any]) -> Any:
         retrieval=_section(RetrievalSettings, stored["retrieval"]),
         embedder=_section(EmbedderSettings, stored["embedder"]),
         privacy=_section(PrivacySettings, stored.get("privacy", UNKNOWN_PRIVACY)),
+        clustering=_section(ClusteringSettings, stored.get("clustering", {})),
     )
 
 
@@ -202,10 +234,12 @@ class TaskData:
 
 
 def read_task_data(
-    path: Path, task: str, encoder: Any, encoder_ref: tuple[str, int], settings: Any, live: Path | None = None
+    path: Path, task: str, encoder: Any, encoder_ref: tuple[str, int], settings: Any, live: Path | None = None,
+    unknown: Sequence[str] = (),
 ) -> TaskData:
     """Documents (shown to others as the version's privacy settings and the current consent say), e_u and similar
-    users of a task (stored when made by ``encoder_ref``, else re-encoded); ``live``: the live file (``path``)."""
+    users of a task (stored when made by ``encoder_ref``, else re-encoded); ``live``: the live file (``path``);
+    ``unknown``: the sections the version's model_config lacks (no re-encode without clustering)."""
     live = live or path
     from prag_models.mlops import serving
     from prag_models.privacy.rules import require_current_consent
@@ -224,6 +258,14 @@ def read_task_data(
             how = "stored e_u"
         else:
             described = f"{encoder_ref[0]} v{encoder_ref[1]}"
+            if "clustering" in unknown:
+                raise UnknownSettingsError(
+                    f"{described} must re-encode the users of {task} (the stored CFRAG user tables were made by "
+                    f"{'/'.join(map(str, made_by)) if made_by else 'no encoder'}), but it was registered before its "
+                    "clustering settings were stored in its model_config: its similar users would be ranked by the "
+                    "default clustering.user_similarity, not the one it was evaluated with; serve the version whose "
+                    "encoder made the tables, or retrain (`prag materialize`) and promote a new version"
+                )
             vectors, similar = serving.encode_task_users(con, task, encoder, settings, described)
             how = f"e_u re-encoded (tables made by {made_by[0]}/{made_by[1]})" if made_by else "e_u re-encoded"
     embedded_with = embedded - {settings.embedder.model}
@@ -240,15 +282,18 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
         """Load the own weights, resolve and load the bundle's other models, prepare the settings."""
         from prag_models.methods.cfrag.serialization import load_model
         from prag_models.mlops import registry
+        from prag_models.mlops.flagged import refuse_flagged
 
         self.config = dict(context.model_config)
         self.task, self.kind = self.config["task"], self.config["kind"]
-        self.settings = inference_settings(self.config)
+        self.settings, self.unknown = inference_settings(self.config), unknown_sections(self.config)
         self.variant = KIND_VARIANTS[self.kind]
         target = registry.MlflowTarget(os.environ.get("MLFLOW_TRACKING_URI") or self.config["tracking_uri"])
         bundle, self.how = registry.resolve_bundle(
             target, self.config["registered_name"], self.config["run_id"], self.kind, self.task, COMPANIONS[self.kind]
         )
+        refuse_flagged(target, bundle.values(), self.task)  # trained on an erased user's data: never served
+        self.target, self.bundle = target, bundle
         self.models = {self.kind: load_model(context.artifacts["weights"])}
         for kind, entry in bundle.items():
             if kind != self.kind:
@@ -271,16 +316,20 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
         load_embedder(self.settings.embedder).embed(["warm-up"])
 
     def task_data(self) -> TaskData:
-        """The task's tables, re-read when the DuckDB file or the consent stamp beside it changed."""
+        """The task's tables, re-read when the DuckDB file or the consent stamp beside it changed; then the bundle's
+        versions are checked again (`prag forget` flags them and changes the file: a running server stops serving)."""
         from prag_models.data.sharing import consent_stamp_path
+        from prag_models.mlops.flagged import refuse_flagged
 
         path, stamp = duckdb_file(self.config), consent_stamp_path(live_file(self.config))
         mtime = [p.stat().st_mtime if p.exists() else 0.0 for p in (path, stamp)]
         key = (str(path), mtime[0], mtime[1])
         if self._data is None or self._data[0] != key:
+            self._data = None
+            refuse_flagged(self.target, self.bundle.values(), self.task)
             encoder = self.models["user_encoder"]
             self._data = (key, read_task_data(path, self.task, encoder, self.refs["user_encoder"], self.settings,
-                                              live_file(self.config)))
+                                              live_file(self.config), self.unknown))
         return self._data[1]
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:

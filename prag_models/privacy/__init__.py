@@ -1,1 +1,2 @@
-"""Consent, visibility and forgetting rules (above data and storage, below methods)."""
+"""Consent, visibility and forgetting rules (above data and storage, below users and methods: the users layer's
+taste vectors apply the sharing rule themselves)."""

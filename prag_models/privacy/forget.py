@@ -6,9 +6,10 @@ Which rows are the user's, in every table of the file (found by their columns, s
 the user's own rows (``user_id``), other users' rows that point at the user (``source_user_id``, ``neighbour_id``:
 retrieved documents, neighbour lists, feedback labels), rows keyed by the user's samples (``sample_id``: query
 embeddings, generations, per-sample scores), rows keyed only by the user's documents or texts (``doc_id`` of no
-remaining user: relevance labels; ``content_hash``: the embedding cache) and the LLM answer cache entries whose
-prompt shows one of the user's documents or questions. With ``task`` only that task's rows go (tables without a
-task column are matched by the user's ids of that task).
+remaining user: relevance labels; ``content_hash``: the embedding cache, whose rows are the vectors of the user's
+document texts, questions and, for taste similarity, document titles — each under the hash of its text) and the LLM
+answer cache entries whose prompt shows one of the user's documents or questions. With ``task`` only that task's
+rows go (tables without a task column are matched by the user's ids of that task).
 
 A cached prompt is the user's when ids say so — its ``prompt_hash`` is on a row of the user's samples (generations),
 or on a generations row whose retrieval (same task, method, sample) showed one of the user's documents, whole or
@@ -18,7 +19,9 @@ entry (``<i>. <document>`` followed by a line break; LaMP-3's ``'review': <text>
 prompt for a whole input, question or document of at least ``WHOLE_TEXT_MIN`` characters (PBR's expansion prompts
 show documents and the question in their own layout). Never by a prefix:
 every LaMP input starts with the task's fixed template. Texts another remaining user also has are not the user's
-alone and match by ids only.
+alone and match by ids only; likewise a cached vector whose text another remaining user (or, erasing one task, the
+user in another task) still has — as a document, a question or a title — stays: it is that text's vector, not the
+erased user's.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 import pandas as pd
 
 from prag_models.storage.faults import maybe_fail
+from prag_models.storage.hashing import SQL_HASH
 from prag_models.storage.store import table_exists
 
 AUDIT_TABLE = "erasure_audit"
@@ -96,13 +100,47 @@ def _owned(con, tables: dict[str, set[str]], user_id: str, task: str | None) -> 
         if {"task", "user_id", "doc_id", "text"} <= tables.get(table, set()):
             parts.append(f"SELECT task, 'doc', doc_id FROM {table} WHERE {where}")
             parts.append(f"SELECT task, 'document', text FROM {table} WHERE {where}")
-            if "content_hash" in tables[table]:
-                parts.append(f"SELECT task, 'hash', content_hash FROM {table} WHERE {where}")
     if not parts:
         return pd.DataFrame(columns=["task", "kind", "value"])
     sql = " UNION ".join(parts)
     rows = con.execute(sql, params * len(parts)).fetchall()
     return pd.DataFrame(rows, columns=["task", "kind", "value"]).dropna()
+
+
+#: A document's title in its fields (LaMP-1/4/5): taste similarity embeds it through the cache (users/taste.py).
+_TITLE = "try(json_extract_string(fields_json, '$.title'))"
+
+
+def _hash_sources(tables: dict[str, set[str]]) -> list[str]:
+    """SQL of (task, user_id, value) for every text whose vector the embedding cache may hold for a user: the
+    ``content_hash`` of any table's rows (documents, history, document and query embeddings), document titles and
+    questions (the hash of the text, as the stages key the cache)."""
+    out = []
+    for table, cols in sorted(tables.items()):
+        if table in KEPT_TABLES or not {"task", "user_id"} <= cols:
+            continue
+        if "content_hash" in cols:
+            out.append(f'SELECT task, user_id, content_hash AS value FROM "{table}"')
+        if "fields_json" in cols:
+            out.append(f'SELECT task, user_id, {SQL_HASH.format(_TITLE)} FROM "{table}" WHERE {_TITLE} IS NOT NULL')
+    if {"task", "user_id", "query"} <= tables.get("lamp_samples", set()):
+        out.append(f"SELECT task, user_id, {SQL_HASH.format('query')} FROM lamp_samples")
+    return out
+
+
+def _cache_hashes(con, tables: dict[str, set[str]], user_id: str, task: str | None) -> pd.DataFrame:
+    """(task, 'hash', value) of the user's text hashes (of the task) that no other user — nor the user in another
+    task, when only one is erased — still has: their cached vectors are the user's alone."""
+    sources = _hash_sources(tables)
+    if not sources:
+        return pd.DataFrame(columns=["task", "kind", "value"])
+    union = " UNION ALL ".join(sources)
+    mine = "user_id = $user" + (" AND task = $task" if task is not None else "")
+    sql = (f"SELECT DISTINCT value FROM ({union}) WHERE {mine} AND value IS NOT NULL "
+           f"EXCEPT SELECT value FROM ({union}) WHERE NOT coalesce({mine}, false)")  # fmt: skip
+    params: dict[str, Any] = {"user": user_id} | ({"task": task} if task is not None else {})
+    values = sorted(v for (v,) in con.execute(sql, params).fetchall())
+    return pd.DataFrame({"task": None, "kind": "hash", "value": values}, columns=["task", "kind", "value"])
 
 
 def _known(con, tables: dict[str, set[str]], user_id: str, task: str | None) -> bool:
@@ -184,20 +222,19 @@ def _others_texts(con, tables: dict[str, set[str]], user_id: str) -> set[str]:
 
 
 def _ids(con, tables: dict[str, set[str]], user_id: str, task: str | None) -> pd.DataFrame:
-    """The user's ids to match: samples, orphan documents (no other user has them), hashes, the prompt hashes tied to
-    the user by ids, and the user's whole inputs and document texts (those no other user also has)."""
+    """The user's ids to match: samples, orphan documents (no other user has them), the hashes of the texts whose
+    cached vectors are the user's alone (documents, titles, questions), the prompt hashes tied to the user by ids, and
+    the user's whole inputs and document texts (those no other user also has)."""
     owned = _owned(con, tables, user_id, task)
     samples = owned[owned["kind"] == "sample"]
     frames = [samples]
-    docs, hashes = owned[owned["kind"] == "doc"], owned[owned["kind"] == "hash"]
-    if "profile_documents" in tables:  # ids and texts another user still has are not the user's alone
+    docs = owned[owned["kind"] == "doc"]
+    if "profile_documents" in tables:  # ids another user still has are not the user's alone
         kept = "user_id <> ?" + (" OR task <> ?" if task else "")
-        sql = f"SELECT task, doc_id, content_hash FROM profile_documents WHERE {kept}"
-        rest = con.execute(sql, [user_id, task] if task else [user_id]).fetchall()
-        other_docs, other_hashes = {(t, d) for t, d, _ in rest}, {h for _, _, h in rest}
+        sql = f"SELECT task, doc_id FROM profile_documents WHERE {kept}"
+        other_docs = set(con.execute(sql, [user_id, task] if task else [user_id]).fetchall())
         docs = docs[[(t, d) not in other_docs for t, d in zip(docs["task"], docs["value"], strict=True)]]
-        hashes = hashes[~hashes["value"].isin(other_hashes)]
-    frames += [docs.assign(kind="orphan"), hashes]
+    frames += [docs.assign(kind="orphan"), _cache_hashes(con, tables, user_id, task)]
     prompts = _prompt_hashes(con, tables, user_id, task, samples["value"].astype(str).tolist())
     frames.append(pd.DataFrame([(None, "prompt", h) for h in sorted(prompts)], columns=["task", "kind", "value"]))
     others = _others_texts(con, tables, user_id)

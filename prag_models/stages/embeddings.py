@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from prag_models.storage.hashing import SQL_HASH
 from prag_models.storage.store import QueryRows, require_table
 from prag_models.text.embedding_cache import CACHE_TABLE, cache_dim, embed_missing
 
@@ -19,10 +20,6 @@ if TYPE_CHECKING:
     from prag_models.text.embedder import Embedder
 
 Progress = Callable[[int, int], None] | None
-
-#: content_hash of a SQL text column, equal to prag's content_hash (sha256 hex, first 32 characters).
-SQL_HASH = "substr(sha256({}), 1, 32)"
-
 
 #: The texts of a task's documents and queries (columns content_hash, text, user_id and the row keys).
 DOCUMENT_SOURCE = "SELECT task, user_id, doc_id, position, content_hash, text FROM profile_documents WHERE task = ?"

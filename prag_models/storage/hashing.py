@@ -9,6 +9,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+#: content_hash of a SQL text expression, equal to :func:`content_hash` (sha256 hex, first 32 characters).
+SQL_HASH = "substr(sha256({}), 1, 32)"
+
 
 def content_hash(text: str) -> str:
     """Stable hash of a text (sha256 hex, first 32 characters): the key of the embedding cache."""

@@ -1,1 +1,1 @@
-"""User embeddings, clusters and neighbours (above text; beside generation, privacy and metrics)."""
+"""User embeddings, clusters and neighbours (above privacy and text; beside generation and metrics)."""

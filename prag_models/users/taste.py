@@ -14,17 +14,26 @@ chosen reference is a title) and for LaMP-7 the tweet's own embedding, both redu
 CFRAG's user retrieval compare: ``content`` (z_u, the mean document embedding), ``taste`` (the taste vector; users
 without any labelled document fall back to content) or ``blend`` (cos = (1−w)·content + w·taste with
 w = ``clustering.taste_weight``).
+
+Only documents that may shape other users' results enter (docs/privacy.md; ``privacy.rules.sharing_rule``: the owner
+shares and the document is not private), as for z_u: the item clusters, the label centring and every taste vector,
+the owner's own included — a user's taste vector decides other users' neighbour lists. A user without a shareable
+labelled document has no taste vector and is compared by content.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from prag_models.users.embeddings import normalize_rows
+
+#: (owners, doc ids) -> which documents may shape other users' results (``privacy.rules.sharing_rule``).
+Shaping = Callable[[Any, Any], np.ndarray]
 
 USER_SIMILARITIES: tuple[str, ...] = ("content", "taste", "blend")
 #: Output embeddings (LaMP-1/4/5 titles, LaMP-7 tweets) are reduced to this many dimensions before the taste vector.
@@ -127,31 +136,40 @@ def _labels(con, task: str, fields: list[dict[str, Any]], items: np.ndarray, set
     return output_vectors(titles, seed=settings.clustering.seed)
 
 
-def labelled_documents(con, task: str, user_ids: list[str], settings) -> LabelledDocs:
-    """The task's documents of user_ids with their item embeddings and label vectors (profile order)."""
+def labelled_documents(
+    con, task: str, user_ids: list[str], settings, shaping: Shaping | None = None
+) -> LabelledDocs:
+    """The task's documents of user_ids that may shape other users' results, with their item embeddings and label
+    vectors (profile order). ``shaping``: that rule (default: the task's sharing rule under
+    ``privacy.default_share``); a caller may pass a stricter one (e.g. a consent scenario), never a looser one."""
+    from prag_models.privacy.rules import sharing_rule
     from prag_models.storage.store import column_to_matrix
 
     table = con.sql(
-        "SELECT p.user_id, p.fields_json, e.embedding FROM profile_documents p JOIN document_embeddings e "
+        "SELECT p.user_id, p.doc_id, p.fields_json, e.embedding FROM profile_documents p JOIN document_embeddings e "
         "USING (task, user_id, doc_id) WHERE task = ? ORDER BY p.user_id, p.position, p.doc_id",
         params=[task],
     ).to_arrow_table()
     row = {u: i for i, u in enumerate(user_ids)}
     authors = table["user_id"].to_pylist()
-    keep = np.asarray([a in row for a in authors], dtype=bool)
+    rule = shaping or sharing_rule(con, task, settings.privacy.default_share)
+    keep = np.asarray([a in row for a in authors], dtype=bool) & rule(table["user_id"], table["doc_id"])
     items = column_to_matrix(table["embedding"])[keep] if table.num_rows else np.zeros((0, 1), np.float32)
     fields = [json.loads(f) for f, k in zip(table["fields_json"].to_pylist(), keep, strict=True) if k]
-    owner = np.asarray([row[a] for a in authors if a in row], dtype=np.int64)
+    owner = np.asarray([row[a] for a, k in zip(authors, keep, strict=True) if k], dtype=np.int64)
     labels = _labels(con, task, fields, items, settings) if len(owner) else np.zeros((0, 1))
     return LabelledDocs(owner, normalize_rows(items), labels)
 
 
-def similarity_vectors(con, task: str, settings, user_ids: list[str], content: np.ndarray) -> tuple[np.ndarray, dict]:
-    """The user vectors the configured clustering.user_similarity compares (rows of user_ids) and what was used."""
+def similarity_vectors(
+    con, task: str, settings, user_ids: list[str], content: np.ndarray, shaping: Shaping | None = None
+) -> tuple[np.ndarray, dict]:
+    """The user vectors the configured clustering.user_similarity compares (rows of user_ids) and what was used;
+    taste from the documents that may shape other users' results only (``labelled_documents``)."""
     c = settings.clustering
     if c.user_similarity == "content":
         return normalize_rows(np.asarray(content, dtype=np.float32)), {"user_similarity": "content"}
-    docs = labelled_documents(con, task, user_ids, settings)
+    docs = labelled_documents(con, task, user_ids, settings, shaping)
     taste = taste_vectors(docs, len(user_ids), c.taste_item_clusters, c.taste_shrinkage, c.seed)
     info = {
         "user_similarity": c.user_similarity,

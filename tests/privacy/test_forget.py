@@ -3,6 +3,7 @@ promotion gate, on a real DuckDB file and a real MLflow sqlite store."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import duckdb
@@ -12,19 +13,29 @@ import pytest
 from prag_models.generation.prompts import build_prompt
 from prag_models.mlops import promotion, registry
 from prag_models.privacy.forget import AUDIT_TABLE, RETRAIN_TAG, forget
+from prag_models.storage.hashing import content_hash
 
 TASK = "LaMP-2"
+
+
+#: Cached texts besides the documents: each user's question, and document titles (taste similarity embeds them).
+#: a's question and the title of its document "shared" are a's alone; the title of da1 is c's question.
+TITLES = {("a", "da1"): "c q", ("a", "shared"): "alpha title", ("b", "shared"): "b title", ("c", "dc1"): "c title"}
+QUERIES = {"a": "alpha heist", "b": "b q", "c": "c q"}
 
 
 def _store(path) -> duckdb.DuckDBPyConnection:
     """Tables shaped like the graph's, with rows of users a (to erase), b and c."""
     con = duckdb.connect(str(path))
+    cached = ["h-a1", "h-x", "h-c1", *sorted({content_hash(t) for t in [*TITLES.values(), *QUERIES.values()]})]
     frames = {
         "lamp_samples": pd.DataFrame({"task": [TASK] * 3, "split": "dev", "sample_id": ["s-a", "s-b", "s-c"],
-                                      "user_id": ["a", "b", "c"], "input": ["tag of: alpha heist", "b q", "c q"]}),
+                                      "user_id": ["a", "b", "c"], "input": ["tag of: alpha heist", "b q", "c q"],
+                                      "query": [QUERIES[u] for u in "abc"]}),
         "profile_documents": pd.DataFrame({"task": TASK, "user_id": ["a", "a", "b", "c"],
                                            "doc_id": ["da1", "shared", "shared", "dc1"],
                                            "text": ["alpha secret diary entry", "x", "x", "y"],
+                                           "fields_json": [json.dumps({"title": TITLES[k]}) for k in TITLES],
                                            "content_hash": ["h-a1", "h-x", "h-x", "h-c1"]}),
         "query_embeddings": pd.DataFrame({"task": TASK, "sample_id": ["s-a", "s-b"], "embedding": [[1.0], [0.0]]}),
         "similar_users": pd.DataFrame({"task": TASK, "user_id": ["b", "c", "a"], "neighbour_id": ["a", "b", "b"],
@@ -35,7 +46,7 @@ def _store(path) -> duckdb.DuckDBPyConnection:
         "feedback_labels": pd.DataFrame({"task": TASK, "sample_id": ["s-c"], "doc_id": ["da1"],
                                          "source_user_id": ["a"], "score": [1.0]}),
         "relevance_labels": pd.DataFrame({"task": TASK, "sample_id": ["s-b", "s-b"], "doc_id": ["da1", "shared"]}),
-        "embedding_cache": pd.DataFrame({"model_id": "m", "content_hash": ["h-a1", "h-x", "h-c1"]}),
+        "embedding_cache": pd.DataFrame({"model_id": "m", "content_hash": cached}),
         "generation_cache": pd.DataFrame({"generator_id": "g", "prompt_hash": ["p1", "p2", "p3"],
                                           "prompt": [build_prompt(TASK, "b q", ["alpha secret diary entry"]),
                                                      build_prompt(TASK, "tag of: alpha heist", []),
@@ -70,16 +81,19 @@ def test_forget_deletes_every_row_audits_and_is_idempotent(tmp_path) -> None:
     erasure = forget(con, "a", TASK)
     assert _user_rows(con, "a") == {}
     assert erasure.deleted == {
-        "clusterrag_retrievals": 1, "embedding_cache": 1, "feedback_labels": 1, "generation_cache": 2,
+        "clusterrag_retrievals": 1, "embedding_cache": 3, "feedback_labels": 1, "generation_cache": 2,
         "lamp_samples": 1, "profile_documents": 2, "query_embeddings": 1, "relevance_labels": 1, "similar_users": 2,
     }  # fmt: skip
     # other users keep their rows, including the document id user b shares with a
     assert con.execute("SELECT count(*) FROM profile_documents WHERE user_id = 'b'").fetchall()[0][0] == 1
     assert con.execute("SELECT doc_id FROM relevance_labels").fetchall() == [("shared",)]
-    assert con.execute("SELECT count(*) FROM embedding_cache").fetchall()[0][0] == 2
+    # the cache keeps the vectors of texts other users still have: b's document "x", c's document, b's and c's
+    # questions (one of them also a's title) and titles; a's own document, question and title go
+    cache = {h for (h,) in con.execute("SELECT content_hash FROM embedding_cache").fetchall()}
+    assert cache == {"h-x", "h-c1", *map(content_hash, ["b q", "c q", "b title", "c title"])}
     assert con.execute("SELECT count(*) FROM lamp_evaluation").fetchall()[0][0] == 1  # aggregates stay
     audit = con.execute(f"SELECT user_id, task, rows_deleted, tables_json FROM {AUDIT_TABLE}").fetchall()
-    assert len(audit) == 1 and audit[0][:3] == ("a", TASK, 12) and "alpha" not in audit[0][3]
+    assert len(audit) == 1 and audit[0][:3] == ("a", TASK, 14) and "alpha" not in audit[0][3]
     again = forget(con, "a", TASK)
     assert again.already_erased and again.rows_deleted == 0
     assert con.execute(f"SELECT count(*) FROM {AUDIT_TABLE}").fetchall()[0][0] == 1
@@ -118,9 +132,20 @@ def test_flagged_models_and_the_promotion_gate(tmp_path) -> None:
     for kind, version in old.items():
         assert client.get_model_version(registry.registered_name(kind, TASK), str(version)).tags[RETRAIN_TAG] == "true"
     assert RETRAIN_TAG not in client.get_model_version(other.name, str(other.version)).tags  # not the user's task
+    # no new challenger: the flagged champion is not kept silently: the decision and champion.status say it is not
+    # served (the pyfunc and `prag answer` refuse it, tests/privacy/test_served_privacy.py) and how to retrain
     kept = promotion.promote(target, TASK, "test", "again", override=True)
-    assert not kept.promoted and "must be retrained" in kept.message
-    new = _bundle(target, folder)  # the retraining after the erasure: unflagged versions
+    assert not kept.promoted and "not served" in kept.message and "prag materialize" in kept.message
+    for kind, version in old.items():
+        status = client.get_registered_model(registry.registered_name(kind, TASK)).tags[registry.CHAMPION_STATUS_TAG]
+        assert status.startswith(f"v{version}: flagged for retraining") and "not served" in status
+    # the retraining after the erasure (unflagged versions), whose reranker did not beat its initialisation: it
+    # replaces the flagged champion (privacy first), and the decision and champion.status say it did not learn
+    new = _bundle(target, folder)
+    reranker = registry.registered_name("reranker", TASK)
+    client.set_model_version_tag(reranker, str(new["reranker"]), promotion.IMPROVED_TAG, "false")
     replaced = promotion.promote(target, TASK, "test", "retrained")
-    assert replaced.promoted and "cannot be kept" in replaced.message
+    assert replaced.promoted and "cannot be kept" in replaced.message and promotion.NOT_LEARNED in replaced.message
     assert replaced.to_versions == new
+    status = client.get_registered_model(reranker).tags[registry.CHAMPION_STATUS_TAG]
+    assert "replaces a flagged champion" in status and "did not beat its initialisation" in status

@@ -104,6 +104,17 @@ def _user_rows(con, user: str) -> list[str]:
     return out
 
 
+def _cached_questions(con, user: str) -> set[str]:
+    """Hashes of the user's questions (no other user asks them) held by the embedding cache."""
+    from prag_models.storage.hashing import SQL_HASH
+
+    question = SQL_HASH.format("query")
+    sql = (f"SELECT {question} FROM lamp_samples WHERE user_id = ? EXCEPT SELECT {question} FROM lamp_samples "
+           "WHERE user_id <> ?")  # fmt: skip
+    mine = {h for (h,) in con.execute(sql, [user, user]).fetchall()}
+    return mine & {h for (h,) in con.execute("SELECT content_hash FROM embedding_cache").fetchall()}
+
+
 def test_markers_never_reach_another_user_and_forget_leaves_nothing(tmp_path, monkeypatch) -> None:
     config = write_config(tmp_path / "prag.toml", tmp_path / "home", generator_backend="fake",
                           data={"tasks": [TASK]}, cfrag=CFRAG)  # fmt: skip
@@ -137,12 +148,18 @@ def test_markers_never_reach_another_user_and_forget_leaves_nothing(tmp_path, mo
 
     monkeypatch.setenv("PRAG_CONFIG", str(config))
     erased = sorted(non_sharing)[0]
+    with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:  # the erased user's question vectors
+        questions = _cached_questions(con, erased)
+    assert questions, "the erased user's questions are not in the embedding cache: the check would prove nothing"
     assert run_forget(erased, TASK) == 0
     assert run_forget(erased, TASK) == 0  # idempotent
     assert run_forget("u9999", TASK) == 1  # unknown
     with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
         assert _user_rows(con, erased) == []
         assert _leaks(con, hidden) == []
+        held = con.execute("SELECT count(*) FROM embedding_cache WHERE content_hash IN (SELECT unnest(?))",
+                           [sorted(questions)]).fetchall()[0][0]  # fmt: skip
+        assert held == 0, f"{held} of the erased user's {len(questions)} question vectors stay in embedding_cache"
         audit = con.execute("SELECT user_id, rows_deleted, models_flagged_json FROM erasure_audit").fetchall()
     assert len(audit) == 1 and audit[0][0] == erased and audit[0][1] > 0 and json.loads(audit[0][2])
     # loading the source files again does not bring the erased user back (the audit is the suppression list)

@@ -2,7 +2,8 @@
 the pyfunc, a consent withdrawn while a run holds the DuckDB file, the user encoder's document-row map, what private
 documents may influence, and the same checks through a real `mlflow models serve` process.
 
-One LaMP-2 demo with the fake generator, materialized once for the module with ``default_share = false``: every user
+One LaMP-2 demo with the fake generator, materialized once for the module with ``default_share = false`` and taste
+similarity (``clustering.user_similarity = taste``: similar users by how users label items): every user
 states consent in sharing.json except that OPTED does not share, PRIVATE makes every second document private (both
 carry a marker unique to their owner in the hidden documents). Each test serves a copy of the DuckDB file
 (``PRAG_HOME``), so the graph's file stays as built."""
@@ -31,6 +32,7 @@ from prag_models.mlops import registry
 TASK = "LaMP-2"
 CFRAG = {"epochs": 2, "reranker_layers": 1, "reranker_max_length": 64}
 PRIVACY = {"default_share": False}
+CLUSTERING = {"similar_users": 2, "user_similarity": "taste"}
 OPTED, PRIVATE = "u0005", "u0002"
 MARK = re.compile(r"zqmark(u\d{4})q")
 RERANKER = f"models:/{registry.registered_name('reranker', TASK)}@champion"
@@ -63,7 +65,7 @@ def planted(tmp_path_factory):
     """(settings, hidden documents) of the planted demo materialized up to cfrag_retrievals."""
     tmp = tmp_path_factory.mktemp("served-privacy")
     config = write_config(tmp / "prag.toml", tmp / "home", generator_backend="fake", data={"tasks": [TASK]},
-                          cfrag=CFRAG, privacy=PRIVACY)  # fmt: skip
+                          cfrag=CFRAG, privacy=PRIVACY, clustering=CLUSTERING)  # fmt: skip
     settings = load_settings(config)
     hidden = _plant(demo_root(settings))
     result = materialize_graph(config, [TASK], selection=dg.AssetSelection.assets("cfrag_retrievals").upstream())
@@ -78,7 +80,7 @@ def _served_home(planted, tmp_path: Path) -> tuple[Path, Path]:
     home.mkdir()
     shutil.copy(settings.duckdb_path, home / "prag.duckdb")
     config = write_config(tmp_path / "served.toml", home, generator_backend="fake", data={"tasks": [TASK]},
-                          cfrag=CFRAG, privacy=PRIVACY)  # fmt: skip
+                          cfrag=CFRAG, privacy=PRIVACY, clustering=CLUSTERING)  # fmt: skip
     return home, config
 
 
@@ -233,6 +235,47 @@ def test_served_encoder_refuses_documents_it_was_not_trained_on(planted, tmp_pat
         model.predict(requests)
 
 
+def _lists(pairs) -> dict[str, list[str]]:
+    """user -> neighbours in rank order, from (user_id, neighbour_id) rows already in rank order."""
+    out: dict[str, list[str]] = {}
+    for user, neighbour in pairs:
+        out.setdefault(user, []).append(neighbour)
+    return out
+
+
+def test_reencoded_similar_users_follow_the_versions_user_similarity(planted, tmp_path, monkeypatch) -> None:
+    """Issue 39: a version stores its clustering section, so when it must re-encode (the tables were made by another
+    encoder, e.g. after a rollback) it ranks similar users by the user similarity it was evaluated with (taste here),
+    not by the default (content); a version logged without the section refuses to re-encode."""
+    from prag_models.methods.knobs import with_knobs
+    from prag_models.mlops import serving
+    from prag_models.mlops.pyfunc import inference_settings, unknown_sections
+
+    home, _ = _served_home(planted, tmp_path)
+    live = home / "prag.duckdb"
+    with duckdb.connect(str(live)) as con:
+        stored = _lists(con.execute("SELECT user_id, neighbour_id FROM cfrag_similar_users WHERE task = ? "
+                                    "ORDER BY user_id, rank", [TASK]).fetchall())  # fmt: skip
+        con.execute("UPDATE cfrag_models SET version = version + 100 WHERE kind = 'user_encoder'")
+    served = _load(planted, home, monkeypatch).unwrap_python_model()
+    data = served.task_data()
+    reencoded = data.similar.sort_values(["user_id", "rank"])
+    assert "re-encoded" in data.source
+    assert _lists(zip(reencoded["user_id"], reencoded["neighbour_id"], strict=True)) == stored
+    assert served.settings.clustering.user_similarity == "taste"
+    content = with_knobs(served.settings, {"clustering.user_similarity": "content"})
+    with duckdb.connect(str(live), read_only=True) as con:
+        _, by_content = serving.encode_task_users(con, TASK, served.models["user_encoder"], content)
+    by_content = by_content.sort_values(["user_id", "rank"])
+    assert _lists(zip(by_content["user_id"], by_content["neighbour_id"], strict=True)) != stored  # the setting matters
+    served.config["settings"].pop("clustering")  # as a version logged before the section was stored
+    served.settings, served.unknown = inference_settings(served.config), unknown_sections(served.config)
+    served._data = None
+    assert served.unknown == ["clustering"] and served.settings.clustering.user_similarity == "content"
+    with pytest.raises(LookupError, match="before its clustering settings were stored"):
+        served.predict(None, _requests(live))
+
+
 def test_mlflow_models_serve_never_shows_hidden_or_unconsented_documents(planted, tmp_path, monkeypatch) -> None:
     """End to end through `mlflow models serve` on 127.0.0.1: for every user's request, no private document, no
     document of the opted-out user and none of a user without a stated consent (default_share = false) reaches
@@ -269,3 +312,41 @@ def test_mlflow_models_serve_never_shows_hidden_or_unconsented_documents(planted
                                                       "WHERE task = ?", [TASK]).fetchall()}  # fmt: skip
     leaks = [(v, o, d) for v, o, d in shown if set(MARK.findall(texts[(o, d)])) - {v}]
     assert leaks == []
+
+
+def test_a_version_flagged_after_an_erasure_is_never_served(planted, tmp_path, monkeypatch, capsys) -> None:
+    """Issue 39: once `prag forget` flags the versions (privacy.needs_retraining, here on the champion's user encoder,
+    a companion of the served reranker), the pyfunc refuses to load them, a model loaded before refuses requests once
+    the DuckDB file changes (as the erasure changes it), and `prag answer` refuses them; each says how to retrain.
+    On a copy of the MLflow store (the module's other tests serve the unflagged one)."""
+    import mlflow
+
+    from prag_assets.cli import main
+    from prag_models.privacy.forget import RETRAIN_TAG
+
+    settings, _ = planted
+    store = tmp_path / "mlflow.db"
+    shutil.copy(settings.mlflow_uri.removeprefix("sqlite:///"), store)
+    home, _ = _served_home(planted, tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+    monkeypatch.setenv("PRAG_HOME", str(home))
+    requests = _requests(home / "prag.duckdb")
+    running = mlflow.pyfunc.load_model(RERANKER)  # loaded before the erasure: serves
+    assert len(running.predict(requests)) == len(requests)
+    client = registry.make_client(registry.MlflowTarget(f"sqlite:///{store}"))
+    encoder = client.get_model_version_by_alias(registry.registered_name("user_encoder", TASK), "champion")
+    client.set_model_version_tag(encoder.name, encoder.version, RETRAIN_TAG, "true")
+    refused = rf"{encoder.name} v{encoder.version} .*never served.*prag materialize.*prag promote --task {TASK}"
+    with pytest.raises(Exception, match=refused):
+        mlflow.pyfunc.load_model(RERANKER)
+    with duckdb.connect(str(home / "prag.duckdb")) as con:  # the erasure's write: the running model re-reads
+        con.execute("DELETE FROM lamp_samples WHERE user_id = ?", [OPTED])
+    with pytest.raises(LookupError, match=refused):
+        running.predict(requests)
+    config = write_config(tmp_path / "answer.toml", home, generator_backend="fake", data={"tasks": [TASK]},
+                          cfrag=CFRAG, privacy=PRIVACY, clustering=CLUSTERING,
+                          mlflow={"tracking_uri": f"sqlite:///{store}"})  # fmt: skip
+    monkeypatch.setenv("PRAG_CONFIG", str(config))
+    capsys.readouterr()
+    assert main(["answer", "--task", TASK, "--user", PRIVATE, "--input", requests["query"].iloc[0]]) == 2
+    assert re.search(refused, capsys.readouterr().err)

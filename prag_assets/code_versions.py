@@ -27,14 +27,17 @@ GROUP_SECTIONS: dict[str, tuple[str, ...]] = {
     # z_u and taste from shareable documents only (privacy.default_share); taste embeds LaMP-1/4/5 titles (embedder)
     "users": ("clustering", "privacy", "embedder"),
     "history": ("clustering", "embedder", "privacy", "data"),  # data.undated: how drop-folder records are dated
-    # tuned_settings and the tuned rows (tuning); PBR's P-PRF: the generator writes expansions, the embedder embeds
-    # them, on the data.llm_eval_samples samples
-    "retrieval": ("retrieval", "clustering", "pbr", "privacy", "tuning", "embedder", "generator", "data"),
+    # tuned_settings and the tuned rows (tuning; without labels its trials are scored by the LLM utility: generator,
+    # prompt); PBR's P-PRF: the generator writes expansions, the embedder embeds them, on the data.llm_eval_samples
+    # samples
+    "retrieval": ("retrieval", "clustering", "pbr", "privacy", "tuning", "embedder", "generator", "data", "prompt"),
     # CFRAG's tuned knobs (tuning), its histories (privacy), its similar users (clustering: taste), the feedback
     # labels' prompts (generator, prompt)
     "cfrag": ("cfrag", "retrieval", "generator", "prompt", "clustering", "privacy", "tuning", "embedder"),
     "generation": ("generator", "prompt", "retrieval", "data"),  # data.llm_eval_samples: which samples
-    "evaluation": ("retrieval",),
+    # llm_utility: the generator's log-likelihoods of the LaMP prompts (prompt), its plan (utility, the budget: run);
+    # the verdict's thresholds (data.verdict_*)
+    "evaluation": ("retrieval", "generator", "prompt", "utility", "run", "data"),
     "retrieval_eval": ("pbr", "embedder", "retrieval", "tuning", "generator", "data"),  # PBR's tuning, real_data_dir
     "user_shards": ("embedder", "generator", "pbr", "cfrag", "prompt", "privacy", "retrieval"),
 }

@@ -10,17 +10,17 @@ from prag_assets.demo_job import DEMO_SELECTION, PRAG_DEMO_JOB, demo_run_tags
 from prag_models.config.settings import Settings, load_settings
 
 #: The spec: the settings sections each group's rows depend on (a change must make its assets stale), and no other
-#: (mlflow, compute, run: where models are registered and work runs; run.llm_budget_s reaches a run as
-#: data.llm_eval_samples). Why each: prag_assets/code_versions.py GROUP_SECTIONS.
+#: (mlflow, compute: where models are registered and work runs; run only where the utility reads its budget).
+#: Why each: prag_assets/code_versions.py GROUP_SECTIONS.
 MUST_CHANGE: dict[str, set[str]] = {
     "lamp_data": {"data", "privacy"},
     "embeddings": {"embedder"},
     "users": {"clustering", "privacy", "embedder"},
     "history": {"clustering", "embedder", "privacy", "data"},
-    "retrieval": {"retrieval", "clustering", "pbr", "privacy", "tuning", "embedder", "generator", "data"},
+    "retrieval": {"retrieval", "clustering", "pbr", "privacy", "tuning", "embedder", "generator", "data", "prompt"},
     "cfrag": {"cfrag", "retrieval", "generator", "prompt", "clustering", "privacy", "tuning", "embedder"},
     "generation": {"generator", "prompt", "retrieval", "data"},
-    "evaluation": {"retrieval"},
+    "evaluation": {"retrieval", "generator", "prompt", "utility", "run", "data"},
     "retrieval_eval": {"pbr", "embedder", "retrieval", "tuning", "generator", "data"},
     "user_shards": {"embedder", "generator", "pbr", "cfrag", "prompt", "privacy", "retrieval"},
 }
@@ -32,7 +32,7 @@ CHANGES: dict[str, tuple[str, str]] = {
     "tuning": ("PRAG__TUNING__MAX_TRIALS", "5"), "mlflow": ("PRAG__MLFLOW__EXPERIMENT", "other"),
     "cfrag": ("PRAG__CFRAG__HEADS", "4"), "pbr": ("PRAG__PBR__K1", "3"),
     "privacy": ("PRAG__PRIVACY__DEFAULT_SHARE", "false"), "compute": ("PRAG__COMPUTE__RAY_NUM_CPUS", "1"),
-    "run": ("PRAG__RUN__LLM_BUDGET_S", "60"),
+    "run": ("PRAG__RUN__LLM_BUDGET_S", "60"), "utility": ("PRAG__UTILITY__MIN_SAMPLES", "10"),
 }  # fmt: skip
 
 

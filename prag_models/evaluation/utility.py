@@ -22,6 +22,7 @@ import pandas as pd
 
 from prag_models.data.tasks import TASK_KIND
 from prag_models.llm.cache import cached_outputs
+from prag_models.metrics.intervals import planned_samples as planned_samples  # re-exported
 from prag_models.storage.store import table_exists
 
 if TYPE_CHECKING:
@@ -87,17 +88,6 @@ def utility_values(
 def per_token(logliks: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     """Mean log-likelihood per token (the utility value)."""
     return np.asarray(logliks, dtype=np.float64) / np.maximum(np.asarray(tokens, dtype=np.float64), 1.0)
-
-
-def planned_samples(differences: Sequence[float] | np.ndarray, minimum: int, maximum: int, power: float) -> int:
-    """Samples the test needs for ``power`` at the pilot's effect and spread (paired t-test), within
-    [minimum, maximum]; the minimum when the pilot shows no gain (more samples would not show one)."""
-    from prag_models.metrics.intervals import samples_for_power
-
-    d = np.asarray(differences, dtype=np.float64)
-    needed = samples_for_power(d, power) if len(d) > 1 and float(np.mean(d)) > 0 else None
-    wanted = minimum if needed is None else max(minimum, needed)
-    return int(max(0, min(wanted, maximum)))
 
 
 def affordable(seconds: float, prompts_per_sample: int, seconds_per_prompt: float) -> int:

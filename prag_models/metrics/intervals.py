@@ -170,6 +170,15 @@ def samples_for_power(
     return int(math.ceil(n)) if math.isfinite(n) else None
 
 
+def planned_samples(differences: Sequence[float] | np.ndarray, minimum: int, maximum: int, power: float) -> int:
+    """Samples the test needs for ``power`` at the pilot's effect and spread (paired t-test), within
+    [minimum, maximum]; the minimum when the pilot shows no gain (more samples would not show one)."""
+    d = np.asarray(differences, dtype=np.float64)
+    needed = samples_for_power(d, power) if len(d) > 1 and float(np.mean(d)) > 0 else None
+    wanted = minimum if needed is None else max(minimum, needed)
+    return int(max(0, min(wanted, maximum)))
+
+
 def wilson(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
     """Wilson interval of a proportion (statsmodels ``proportion_confint``); (0, 1) without a trial."""
     from statsmodels.stats.proportion import proportion_confint

@@ -86,7 +86,7 @@ def second_stage_ids(
 ) -> list[str]:  # fmt: skip
     """The probe's second stage: fresh informative samples, as many as 80 % power at the pilot's headroom needs
     (at least cfrag.feedback_probe_min_samples, at most those the budget holds); planned before any is labelled."""
-    from prag_models.evaluation.utility import planned_samples
+    from prag_models.metrics.intervals import planned_samples
 
     rest = [s for s in informative_ids(sample_ids, gains) if s not in set(pilot)]
     n = planned_samples(pilot_differences, settings.cfrag.feedback_probe_min_samples, len(rest), 0.8)

@@ -187,6 +187,20 @@ def train_inputs(con, task: str, settings: Settings) -> tuple[ProfileIndex, pd.D
     return index, samples, None if samples.empty else load_truth(con, task, "train")
 
 
+def search_inputs(
+    con, task: str, settings: Settings, generator: GeneratorSource
+) -> tuple[tuple[ProfileIndex, pd.DataFrame, Scorer, float] | None, dict[str, Any]]:
+    """(the index, the samples a search scores, its scorer and seconds), or None and the statistics of a task that is
+    not searched (no train sample; no label and no utility budget: the defaults are kept)."""
+    index, samples, truth = train_inputs(con, task, settings)
+    if samples.empty:
+        return None, {"train_samples": 0}
+    samples, scorer, budget_s, why = train_scorer(con, task, settings, samples, truth, generator)
+    if scorer is None:
+        return None, {"train_samples": len(samples), "kept_default": True, "why": why}
+    return (index, samples, scorer, budget_s), {}
+
+
 def tune_task(
     con, task: str, settings: Settings, generator: GeneratorSource = None
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
@@ -194,13 +208,10 @@ def tune_task(
     trial, and statistics (train sample ids used, per method the default's and the chosen score). Without labels
     that see the task, trials are scored by the LLM utility (``generator`` loads it), else the defaults are kept."""
     t = settings.tuning
-    index, samples, truth = train_inputs(con, task, settings)
-    if samples.empty:
-        return pd.DataFrame(columns=TUNED_COLUMNS), pd.DataFrame(columns=TRIAL_COLUMNS), {"train_samples": 0}
-    samples, scorer, budget_s, why = train_scorer(con, task, settings, samples, truth, generator)
-    if scorer is None:
-        return (pd.DataFrame(columns=TUNED_COLUMNS), pd.DataFrame(columns=TRIAL_COLUMNS),
-                {"train_samples": len(samples), "kept_default": True, "why": why})  # fmt: skip
+    prepared, not_searched = search_inputs(con, task, settings, generator)
+    if prepared is None:
+        return pd.DataFrame(columns=TUNED_COLUMNS), pd.DataFrame(columns=TRIAL_COLUMNS), not_searched
+    index, samples, scorer, budget_s = prepared
     space = UserSpace(con, task, settings, index.vectors.shape[1])
     planted = planted_from_table(con, task)
     space.prepare(settings, {m for method in KNOB_SPACE
@@ -238,13 +249,10 @@ def tune_cfrag(
     from prag_models.storage.store import read_rows
 
     t = settings.tuning
-    index, samples, truth = train_inputs(con, task, settings)
-    if samples.empty:
-        return pd.DataFrame(columns=TUNED_COLUMNS), pd.DataFrame(columns=TRIAL_COLUMNS), {"train_samples": 0}
-    samples, scorer, budget_s, why = train_scorer(con, task, settings, samples, truth, generator)
-    if scorer is None:
-        return (pd.DataFrame(columns=TUNED_COLUMNS), pd.DataFrame(columns=TRIAL_COLUMNS),
-                {"train_samples": len(samples), "kept_default": True, "why": why})  # fmt: skip
+    prepared, not_searched = search_inputs(con, task, settings, generator)
+    if prepared is None:
+        return pd.DataFrame(columns=TUNED_COLUMNS), pd.DataFrame(columns=TRIAL_COLUMNS), not_searched
+    index, samples, scorer, budget_s = prepared
     users = read_rows(con, "cfrag_user_embeddings", {"task": task})
     user_emb = dict(zip(users["user_id"], column_to_matrix(users["embedding"].tolist()), strict=True))
     queries = [inference.CfragQuery(s.sample_id, s.user_id, "", np.asarray(s.embedding, dtype=np.float32),

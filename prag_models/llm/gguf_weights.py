@@ -62,7 +62,10 @@ def converted_gguf(source: Path, weight_type: str, cache_dir: Path | None = None
     params.ftype = FTYPES[weight_type]
     params.allow_requantize = True
     params.nthread = os.cpu_count() or 1
-    status = llama_cpp.llama_model_quantize(str(source).encode(), str(partial).encode(), params)
+    from llama_cpp._utils import suppress_stdout_stderr
+
+    with suppress_stdout_stderr(disable=False):  # llama.cpp logs one line per tensor (272): the terminal is the user's
+        status = llama_cpp.llama_model_quantize(str(source).encode(), str(partial).encode(), params)
     if status != 0 or not partial.is_file():
         partial.unlink(missing_ok=True)
         raise GenerationError(f"llama.cpp could not convert {source} to {weight_type} (status {status})")

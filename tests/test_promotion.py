@@ -173,6 +173,7 @@ def test_refuses_a_challenger_that_did_not_beat_its_initialisation(target, model
     refused = promotion.promote(target, TASK, "alice", "weekly retrain", evidence=_legs(*BETTER))
     assert not refused.promoted and "did not beat its untrained initialisation" in refused.message
     assert f"{name} v{best['reranker']}" in refused.message and "0.7" in refused.message
+    assert refused.n_samples == 12 and "95 % CI" in refused.message  # refused by another rule: its evidence recorded
     assert promotion.promote(target, TASK, "alice", "reviewed", override=True, evidence=_legs(*BETTER)).promoted
 
 

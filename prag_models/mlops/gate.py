@@ -58,6 +58,7 @@ class LegResult:
     champion_value: float
     difference: Estimate
     deciding: bool  # n reached the leg's minimum
+    min_n: int = 2
 
     @property
     def better(self) -> bool:
@@ -71,14 +72,14 @@ class LegResult:
         d = self.difference
         return d.high < 0 if self.higher_is_better else d.low > 0
 
-    def text(self, min_n: int = 0) -> str:
+    def text(self) -> str:
         """One line: ``retrieval ndcg@5: challenger 0.51 vs champion 0.49, difference +0.02, 95 % CI [+0.01, +0.03],
         n=96`` (a leg short of its minimum n says so)."""
         d = self.difference
         out = (f"{self.name} {self.metric}: challenger {self.challenger_value:.4g} vs champion "
                f"{self.champion_value:.4g}, difference {d.value:+.4g}, 95 % CI [{d.low:+.4g}, {d.high:+.4g}], "
                f"n={d.n}")  # fmt: skip
-        return out if self.deciding else f"{out} (fewer than its minimum n={min_n}: not used)"
+        return out if self.deciding else f"{out} (fewer than its minimum n={self.min_n}: not used)"
 
 
 @dataclass(frozen=True)
@@ -114,16 +115,16 @@ def leg_result(evidence: PairedEvidence) -> LegResult:
     if len(chal) != len(champ):
         raise ValueError(f"{evidence.name}: paired values need equal lengths, got {len(chal)} and {len(champ)}")
     mean = (lambda x: float(np.mean(x))) if len(chal) else (lambda x: math.nan)
+    minimum = max(evidence.min_n, 2)
     return LegResult(evidence.name, evidence.metric, evidence.higher_is_better, mean(chal), mean(champ),
-                     evidence.difference(), len(chal) >= max(evidence.min_n, 2))  # fmt: skip
+                     evidence.difference(), len(chal) >= minimum, minimum)  # fmt: skip
 
 
 def decide_promotion(task: str, evidence: Sequence[PairedEvidence], override: bool = False) -> Verdict:
     """The metric gate on paired intervals (module docstring): promote only a challenger whose interval of
     challenger − champion lies on the better side of 0 on the primary leg, with no deciding leg showing it worse."""
     legs = tuple(leg_result(e) for e in evidence)
-    minimum = {e.name: max(e.min_n, 2) for e in evidence}
-    lines = "; ".join(leg.text(minimum[leg.name]) for leg in legs)
+    lines = "; ".join(leg.text() for leg in legs)
     deciding = [leg for leg in legs if leg.deciding]
     if not deciding:
         why = (f"no paired evidence with its minimum n ({lines})" if legs else

@@ -220,6 +220,11 @@ def _evidence(source: EvidenceSource, challenger: Mapping[str, int | None], cham
     return list(source(bundle_key(challenger), bundle_key(champion)) if callable(source) else source)
 
 
+def _legs_text(verdict: Verdict) -> str:
+    """The evidence lines of a verdict (each leg's figures, interval and n)."""
+    return "; ".join(leg.text() for leg in verdict.legs)
+
+
 def promote(target: MlflowTarget, task: str, actor: str, reason: str, override: bool = False,
             evidence: EvidenceSource = None) -> PromotionDecision:  # fmt: skip
     """Gate the challenger bundle on the paired interval of challenger − champion over the same samples
@@ -241,20 +246,26 @@ def promote(target: MlflowTarget, task: str, actor: str, reason: str, override: 
     chal_value, chal_data = _bundle_value(client, names, challenger, metric)
     champ_value, champ_data = _bundle_value(client, names, champion, metric)
     erased, kept = _flagged(client, names, challenger), _flagged(client, names, champion)  # docs/privacy.md
+    # the paired evidence is weighed whatever rule decides, so that every decision records its figures
+    legs = _evidence(evidence, challenger, champion)
+    gate = decide_promotion(task, legs, override) if changed else Verdict(False, "")
+    shown = f"; evidence: {_legs_text(gate)}" if gate.legs else ""
     if challenger == champion:
         verdict = Verdict(False, f"{task}: nothing to promote, the challenger versions are already champion "
                                  f"({bundle_key(challenger)})" + (f"; {kept} must be retrained" if kept else ""))
     elif erased and not override:
-        verdict = Verdict(False, f"{task}: refused: {erased} {ERASED}; retrain first (or override, audited)")
+        verdict = Verdict(False, f"{task}: refused: {erased} {ERASED}; retrain first (or override, audited){shown}",
+                          gate.legs)  # fmt: skip
     elif erased:
-        verdict = Verdict(True, f"{task}: promoted by override although {erased} {ERASED}")
+        verdict = Verdict(True, f"{task}: promoted by override although {erased} {ERASED}{shown}", gate.legs)
     elif kept:
         verdict = Verdict(True, f"{task}: the champion {kept} was trained on data of an erased user and cannot be "
                                 "kept; the retrained challenger replaces it")  # fmt: skip
     elif not_learned and not override:
-        verdict = Verdict(False, f"{task}: refused: {not_learned} ({NOT_LEARNED}); override to promote anyway")
+        verdict = Verdict(False, f"{task}: refused: {not_learned} ({NOT_LEARNED}); override to promote anyway{shown}",
+                          gate.legs)  # fmt: skip
     else:
-        verdict = decide_promotion(task, _evidence(evidence, challenger, champion), override)
+        verdict = gate
     message = verdict.message
     if verdict.promote and chal_data and champ_data and chal_data != champ_data:
         message += f" (note: evaluated on different data: champion {champ_data}, challenger {chal_data})"

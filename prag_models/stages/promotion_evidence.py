@@ -14,12 +14,11 @@ import numpy as np
 import pandas as pd
 
 from prag_models.config.settings import Settings
+from prag_models.methods.cfrag.variants import CHAMPION_METHOD
 from prag_models.mlops.gate import PairedEvidence
 from prag_models.storage.store import column_to_matrix, read_rows, replace_rows, table_exists
 
 EVIDENCE_TABLE = "cfrag_promotion_evidence"
-#: The champion bundle's rows of cfrag_retrievals (full CFRAG only).
-CHAMPION_METHOD = "cfrag@champion"
 #: The champion bundle cfrag_retrievals retrieved with (kind, registered_name, version), per task.
 CHAMPION_TABLE = "cfrag_champion_models"
 #: Paired samples a retrieval leg needs to decide (an interval needs two; every dev sample is used).
@@ -42,11 +41,25 @@ def champion_neighbours(con, task: str, settings: Settings, users: list[str], ve
     return {users[i]: [users[int(j)] for j in found[i]] for i in range(len(users))}
 
 
+def champion_embeddings(con, task: str, encoder: Any, default_share: bool) -> pd.DataFrame:
+    """e_u of every user of the task by the champion's user encoder, from the documents it knows: an encoder's
+    document table is fixed when it is trained, so documents added since (the lifecycle's second week) are invisible
+    to it, and a user it never saw starts from an empty history — as it would serve them."""
+    from prag_models.methods.cfrag.probes import single_thread
+    from prag_models.methods.cfrag.tables import encoder_histories
+    from prag_models.methods.cfrag.user_encoder import encode_users
+
+    users, histories = encoder_histories(con, task, encoder, default_share, "the champion user encoder", True)
+    with single_thread():
+        vectors = encode_users(encoder, [histories.get(u, []) for u in users])
+    return pd.DataFrame({"user_id": users, "embedding": list(vectors)}).sort_values("user_id")
+
+
 def champion_retrieval_rows(con, task: str, settings: Settings, models: Mapping[str, Any],
                             same_encoder: bool) -> list[tuple]:  # fmt: skip
     """The ``cfrag@champion`` rows: full CFRAG with the champion bundle's models on the task's dev samples (the
     challenger's e_u and similar users when both bundles share the user encoder)."""
-    from prag_models.methods.cfrag.tables import cfrag_user_embedding_rows, neighbour_lists
+    from prag_models.methods.cfrag.tables import neighbour_lists
     from prag_models.methods.cfrag.tuning import tuned_cfrag_settings
     from prag_models.methods.cfrag.variants import VARIANTS
     from prag_models.stages.cfrag_retrieval import retrieve_variants
@@ -58,9 +71,7 @@ def champion_retrieval_rows(con, task: str, settings: Settings, models: Mapping[
         frame = read_rows(con, "cfrag_user_embeddings", {"task": task}, order_by="user_id")
         neighbours = neighbour_lists(con, task)
     else:
-        frame, _ = cfrag_user_embedding_rows(con, task, models["user_encoder"], settings.privacy.default_share,
-                                             "the champion user encoder")  # fmt: skip
-        frame = frame.sort_values("user_id")
+        frame = champion_embeddings(con, task, models["user_encoder"], settings.privacy.default_share)
         users = frame["user_id"].tolist()
         neighbours = champion_neighbours(con, task, settings, users, column_to_matrix(frame["embedding"].tolist()))
     user_emb = dict(zip(frame["user_id"], frame["embedding"], strict=True))
@@ -135,4 +146,4 @@ def evidence_summary(legs: list[PairedEvidence]) -> dict[str, str]:
     """One line per leg for the asset's metadata (the gate's own text)."""
     from prag_models.mlops.gate import leg_result
 
-    return {leg.name: leg_result(leg).text(max(leg.min_n, 2)) for leg in legs}
+    return {leg.name: leg_result(leg).text() for leg in legs}

@@ -19,6 +19,7 @@ The round is demo-only (it writes the demo world's second week) and needs a mate
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import time
@@ -145,7 +146,8 @@ def run_round(settings: Settings, reason: str, launch: Launch) -> int:
             print(f"[lifecycle] job {job} failed (exit {code}): the round stops here", file=sys.stderr)
             return code
     for task in tasks:
-        config = {"ops": {"promote_cfrag_bundle": {"config": {"task": task, "reason": reason}}}}
+        actor = os.environ.get("USER") or "prag lifecycle"
+        config = {"ops": {"promote_cfrag_bundle": {"config": {"task": task, "reason": reason, "actor": actor}}}}
         launch("promote_cfrag_models", None, None, config)  # exit 1 = the gate kept the champion: recorded
     print("[lifecycle] the gate's decisions (full CFRAG reranker; every model of a bundle moves together):")
     print("\n".join(decisions_table(settings, tasks)))

@@ -64,12 +64,16 @@ def _record(context: dg.OpExecutionContext, duckdb: DuckDBResource, decision: Pr
     with duckdb.connect() as con:
         append_decision(con, decision)
     context.log.info(decision.summary())
-    meta = decision_metadata(decision)
-    shown = {"decision": dg.MetadataValue.json(meta), "message": decision.message}
-    if decision.n_samples is not None:  # the figures the gate decided on, readable without opening the JSON
+    return dg.Output(decision_metadata(decision), metadata=_shown(decision))
+
+
+def _shown(decision: PromotionDecision) -> dict:
+    """The run's metadata of a decision: the JSON record, the message and the figures the gate decided on."""
+    shown = {"decision": dg.MetadataValue.json(decision_metadata(decision)), "message": decision.message}
+    if decision.n_samples is not None:  # readable without opening the JSON
         shown |= {"evidence": decision.metric, "challenger_minus_champion": decision.difference,
                   "ci_95": f"[{decision.ci_low:+.4g}, {decision.ci_high:+.4g}]", "n_samples": decision.n_samples}
-    return dg.Output(meta, metadata=shown)
+    return shown
 
 
 @dg.op(pool=DUCKDB_POOL, description="Promote the challenger bundle of a task if the paired 95 % interval of "
@@ -87,10 +91,7 @@ def promote_cfrag_bundle(
         raise dg.Failure(description=str(exc)) from None
     output = _record(context, duckdb, decision)
     if not decision.promoted:
-        raise dg.Failure(
-            description=f"promotion refused: {decision.message}",
-            metadata={"decision": dg.MetadataValue.json(decision_metadata(decision))},
-        )
+        raise dg.Failure(description=f"promotion refused: {decision.message}", metadata=_shown(decision))
     return output
 
 

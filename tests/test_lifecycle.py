@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import duckdb
+import pytest
 from conftest import ROOT, write_config
 
 from prag_models.config.settings import load_settings
@@ -37,6 +38,7 @@ def test_second_week_is_deterministic_and_valid_ingestion_input() -> None:
     assert len(parse_history_records(records, Path("week2.json"), TASK)) == len(records) == changed["documents"]
 
 
+@pytest.mark.slow
 def test_lifecycle_round_decides_every_task_on_paired_intervals(tmp_path) -> None:
     import dagster as dg
     from dagster._core.instance.ref import InstanceRef

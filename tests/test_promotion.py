@@ -180,14 +180,17 @@ def test_refuses_a_challenger_that_did_not_beat_its_initialisation(target, model
 def test_override_promotes_worse_and_rollback_restores(target, model_dir) -> None:
     first = _evaluated(target, model_dir, 0.5)
     second = _evaluated(target, model_dir, 0.25)
-    forced = promotion.promote(target, TASK, "carol", "hotfix", override=True)
-    assert forced.promoted and forced.override and "override" in forced.message
+    forced = promotion.promote(target, TASK, "carol", "hotfix", override=True, evidence=_legs(BETTER[1], BETTER[0]))
+    assert forced.promoted and forced.override and "override" in forced.message and forced.n_samples == 12
     assert _champions(target) == second
     assert _tags(target, "reranker", 2)["promotion.override"] == "true"
 
     back = promotion.rollback(target, TASK, "carol", "hotfix was bad")
     assert back.action == "rolled_back" and back.to_versions == first and back.from_versions == second
     assert _champions(target) == first
+    restored = _version(target, "reranker", first["reranker"]).description  # keeps the evidence it was judged on
+    assert "**Promotion gate**" in restored and "replaced as champion" in restored and "95 % CI" in restored
+    assert restored.index("**Promotion gate**") < restored.index("**Rollback**")  # the rollback follows the gate
     assert _tags(target, "reranker", 2)["promotion.action"] == "rolled_back"
     with pytest.raises(LookupError, match="nothing to roll back to"):
         promotion.rollback(target, TASK, "carol", "again")

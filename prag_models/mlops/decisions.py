@@ -22,6 +22,8 @@ PROMOTIONS_DDL = (
 _ADDED_COLUMNS = ("difference DOUBLE", "ci_low DOUBLE", "ci_high DOUBLE", "n_samples BIGINT")
 #: Heading of the decision paragraph at the end of a version's description (replaced by the next decision).
 DECISION_HEADING = "**Promotion gate**"
+#: Heading of a rollback's paragraph, after the gate's (which keeps the evidence the version was judged on).
+ROLLBACK_HEADING = "**Rollback**"
 
 
 def iso_utc(moment: datetime) -> str:
@@ -139,13 +141,17 @@ def decision_metadata(decision: PromotionDecision) -> dict[str, Any]:
 
 def describe_version(description: str, decision: PromotionDecision, is_to: bool) -> str:
     """A version's description with the decision as its last paragraph (a previous decision's paragraph replaced):
-    what happened to this version, the figures, the 95 % interval and n the gate decided on, who and why."""
-    base = description.split(f"\n\n{DECISION_HEADING}", 1)[0].rstrip()
+    what happened to this version, the figures, the 95 % interval and n the gate decided on, who and why. A rollback
+    adds its own paragraph after the gate's, which keeps the evidence the version was last judged on."""
+    heading = ROLLBACK_HEADING if decision.action == "rolled_back" else DECISION_HEADING
+    base = description.split(f"\n\n{ROLLBACK_HEADING}", 1)[0]
+    base = base.split(f"\n\n{DECISION_HEADING}", 1)[0] if heading == DECISION_HEADING else base
+    base = base.rstrip()
     role = {("promoted", True): "promoted to champion", ("promoted", False): "replaced as champion",
             ("refused", True): "not promoted (the champion was kept)", ("refused", False): "kept as champion",
             ("rolled_back", True): "restored as champion by a rollback",
             ("rolled_back", False): "rolled back from champion"}[(decision.action, is_to)]  # fmt: skip
-    lines = [f"{DECISION_HEADING} ({iso_utc(decision.decided_at)}, {decision.actor}): this version was {role}."]
+    lines = [f"{heading} ({iso_utc(decision.decided_at)}, {decision.actor}): this version was {role}."]
     if decision.n_samples is not None:
         lines.append(f"Evidence: {decision.metric}, challenger {decision.challenger_value:.4g} vs champion "
                      f"{decision.champion_value:.4g}; challenger − champion {decision.difference:+.4g}, 95 % CI "

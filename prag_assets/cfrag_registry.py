@@ -34,7 +34,6 @@ def record_model(
     kind, curve = trained.kind, trained.curve
     folder = save_model(trained.model, model_dir(settings, task, kind))
     probe = probe_scores(kind, trained.model, load_probe(con, task, settings.privacy.default_share))
-    start, end = loss_trend(curve)
     name = registered_name(kind, task)
     rows = None if trained.rows is None else (trained.rows, str(settings.duckdb_path))
     entry = mlflow.log_and_register(folder, name, trained.params, curve, trained.data_version,
@@ -43,19 +42,30 @@ def record_model(
                                     settings=settings)  # fmt: skip
     row = models_row(task, kind, entry, trained.data_version, curve, probe, trained.seconds, folder)
     replace_rows(con, MODELS_TABLE, row, {"task": task, "kind": kind})
+    return model_metadata(trained, entry), entry
+
+
+def model_metadata(trained: Trained, entry: RegisteredVersion) -> dict[str, Any]:
+    """A registered model's metadata entry: its version, run and data, then its training figures; a model kept at
+    its initialisation says so with why (the probe's figures) instead of loss fields (no nulls)."""
+    curve = trained.curve
+    meta: dict[str, Any] = {"registered": f"{entry.name}/{entry.version}", "mlflow_run_id": entry.run_id,
+                            "aliases": list(entry.aliases), "data_version": trained.data_version}  # fmt: skip
+    if trained.skipped or not curve:
+        why = trained.skipped or "no training step ran"
+        return {**meta, "training": f"untrained: registered at its initialisation ({why})", "steps": 0,
+                "train_seconds": round(trained.seconds, 2), **trained.summary()}  # fmt: skip
+    start, end = loss_trend(curve)
     return {
-        "registered": f"{name}/{entry.version}",
-        "mlflow_run_id": entry.run_id,
-        "aliases": list(entry.aliases),
-        "data_version": trained.data_version,
+        **meta,
         "steps": len(curve),
-        "loss_first": round(curve[0], 5) if curve else None,
-        "loss_last": round(curve[-1], 5) if curve else None,
+        "loss_first": round(curve[0], 5),
+        "loss_last": round(curve[-1], 5),
         "loss_start_mean": round(start, 5),
         "loss_end_mean": round(end, 5),
         "train_seconds": round(trained.seconds, 2),
         **trained.summary(),
-    }, entry
+    }
 
 
 def load_registered_model(con, mlflow: MlflowResource, task: str, kind: str) -> tuple[Any, dict[str, Any]]:
@@ -76,12 +86,26 @@ def load_challenger(con, mlflow: MlflowResource, task: str, kind: str) -> tuple[
     return model, {"registered_name": name, "version": int(row["version"]), "loaded_by": "cfrag_models version"}
 
 
+def load_champion_bundle(mlflow: MlflowResource, task: str) -> tuple[dict[str, Any], dict[str, int]] | None:
+    """The models and versions of a task's ``champion`` bundle (every kind), None when a kind has no champion."""
+    from prag_models.mlops.registry import CHAMPION, MODEL_NAMES
+
+    versions = {}
+    for kind in MODEL_NAMES:
+        aliases = model_aliases(mlflow.target(), registered_name(kind, task))
+        if CHAMPION not in aliases:
+            return None
+        versions[kind] = aliases[CHAMPION]
+    return {k: mlflow.load(registered_name(k, task), version=v)[0] for k, v in versions.items()}, versions
+
+
 def loss_curve_markdown(curves: dict[str, list[float]], points: int = 12) -> dg.MetadataValue:
     """A compact markdown table of loss curves (about ``points`` evenly spaced steps per task)."""
     lines = ["| task | step: loss |", "|---|---|"]
     for task, curve in curves.items():
         steps = sorted({int(i) for i in np.linspace(0, len(curve) - 1, min(points, len(curve)))}) if curve else []
-        lines.append(f"| {task} | " + ", ".join(f"{s}: {curve[s]:.4f}" for s in steps) + " |")
+        shown = ", ".join(f"{s}: {curve[s]:.4f}" for s in steps) or "untrained: no training step (initialisation)"
+        lines.append(f"| {task} | {shown} |")
     return dg.MetadataValue.md("\n".join(lines))
 
 
@@ -100,9 +124,14 @@ def lineage_metadata(key: str, links: dict[str, str]) -> dict[str, dg.MetadataVa
             f"mlflow_version {key}": dg.MetadataValue.url(links["version"])}  # fmt: skip
 
 
-def step_lineage(context: dg.AssetExecutionContext, task: str) -> Lineage:
-    """The Dagster run id, asset key and partition (the task) of one task's step, as plain strings."""
-    return Lineage(context.run.run_id, context.asset_key.to_user_string(), task)
+def step_lineage(context: dg.AssetExecutionContext, task: str, settings: Settings) -> Lineage:
+    """The Dagster run id, asset key, partition (the task) and run page (``run.dagster_ui_url``) of one task's
+    step, as plain strings."""
+    from prag_models.mlops.runs import dagster_run_url
+
+    run_id = context.run.run_id
+    url = dagster_run_url(settings.run.dagster_ui_url, run_id)
+    return Lineage(run_id, context.asset_key.to_user_string(), task, url)
 
 
 def training_asset(
@@ -122,7 +151,7 @@ def training_asset(
         stats, curves, links = {}, {}, {}
         with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
             for task in tasks:
-                lineage = step_lineage(context, task)
+                lineage = step_lineage(context, task, settings)
                 tracker = mlflow.tracker(task, lineage)
                 task_settings = tuned_cfrag_settings(con, task, settings)  # registered as the version's settings
                 try:

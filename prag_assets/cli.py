@@ -1,6 +1,7 @@
 """The `prag` command: materialize the graph, print the evaluation table, promote/roll back CFRAG models, answer."""
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -10,11 +11,14 @@ from pathlib import Path
 from prag_assets import doctor, run_summary
 from prag_assets.doctor import exclusive
 from prag_assets.forget_command import add_forget_command
+from prag_assets.lifecycle_command import LifecycleHelpers, add_lifecycle_command
 from prag_assets.sql_command import add_sql_command
 from prag_models.config.settings import ALL_TASKS, PROJECT_ROOT, Settings, load_settings
 
 #: Asset group of the real-data retrieval evaluation (prag_assets/assets/pbr_eval.py), run in its own run.
 RETRIEVAL_EVAL_GROUP = "retrieval_eval"
+#: The job the history sensor launches (prag_assets/sensors.py), also `prag ingest --apply`'s.
+INCREMENTAL_JOB = "incremental_update_job"
 
 
 def _materialize(args: argparse.Namespace) -> int:
@@ -55,14 +59,16 @@ def _run_materialize(settings: Settings, tasks: list[str], select: str, everythi
     started = started or time.time()
     settings = _llm_budget(settings)
     first = f"not group:{RETRIEVAL_EVAL_GROUP}" if everything else select
-    code, summary = _launch(settings, first, f"{tasks[0]}...{tasks[-1]}", tasks, verbose, started)
+    job = "prag_demo" if everything else ""  # the main pipeline's named job (demo_job.py); a selection runs unnamed
+    code, summary = _launch(settings, first, f"{tasks[0]}...{tasks[-1]}", tasks, verbose, started, job)
     summaries = [summary]
     _publish(settings, code)
     if everything and not settings.data.real_data_dir:
         print("[prag] data.real_data_dir is not set: the PersonaBench / LongMemEval retrieval evaluation is skipped "
               "(e.g. PRAG__DATA__REAL_DATA_DIR=../shared/data)", flush=True)  # fmt: skip
     elif everything:
-        evaluation, summary = _launch(settings, f"group:{RETRIEVAL_EVAL_GROUP}", None, tasks, verbose, started)
+        evaluation, summary = _launch(settings, f"group:{RETRIEVAL_EVAL_GROUP}", None, tasks, verbose, started,
+                                      "prag_retrieval_eval")  # fmt: skip
         summaries.append(summary)
         _publish(settings, evaluation)
         code = code or evaluation
@@ -90,21 +96,31 @@ def _llm_budget(settings: Settings) -> Settings:
 
 
 def _launch(settings: Settings, select: str, partition_range: str | None, tasks: list[str], verbose: bool,
-            started: float) -> tuple[int, run_summary.RunSummary]:  # fmt: skip
-    """One run in a child process, its output in a log file under the home (on the terminal too with --verbose),
-    its stages printed as they finish (prag_assets/run_progress.py)."""
+            started: float, job: str = "", command: str = "prag materialize",
+            ) -> tuple[int, run_summary.RunSummary]:  # fmt: skip
+    """One run (of the named job, else of the selection) in a child process, tagged with the command, the settings
+    hash and the code's commit, its output in a log file under the home (on the terminal too with --verbose), its
+    stages printed as they finish (prag_assets/run_progress.py)."""
+    from prag_assets.demo_job import launch_tags
+
     token = uuid.uuid4().hex
-    cmd = run_command(select, partition_range, token)
+    cmd = run_command(select, partition_range, token, job=job, tags=launch_tags(settings, command, PROJECT_ROOT))
     log = settings.home_path / "dagster" / "logs" / f"materialize-{time.strftime('%Y%m%d-%H%M%S')}-{token[:6]}.log"
     scope = f" for {partition_range}" if partition_range else ""
-    print(f"[prag] materialize {select}{scope} (log: {log})", flush=True)
+    print(f"[prag] materialize {f'job {job} ({select})' if job else select}{scope} (log: {log})", flush=True)
     env = dagster_env(settings) | {"PRAG__DATA__LLM_EVAL_SAMPLES": str(settings.data.llm_eval_samples)}
     return run_summary.watch(settings, cmd, env, log, token, tasks, verbose, started)
 
 
-def run_command(select: str, partition_range: str | None, token: str, partition: str | None = None) -> list[str]:
-    """The child process of one run: prag_assets/run_graph.py (in-process materialization with the instance)."""
-    cmd = [sys.executable, "-m", "prag_assets.run_graph", "--select", select, "--tag", f"prag/launch={token}"]
+def run_command(select: str, partition_range: str | None, token: str, partition: str | None = None, job: str = "",
+                tags: dict[str, str] | None = None, run_config: dict | None = None) -> list[str]:  # fmt: skip
+    """The child process of one run: prag_assets/run_graph.py (the named job, else the selection, in process with
+    the instance)."""
+    what = ["--job", job] if job else ["--select", select]
+    cmd = [sys.executable, "-m", "prag_assets.run_graph", *what, "--tag", f"prag/launch={token}"]
+    cmd += [arg for key, value in (tags or {}).items() for arg in ("--tag", f"{key}={value}")]
+    if run_config:
+        cmd += ["--run-config", json.dumps(run_config)]
     if partition_range:
         cmd += ["--partition-range", partition_range]
     if partition:
@@ -227,7 +243,10 @@ def _ingest(args: argparse.Namespace) -> int:
         token = uuid.uuid4().hex
         log = settings.home_path / "dagster" / "logs" / f"ingest-{time.strftime('%Y%m%d-%H%M%S')}-{token[:6]}.log"
         print(f"[prag] materialize group:history for {task} (log: {log})", flush=True)
-        cmd = run_command("group:history", None, token, partition=task)
+        from prag_assets.demo_job import launch_tags
+
+        tags = launch_tags(settings, "prag ingest --apply", PROJECT_ROOT)
+        cmd = run_command("group:history", None, token, partition=task, job=INCREMENTAL_JOB, tags=tags)
         code, summary = run_summary.watch(settings, cmd, dagster_env(settings), log, token, [task], False, started)
         run_summary.print_summary(settings, [summary], time.time() - started, code, verdict=False)
         return code
@@ -235,10 +254,13 @@ def _ingest(args: argparse.Namespace) -> int:
 
 def _promotion(args: argparse.Namespace) -> int:
     """`prag promote` / `prag rollback`: decide, record in MLflow and model_promotions, print; 1 when refused."""
+    from functools import partial
+
     import duckdb
 
     from prag_models.data.tasks import LampDataError, task_from_name
     from prag_models.mlops.promotion import REFUSED, append_decision, mlflow_target, promote, rollback
+    from prag_models.stages.promotion_evidence import read_evidence
     from prag_models.storage.store import DuckDBBusyError, connect
 
     settings = load_settings()
@@ -246,8 +268,9 @@ def _promotion(args: argparse.Namespace) -> int:
     try:
         task = task_from_name(args.task)
         with connect(settings.duckdb_path) as con:  # opened first: a busy file stops before any MLflow change
-            if args.command == "promote":
-                decision = promote(mlflow_target(settings), task, actor, args.reason, args.override)
+            if args.command == "promote":  # decided on the paired evidence cfrag_model_evaluation recorded
+                evidence = partial(read_evidence, con, task)
+                decision = promote(mlflow_target(settings), task, actor, args.reason, args.override, evidence)
             else:
                 decision = rollback(mlflow_target(settings), task, actor, args.reason, args.override)
             append_decision(con, decision)
@@ -348,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     a.set_defaults(func=_answer)
     add_sql_command(sub)
     add_forget_command(sub)
+    add_lifecycle_command(sub, LifecycleHelpers(run_command, dagster_env, _lock_path, _recover, _publish))
     args = parser.parse_args(argv)
     return args.func(args)
 

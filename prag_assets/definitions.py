@@ -29,7 +29,7 @@ from prag_assets.checks.pbr_checks import pbr_checks
 from prag_assets.checks.promotion_checks import promotion_checks
 from prag_assets.checks.retrieval_eval_checks import retrieval_eval_checks
 from prag_assets.code_versions import versioned
-from prag_assets.demo_job import demo_job
+from prag_assets.demo_job import demo_job, retrain_job, retrieval_eval_job
 from prag_assets.promotion_jobs import promotion_jobs
 from prag_assets.resource_set import default_resources
 from prag_assets.sensors import jobs, schedules, sensors
@@ -64,7 +64,7 @@ defs = dg.Definitions(
         *pbr_checks,
         *retrieval_eval_checks,
     ],
-    jobs=[demo_job(SETTINGS), *jobs, *promotion_jobs],
+    jobs=[demo_job(SETTINGS), retrieval_eval_job(), retrain_job(), *jobs, *promotion_jobs],
     sensors=sensors,
     schedules=schedules,
     resources=default_resources(),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -14,6 +16,10 @@ PRAG_DEMO_JOB = "prag_demo"
 
 #: The asset group run apart from the main pipeline, on the real PersonaBench / LongMemEval samples.
 RETRIEVAL_EVAL_GROUP = "retrieval_eval"
+#: The job of that group (`prag materialize`'s second run when data.real_data_dir is set).
+RETRIEVAL_EVAL_JOB = "prag_retrieval_eval"
+#: The lifecycle round's retraining (`prag lifecycle`): CFRAG's models and everything downstream of them.
+RETRAIN_JOB = "prag_retrain"
 
 #: The main pipeline's selection: `prag materialize`'s `--select 'not group:retrieval_eval'`.
 DEMO_SELECTION = dg.AssetSelection.all() - dg.AssetSelection.groups(RETRIEVAL_EVAL_GROUP)
@@ -32,6 +38,42 @@ def demo_run_tags(settings: Any) -> dict[str, str]:
         "prag/tasks": ",".join(settings.data.tasks),
         "prag/settings_hash": settings_hash(settings),
     }
+
+
+def code_commit(root: str | Path) -> str:
+    """The git commit of the code in ``root`` (with ``+dirty`` when files differ from it); "" outside a checkout."""
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return head + ("+dirty" if dirty else "")
+
+
+def launch_tags(settings: Any, command: str, root: str | Path) -> dict[str, str]:
+    """The tags of a run a prag command launches, to filter runs on in the UI: the command, the settings hash, the
+    tasks, and the code's git commit when the code is a git checkout."""
+    commit = code_commit(root)
+    return {"prag/command": command, **demo_run_tags(settings), **({"prag/git_commit": commit} if commit else {})}
+
+
+def retrieval_eval_job() -> dg.UnresolvedAssetJobDefinition:
+    """`prag_retrieval_eval`: the real-data retrieval evaluation (group retrieval_eval), run apart."""
+    return dg.define_asset_job(RETRIEVAL_EVAL_JOB, selection=dg.AssetSelection.groups(RETRIEVAL_EVAL_GROUP),
+                               description="The retrieval evaluation on real PersonaBench / LongMemEval samples "
+                               "(data.real_data_dir), as `prag materialize` runs it after prag_demo.")  # fmt: skip
+
+
+def retrain_job() -> dg.UnresolvedAssetJobDefinition:
+    """`prag_retrain`: the user encoder, CFRAG's retriever and rerankers retrained on the current histories, and
+    everything downstream (their retrievals for challenger and champion, the evaluations, the promotion evidence)."""
+    selection = dg.AssetSelection.assets("cfrag_user_encoder").downstream() - dg.AssetSelection.groups(
+        RETRIEVAL_EVAL_GROUP)
+    return dg.define_asset_job(RETRAIN_JOB, selection=selection, description="The lifecycle round's retraining "
+                               "(prag lifecycle): CFRAG's models on the current histories, registered as challengers, "
+                               "then their evaluation against the champions (cfrag_model_evaluation).")  # fmt: skip
 
 
 def demo_job(settings: Any | None) -> dg.UnresolvedAssetJobDefinition:

@@ -83,10 +83,10 @@ class MlflowResource(dg.ConfigurableResource):
         return tracker(self.target(), task, lineage)
 
     def ui_links(self, entry: RegisteredVersion) -> dict[str, str]:
-        """The MLflow UI pages (``mlflow.ui_url``) of a version's run and of the version."""
+        """The MLflow UI pages (``Settings.mlflow_ui_url``) of a version's run and of the version (classic view)."""
         from prag_models.mlops.registry import ui_links
 
-        return ui_links(self.target(), self.settings.get().mlflow.ui_url, entry)
+        return ui_links(self.target(), self.settings.get().mlflow_ui_url, entry)
 
     def load(self, name: str, version: int | None = None, alias: str = "") -> tuple[nn.Module, RegisteredVersion]:
         """A registered version (by number or alias), downloaded and loaded from safetensors."""

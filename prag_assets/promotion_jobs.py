@@ -11,6 +11,7 @@ appends its rows to the DuckDB table ``model_promotions``; a refused promotion f
 """
 
 import os
+from functools import partial
 
 import dagster as dg
 from pydantic import Field
@@ -27,6 +28,7 @@ from prag_models.mlops.promotion import (
     promote,
     rollback,
 )
+from prag_models.stages.promotion_evidence import read_evidence
 
 
 class RollbackConfig(dg.Config):
@@ -62,28 +64,34 @@ def _record(context: dg.OpExecutionContext, duckdb: DuckDBResource, decision: Pr
     with duckdb.connect() as con:
         append_decision(con, decision)
     context.log.info(decision.summary())
-    meta = decision_metadata(decision)
-    return dg.Output(meta, metadata={"decision": dg.MetadataValue.json(meta), "message": decision.message})
+    return dg.Output(decision_metadata(decision), metadata=_shown(decision))
 
 
-@dg.op(pool=DUCKDB_POOL, description="Promote the challenger bundle of a task if its primary metric is better.")
+def _shown(decision: PromotionDecision) -> dict:
+    """The run's metadata of a decision: the JSON record, the message and the figures the gate decided on."""
+    shown = {"decision": dg.MetadataValue.json(decision_metadata(decision)), "message": decision.message}
+    if decision.n_samples is not None:  # readable without opening the JSON
+        shown |= {"evidence": decision.metric, "challenger_minus_champion": decision.difference,
+                  "ci_95": f"[{decision.ci_low:+.4g}, {decision.ci_high:+.4g}]", "n_samples": decision.n_samples}
+    return shown
+
+
+@dg.op(pool=DUCKDB_POOL, description="Promote the challenger bundle of a task if the paired 95 % interval of "
+       "challenger − champion lies on the better side of 0.")
 def promote_cfrag_bundle(
     context: dg.OpExecutionContext, config: PromotionConfig, duckdb: DuckDBResource, mlflow: MlflowResource
 ) -> dg.Output:
     """Gate, promote or refuse, record; a refusal fails the run after it is recorded."""
     task = _task(config.task)
-    with duckdb.connect():  # fail before any MLflow change when the DuckDB file is busy
-        pass
-    try:
-        decision = promote(mlflow.target(), task, _actor(context, config.actor), config.reason, config.override)
+    try:  # a busy DuckDB file fails before any MLflow change; the gate reads the paired evidence there
+        with duckdb.connect() as con:
+            decision = promote(mlflow.target(), task, _actor(context, config.actor), config.reason, config.override,
+                               partial(read_evidence, con, task))  # fmt: skip
     except LookupError as exc:
         raise dg.Failure(description=str(exc)) from None
     output = _record(context, duckdb, decision)
     if not decision.promoted:
-        raise dg.Failure(
-            description=f"promotion refused: {decision.message}",
-            metadata={"decision": dg.MetadataValue.json(decision_metadata(decision))},
-        )
+        raise dg.Failure(description=f"promotion refused: {decision.message}", metadata=_shown(decision))
     return output
 
 
@@ -107,8 +115,9 @@ def rollback_cfrag_bundle(
 
 
 @dg.job(
-    description="Champion/challenger gate for a task's CFRAG models: the challenger bundle becomes champion when its "
-    "recorded primary metric (cfrag_model_evaluation) beats the champion's, or on override; refusals fail the run. "
+    description="Champion/challenger gate for a task's CFRAG models: the challenger bundle becomes champion when the "
+    "paired 95 % interval of challenger − champion over the same dev samples (cfrag_model_evaluation's evidence) "
+    "lies on the better side of 0, or on override; refusals fail the run. "
     "Every decision goes to MLflow tags and table model_promotions.",
     tags={"prag/kind": "promotion"},
 )

@@ -2,7 +2,11 @@
 Dagster instance (runs and event logs in its storage, so the Dagster UI shows them), in place of the superseded
 `dagster asset materialize` command. Started by prag_assets/cli.py in its own process:
 
-    python -m prag_assets.run_graph --select '<selection>' [--partition-range A...B | --partition P] [--tag k=v]
+    python -m prag_assets.run_graph (--job NAME | --select '<selection>') [--partition-range A...B | --partition P]
+        [--tag k=v]
+
+A defined job (``prag_demo``, ``incremental_update_job``, ...) runs under its name, so the UI's Runs and Jobs pages
+show which pipeline ran; a custom selection runs as Dagster's unnamed asset job.
 
 Exit code 0 when the run succeeded, 1 when it failed. The process ends with os._exit after flushing its output:
 native libraries (DuckDB's nanobind bindings, llama.cpp) otherwise print reference-leak reports at interpreter exit
@@ -11,6 +15,7 @@ about objects that are freed with the process anyway."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -18,8 +23,10 @@ import sys
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 
 
-def run(select: str, partition_range: str | None, tags: dict[str, str], partition: str | None = None) -> bool:
-    """Materialize the selection (with its asset checks) in this process, recorded in the configured instance."""
+def run(select: str, partition_range: str | None, tags: dict[str, str], partition: str | None = None,
+        job: str = "", run_config: dict | None = None) -> bool:  # fmt: skip
+    """Run the named job, else materialize the selection (with its asset checks), in this process, recorded in the
+    configured instance."""
     import dagster as dg
 
     from prag_assets.definitions import defs
@@ -28,9 +35,13 @@ def run(select: str, partition_range: str | None, tags: dict[str, str], partitio
     if partition_range:
         start, _, end = partition_range.partition("...")
         tags = {**tags, RANGE_START: start, RANGE_END: end}
-    assets = [*defs.assets, *defs.asset_checks]
-    selection = dg.AssetSelection.from_coercible(select.split(","))
     with dg.DagsterInstance.get() as instance:
+        if job:
+            result = defs.resolve_job_def(job).execute_in_process(run_config=run_config, instance=instance, tags=tags,
+                                                                  partition_key=partition, raise_on_error=False)
+            return result.success
+        assets = [*defs.assets, *defs.asset_checks]
+        selection = dg.AssetSelection.from_coercible(select.split(","))
         result = dg.materialize(assets, instance=instance, selection=selection, tags=tags, partition_key=partition,
                                 resources=default_resources(), raise_on_error=False)  # fmt: skip
     return result.success
@@ -39,13 +50,17 @@ def run(select: str, partition_range: str | None, tags: dict[str, str], partitio
 def main(argv: list[str] | None = None) -> int:
     """Parse the arguments and run; the exit code says whether the run succeeded."""
     parser = argparse.ArgumentParser(prog="python -m prag_assets.run_graph", description=__doc__)
-    parser.add_argument("--select", required=True, help="Dagster asset selection")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--job", default="", help="a job of prag_assets.definitions, e.g. prag_demo")
+    what.add_argument("--select", default="", help="Dagster asset selection (an unnamed asset job)")
     parser.add_argument("--partition-range", help="task range START...END, run as one run")
     parser.add_argument("--partition", help="one partition (a task)")
     parser.add_argument("--tag", action="append", default=[], help="run tag key=value")
+    parser.add_argument("--run-config", default="", help="the job's run config as JSON (with --job)")
     args = parser.parse_args(argv)
     tags = dict(t.split("=", 1) for t in args.tag)
-    return 0 if run(args.select, args.partition_range, tags, args.partition) else 1
+    config = json.loads(args.run_config) if args.run_config else None
+    return 0 if run(args.select, args.partition_range, tags, args.partition, args.job, config) else 1
 
 
 if __name__ == "__main__":

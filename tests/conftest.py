@@ -91,6 +91,7 @@ FILE_SECONDS = {
     "test_label_scoring.py": 38, "test_materialize_output.py": 30, "test_verdict.py": 28, "test_cfrag_graph.py": 27,
     "evaluated_graph": 27, "served_graph": 25, "test_served_privacy.py": 35, "test_taste.py": 27,
     "test_marker_graph.py": 15, "test_feedback_probe.py": 15, "test_readme_commands.py": 12, "test_claims.py": 12,
+    "test_lifecycle.py": 120,
 }  # fmt: skip
 
 

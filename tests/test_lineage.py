@@ -32,6 +32,7 @@ TASK = "LaMP-2"
 CFRAG = {"epochs": 2, "train_epochs": 2, "reranker_layers": 1, "reranker_max_length": 64, "max_feedback_samples": 8}
 TRAINING_ASSETS = {"cfrag_user_encoder": "user_encoder", "cfrag_retriever": "retriever"}
 UI = "http://127.0.0.1:5999"
+DAGSTER_UI = "http://127.0.0.1:3999"
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,7 @@ def trained(tmp_path_factory):
     """LaMP-2 materialized up to cfrag_retriever (user encoder + retriever registered); (settings, result)."""
     tmp = tmp_path_factory.mktemp("lineage")
     config = write_config(tmp / "prag.toml", tmp / "home", generator_backend="fake", data={"tasks": [TASK]},
-                          cfrag=CFRAG, mlflow={"ui_url": UI})  # fmt: skip
+                          cfrag=CFRAG, mlflow={"ui_url": UI}, run={"dagster_ui_url": DAGSTER_UI})  # fmt: skip
     result = materialize_graph(config, [TASK], selection=dg.AssetSelection.assets("cfrag_retriever").upstream())
     assert result.success
     return load_settings(config), result
@@ -66,12 +67,17 @@ def test_training_materializations_link_run_and_version_and_mlflow_carries_dagst
         run_id = stats["mlflow_run_id"]
         run_link, version_link = meta[f"mlflow_run {TASK}"], meta[f"mlflow_version {TASK}"]
         assert isinstance(run_link, dg.UrlMetadataValue) and isinstance(version_link, dg.UrlMetadataValue)
-        assert run_link.url == f"{UI}/#/experiments/{experiment}/runs/{run_id}"
-        assert version_link.url == f"{UI}/#/models/{name}/versions/{version}"
+        # issue 41 point 3 (failed first: no view parameter): the classic model-training view, not MLflow 3's GenAI
+        assert run_link.url == f"{UI}/#/experiments/{experiment}/runs/{run_id}?workflowType=machine_learning"
+        assert version_link.url == f"{UI}/#/models/{name}/versions/{version}?workflowType=machine_learning"
 
-        lineage = {"dagster.run_id": result.run_id, "dagster.asset_key": asset, "dagster.partition": TASK}
+        dagster_url = f"{DAGSTER_UI}/runs/{result.run_id}"
+        lineage = {"dagster.run_id": result.run_id, "dagster.asset_key": asset, "dagster.partition": TASK,
+                   "dagster.run_url": dagster_url}  # fmt: skip
         run = client.get_run(run_id)
         mv = client.get_model_version(name, str(version))
+        link = f"Dagster run: [{result.run_id[:8]}]({dagster_url})."  # Markdown: clickable in the MLflow UI
+        assert link in mv.description and link in run.data.tags["mlflow.note.content"]
         assert mv.run_id == run_id
         assert lineage.items() <= run.data.tags.items() and lineage.items() <= mv.tags.items()
         assert run.data.tags["mlflow.source.name"] == f"dagster asset {asset}"
@@ -87,6 +93,19 @@ def test_training_materializations_link_run_and_version_and_mlflow_carries_dagst
         logged = client.get_logged_model(output.model_id)
         assert mv.source == logged.artifact_location and logged.source_run_id == run_id
         assert json.loads(logged.tags["mlflow.modelVersions"]) == [{"name": name, "version": version}]
+
+
+def test_links_open_the_configured_mlflow_ui() -> None:
+    """Issue 41 point 3 (failed first: every link went to port 5000): mlflow.ui_url, else a tracking server's own
+    address, else `mlflow ui`'s default."""
+    base = {"PRAG_HOME": "/nonexistent"}
+    assert load_settings(environ=base).mlflow_ui_url == "http://127.0.0.1:5000"
+    server = load_settings(environ={**base, "PRAG__MLFLOW__TRACKING_URI": "http://mlflow.internal:8080/"})
+    assert server.mlflow_ui_url == "http://mlflow.internal:8080"
+    chosen = load_settings(environ={**base, "PRAG__MLFLOW__TRACKING_URI": "http://mlflow.internal:8080",
+                                    "PRAG__MLFLOW__UI_URL": "https://ml.example.org/"})  # fmt: skip
+    assert chosen.mlflow_ui_url == "https://ml.example.org"
+    assert experiment_url(chosen.mlflow_ui_url, "3") == "https://ml.example.org/#/experiments/3?workflowType=machine_learning"
 
 
 def test_a_fit_that_fails_leaves_a_failed_run(tmp_path) -> None:

@@ -60,3 +60,22 @@ def test_materialize_prints_stages_times_and_the_verdict(tmp_path) -> None:
     with duckdb.connect(str(load_settings(config).duckdb_path), read_only=True) as con:
         metrics = {m for (m,) in con.execute("SELECT DISTINCT metric FROM lamp_evaluation").fetchall()}
     assert metrics == {"mae", "rmse"}
+    _assert_named_and_tagged(home, config)
+
+
+def _assert_named_and_tagged(home, config) -> None:
+    """Issue 41 point 4 (failed first: the run was __ephemeral_asset_job__ with the launch tag alone): the run is
+    the job prag_demo, tagged with the command, the settings hash and the code's commit."""
+    import dagster as dg
+    from dagster._core.instance.ref import InstanceRef
+
+    from prag_assets.demo_job import code_commit, settings_hash
+
+    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home / "dagster"))) as instance:
+        runs = instance.get_runs()
+    assert [r.job_name for r in runs] == ["prag_demo"]
+    tags = runs[0].tags
+    assert tags["prag/command"] == "prag materialize" and tags["prag/tasks"] == TASK
+    assert tags["prag/settings_hash"] == settings_hash(load_settings(config))
+    commit = code_commit(ROOT)
+    assert tags.get("prag/git_commit", "") == commit and (commit or not (ROOT / ".git").exists())

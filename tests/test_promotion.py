@@ -54,58 +54,110 @@ def _tags(target, kind: str, version: int, task: str = TASK) -> dict[str, str]:
     return client.get_model_version(registry.registered_name(kind, task), str(version)).tags
 
 
+def _legs(challenger, champion, name: str = "retrieval", metric: str = "ndcg@5", higher: bool = True, min_n: int = 2):
+    """One leg of paired evidence (challenger and champion values on the same samples)."""
+    return [promotion.PairedEvidence(name, metric, higher, challenger, champion, min_n)]
+
+
+#: Per-sample values of a challenger better than its champion on every one of 12 samples, by 0.1 to 0.3.
+BETTER = ([0.6, 0.7, 0.5, 0.8, 0.6, 0.9, 0.7, 0.6, 0.8, 0.5, 0.7, 0.6],
+          [0.4, 0.5, 0.4, 0.5, 0.4, 0.6, 0.5, 0.3, 0.6, 0.4, 0.5, 0.4])  # fmt: skip
+
+
 def test_decide_promotion_rules() -> None:
-    better = promotion.decide_promotion(TASK, 0.6, 0.5, True, False)
-    assert better.promote and "0.6" in better.message and "0.5" in better.message
-    worse = promotion.decide_promotion(TASK, 0.4, 0.5, True, False)
-    assert not worse.promote and "worse" in worse.message and "0.4" in worse.message and "0.5" in worse.message
-    tie = promotion.decide_promotion(TASK, 0.5, 0.5, True, False)
-    assert not tie.promote and "ties" in tie.message and tie.message.count("0.5") >= 2
-    forced = promotion.decide_promotion(TASK, 0.4, 0.5, True, True)
+    """Issue 39.8: the gate decides on the paired 95 % interval with its n, never on two means."""
+    better = promotion.decide_promotion(TASK, _legs(*BETTER))
+    assert better.promote and "95 % CI" in better.message and "n=12" in better.message
+    assert better.primary.difference.low > 0
+    worse = promotion.decide_promotion(TASK, _legs(BETTER[1], BETTER[0]))
+    assert not worse.promote and "worse" in worse.message and "champion kept" in worse.message
+    tie = promotion.decide_promotion(TASK, _legs([0.5] * 6, [0.5] * 6))
+    assert not tie.promote and "ties" in tie.message
+    forced = promotion.decide_promotion(TASK, _legs(BETTER[1], BETTER[0]), override=True)
     assert forced.promote and "override" in forced.message and "worse" in forced.message
-    assert promotion.decide_promotion(TASK, 0.1, None, True, False).promote  # no champion metric: promote
-    missing = promotion.decide_promotion(TASK, None, 0.5, True, False)
-    assert not missing.promote and "no recorded accuracy" in missing.message
-    # MAE (LaMP-3): lower is better
-    assert promotion.decide_promotion("LaMP-3", 0.8, 1.0, False, False, "mae").promote
-    assert not promotion.decide_promotion("LaMP-3", 1.2, 1.0, False, False, "mae").promote
+    missing = promotion.decide_promotion(TASK, [])
+    assert not missing.promote and "no paired evidence" in missing.message
+    # MAE (LaMP-3): lower is better, so the challenger's interval must lie below 0
+    assert promotion.decide_promotion("LaMP-3", _legs(BETTER[1], BETTER[0], "llm", "mae", False)).promote
+    assert not promotion.decide_promotion("LaMP-3", _legs(*BETTER, "llm", "mae", False)).promote
+
+
+def test_the_gate_keeps_a_higher_mean_whose_interval_straddles_zero() -> None:
+    """Issue 39.8 (failed first: the gate promoted on the strictly higher mean, 0.75 > 0.5 on 4 samples): a mean
+    gain the interval does not show keeps the champion, with both means, the interval and n in the reason."""
+    kept = promotion.decide_promotion(TASK, _legs([1, 1, 0, 1], [0, 1, 1, 0], "llm", "accuracy", min_n=2))
+    assert not kept.promote and "does not lie above 0" in kept.message
+    assert "challenger 0.75 vs champion 0.5" in kept.message and "n=4" in kept.message
+    leg = kept.primary
+    assert leg.difference.low < 0 < leg.difference.high and leg.difference.n == 4
+
+
+def test_a_short_llm_leg_reports_but_does_not_decide_and_a_shown_regression_blocks() -> None:
+    """The retrieval leg (every dev sample) decides; the LLM leg counts from its minimum n on: below it the message
+    says so, from it on a shown regression keeps the champion."""
+    retrieval = _legs(*BETTER)
+    short = promotion.decide_promotion(TASK, retrieval + _legs([0, 0, 0, 0], [1, 1, 1, 1], "llm", "accuracy", min_n=30))
+    assert short.promote and "n=4 (fewer than its minimum n=30: not used)" in short.message
+    llm = _legs([0.0] * 12, [1.0] * 12, "llm", "accuracy", min_n=10)
+    blocked = promotion.decide_promotion(TASK, retrieval + llm)
+    assert not blocked.promote and "worse on llm accuracy" in blocked.message
+    only_short = promotion.decide_promotion(TASK, _legs([1, 1], [0, 0], "llm", "accuracy", min_n=30))
+    assert not only_short.promote and "no paired evidence with its minimum n" in only_short.message
 
 
 def test_record_evaluation_tags_and_run_metrics(target, model_dir) -> None:
     versions = _evaluated(target, model_dir, 0.5)
     tags = _tags(target, "retriever", versions["retriever"])
-    assert float(tags["eval.accuracy"]) == 0.5 and tags["eval.data_version"] == "dv1"
+    assert tags["eval.bundle.accuracy"] == "0.5" and tags["eval.data_version"] == "dv1"
     assert tags["eval.bundle"] == promotion.bundle_key(versions)
+    assert "eval.accuracy" not in tags and "whole CFRAG bundle" in tags["eval.bundle.note"]  # the bundle's, said so
     run_id = registry.get_version(target, registry.registered_name("reranker", TASK), versions["reranker"]).run_id
-    assert registry.run_metric_history(target, run_id, "eval.f1_macro") == [0.25]
+    assert registry.run_metric_history(target, run_id, "eval.bundle.f1_macro") == [0.25]
+    promotion.record_evaluation(target, TASK, versions, {"accuracy": 2 / 3}, "dv1")
+    assert _tags(target, "retriever", versions["retriever"])["eval.bundle.accuracy"] == "0.6667"  # rounded
 
 
 def test_refuses_worse_and_tie_accepts_better(target, model_dir) -> None:
     first = _evaluated(target, model_dir, 0.5)
     _evaluated(target, model_dir, 0.25)
-    refused = promotion.promote(target, TASK, "alice", "weekly retrain")
+    refused = promotion.promote(target, TASK, "alice", "weekly retrain", evidence=_legs(BETTER[1], BETTER[0]))
     assert refused.action == "refused" and not refused.promoted
-    assert "0.25" in refused.message and "0.5" in refused.message
+    assert "worse" in refused.message and "95 % CI" in refused.message and refused.n_samples == 12
     assert _champions(target) == first
     assert _tags(target, "retriever", 2)["promotion.action"] == "refused"
+    kept = _version(target, "retriever", 1)  # the champion kept says why, with its evidence
+    assert "kept as champion" in kept.description and "95 % CI" in kept.description and "n=12" in kept.description
 
     _evaluated(target, model_dir, 0.5)  # version 3 ties the champion
-    tie = promotion.promote(target, TASK, "alice", "tie")
-    assert not tie.promoted and "ties" in tie.message and tie.message.count("0.5") >= 2
+    tie = promotion.promote(target, TASK, "alice", "tie", evidence=_legs([0.5] * 5, [0.5] * 5))
+    assert not tie.promoted and "ties" in tie.message
     assert _champions(target) == first
 
     best = _evaluated(target, model_dir, 0.75)
-    done = promotion.promote(target, TASK, "bob", "better accuracy")
+    seen = []
+    done = promotion.promote(target, TASK, "bob", "better ndcg", evidence=lambda *keys: seen.append(keys) or
+                             _legs(*BETTER))  # fmt: skip
+    assert seen == [(promotion.bundle_key(best), promotion.bundle_key(first))]  # read for exactly these bundles
     assert done.promoted and done.action == "promoted"
-    assert (done.challenger_value, done.champion_value) == (0.75, 0.5)
+    assert done.metric == "retrieval ndcg@5" and done.n_samples == 12 and done.ci_low > 0
+    assert (done.challenger_value, done.champion_value) == pytest.approx((0.6667, 0.4583), abs=1e-4)
     assert _champions(target) == best and done.from_versions == first
     tags = _tags(target, "user_encoder", best["user_encoder"])
     assert tags["promotion.action"] == "promoted" and tags["promotion.actor"] == "bob"
-    assert tags["promotion.reason"] == "better accuracy" and tags["promotion.metric"] == "accuracy"
-    assert tags["promotion.challenger_value"] == "0.75" and tags["promotion.champion_value"] == "0.5"
+    assert tags["promotion.reason"] == "better ndcg" and tags["promotion.metric"] == "retrieval ndcg@5"
+    assert tags["promotion.n_samples"] == "12" and float(tags["promotion.ci_low"]) > 0
+    assert tags["promotion.evidence"] == "retrieval ndcg@5" and "95 % CI" in tags["promotion.evidence.retrieval"]
     assert tags["promotion.override"] == "false" and tags["promotion.decided_at"].endswith("Z")
+    described = _version(target, "reranker", best["reranker"]).description
+    assert "promoted to champion" in described and "n=12 paired samples" in described
+    assert described.count("**Promotion gate**") == 1  # the refusal's paragraph was replaced, not appended
     rows = done.rows()
     assert len(rows) == 4 and set(rows["from_version"]) == {1} and set(rows["to_version"]) == {4}
+    assert set(rows["n_samples"]) == {12}
+
+
+def _version(target, kind: str, version: int, task: str = TASK):
+    return registry.make_client(target).get_model_version(registry.registered_name(kind, task), str(version))
 
 
 def test_refuses_a_challenger_that_did_not_beat_its_initialisation(target, model_dir) -> None:
@@ -118,23 +170,27 @@ def test_refuses_a_challenger_that_did_not_beat_its_initialisation(target, model
     tags = {"training.improved": "false", "training.val_kl_init": "0.7", "training.val_kl_best": "0.7"}
     for key, value in tags.items():
         client.set_model_version_tag(name, str(best["reranker"]), key, value)
-    refused = promotion.promote(target, TASK, "alice", "weekly retrain")
+    refused = promotion.promote(target, TASK, "alice", "weekly retrain", evidence=_legs(*BETTER))
     assert not refused.promoted and "did not beat its untrained initialisation" in refused.message
     assert f"{name} v{best['reranker']}" in refused.message and "0.7" in refused.message
-    assert promotion.promote(target, TASK, "alice", "reviewed", override=True).promoted
+    assert refused.n_samples == 12 and "95 % CI" in refused.message  # refused by another rule: its evidence recorded
+    assert promotion.promote(target, TASK, "alice", "reviewed", override=True, evidence=_legs(*BETTER)).promoted
 
 
 def test_override_promotes_worse_and_rollback_restores(target, model_dir) -> None:
     first = _evaluated(target, model_dir, 0.5)
     second = _evaluated(target, model_dir, 0.25)
-    forced = promotion.promote(target, TASK, "carol", "hotfix", override=True)
-    assert forced.promoted and forced.override and "override" in forced.message
+    forced = promotion.promote(target, TASK, "carol", "hotfix", override=True, evidence=_legs(BETTER[1], BETTER[0]))
+    assert forced.promoted and forced.override and "override" in forced.message and forced.n_samples == 12
     assert _champions(target) == second
     assert _tags(target, "reranker", 2)["promotion.override"] == "true"
 
     back = promotion.rollback(target, TASK, "carol", "hotfix was bad")
     assert back.action == "rolled_back" and back.to_versions == first and back.from_versions == second
     assert _champions(target) == first
+    restored = _version(target, "reranker", first["reranker"]).description  # keeps the evidence it was judged on
+    assert "**Promotion gate**" in restored and "replaced as champion" in restored and "95 % CI" in restored
+    assert restored.index("**Promotion gate**") < restored.index("**Rollback**")  # the rollback follows the gate
     assert _tags(target, "reranker", 2)["promotion.action"] == "rolled_back"
     with pytest.raises(LookupError, match="nothing to roll back to"):
         promotion.rollback(target, TASK, "carol", "again")
@@ -150,12 +206,13 @@ def test_rollback_without_history_and_missing_models(target, model_dir) -> None:
         promotion.promote(target, "LaMP-3", "dave", "no models")
 
 
-def test_missing_champion_metric_promotes(target, model_dir) -> None:
-    _register_bundle(target, model_dir)  # version 1, never evaluated
-    second = _evaluated(target, model_dir, 0.1)
-    done = promotion.promote(target, TASK, "erin", "first evaluated bundle")
-    assert done.promoted and done.champion_value is None and "no recorded accuracy" in done.message
-    assert _champions(target) == second
+def test_without_paired_evidence_the_champion_is_kept(target, model_dir) -> None:
+    """A recorded metric alone (no per-sample values of both bundles on the same samples) decides nothing."""
+    first = _register_bundle(target, model_dir)  # version 1, never evaluated
+    _evaluated(target, model_dir, 0.9)
+    kept = promotion.promote(target, TASK, "erin", "first evaluated bundle")
+    assert not kept.promoted and "no paired evidence" in kept.message and kept.n_samples is None
+    assert _champions(target) == first
 
 
 def test_append_decision_writes_model_promotions(target, model_dir, tmp_path) -> None:
@@ -163,13 +220,14 @@ def test_append_decision_writes_model_promotions(target, model_dir, tmp_path) ->
 
     _evaluated(target, model_dir, 0.5)
     _evaluated(target, model_dir, 0.6)
-    decision = promotion.promote(target, TASK, "frank", "better")
+    decision = promotion.promote(target, TASK, "frank", "better", evidence=_legs(*BETTER))
     with duckdb.connect(str(tmp_path / "p.duckdb")) as con:
         assert promotion.append_decision(con, decision) == 4
         rows = con.execute(f"SELECT * FROM {promotion.PROMOTIONS_TABLE} ORDER BY registered_name").df()
     assert list(rows.columns) == [
         "task", "action", "registered_name", "from_version", "to_version", "metric", "challenger_value",
-        "champion_value", "override", "actor", "reason", "decided_at", "message",
+        "champion_value", "override", "actor", "reason", "decided_at", "message", "difference", "ci_low", "ci_high",
+        "n_samples",
     ]  # fmt: skip
     assert set(rows["action"]) == {"promoted"} and set(rows["to_version"]) == {2} and not rows["override"].any()
     assert rows["registered_name"].tolist()[0] == "prag-reranker-LaMP-2"
@@ -203,7 +261,7 @@ def test_promotion_jobs_record_and_fail_on_refusal(tiny_config, model_dir, monke
     assert not refused.success
     failure = next(e for e in refused.all_events if e.event_type_value == "STEP_FAILURE")
     error = str(failure.event_specific_data.error)
-    assert "promotion refused" in error and "0.25" in error and "0.5" in error
+    assert "promotion refused" in error and "no paired evidence" in error  # none recorded in its DuckDB file
     forced = _job_result(promote_cfrag_models, tiny_config, "promote_cfrag_bundle", **values, override=True)
     assert forced.success and _champions(target)["retriever"] == 2
     monkeypatch.setenv("USER", "hank")  # an empty actor falls back to $USER
@@ -274,7 +332,7 @@ def test_graph_records_challenger_evaluation_and_answers(graph, monkeypatch, cap
     target = promotion.mlflow_target(settings)
     for kind in promotion.KINDS:
         tags = _tags(target, kind, 1)
-        assert float(tags["eval.accuracy"]) == pytest.approx(accuracy) and tags["eval.method"] == "cfrag"
+        assert tags["eval.bundle.accuracy"] == f"{accuracy:.4g}" and tags["eval.method"] == "cfrag"
 
     code, out, _ = _cli(monkeypatch, capsys, config, "answer", "--task", TASK, "--user", known, "--input", sample)
     assert code == 0, out
@@ -304,21 +362,30 @@ def test_graph_records_challenger_evaluation_and_answers(graph, monkeypatch, cap
 def test_graph_retrained_challenger_is_evaluated_promoted_and_rolled_back(graph, monkeypatch, capsys) -> None:
     """After the test above (same graph): retrain the retriever, evaluate v2 by alias, promote, serve, roll back."""
     import dagster as dg
+    import duckdb
     from conftest import materialize_graph
 
     from prag_models.config.settings import load_settings
+    from prag_models.stages.promotion_evidence import read_evidence
 
     config, _ = graph
     target = promotion.mlflow_target(load_settings(config))
     retrain = dg.AssetSelection.assets("feedback_labels", "cfrag_retriever", "cfrag_retrievals", "generations",
-                                       "lamp_evaluation", "cfrag_model_evaluation")  # fmt: skip
+                                       "lamp_evaluation", "lamp_retrieval_evaluation",
+                                       "cfrag_model_evaluation")  # fmt: skip
     assert materialize_graph(config, [TASK], selection=retrain).success
     bundle = {"user_encoder": 1, "retriever": 2, "reranker": 1, "reranker_no_eu": 1}
     assert _tags(target, "retriever", 2)["eval.bundle"] == promotion.bundle_key(bundle)  # evaluated by alias
     assert _tags(target, "retriever", 1)["eval.bundle"] == promotion.bundle_key(dict.fromkeys(bundle, 1))
+    with duckdb.connect(str(load_settings(config).duckdb_path), read_only=True) as con:  # the champion retrieved too
+        legs = read_evidence(con, TASK, promotion.bundle_key(bundle), promotion.bundle_key(dict.fromkeys(bundle, 1)))
+        champion_rows = con.execute("SELECT count(*) FROM cfrag_retrievals WHERE method = 'cfrag@champion'").fetchone()
+    dev = len(legs[0].challenger)
+    assert legs[0].name == "retrieval" and dev >= 2 and champion_rows[0] > 0
 
     code, out, _ = _cli(monkeypatch, capsys, config, "promote", "--task", TASK, "--reason", "retrained retriever")
-    gated = "challenger accuracy" in out and "champion accuracy" in out  # the accuracy gate on both values
+    # the gate on the paired interval of cfrag against cfrag@champion over every dev sample (retrieval leg)
+    gated = "95 % CI" in out and "retrieval " in out and "n=" in out
     # fit.py: no epoch beat the initialisation on validation, or the significance gate kept the initialisation
     not_learned = "did not beat its untrained initialisation" in out
     assert code in (0, 1) and (gated or (code == 1 and not_learned)), out

@@ -2,7 +2,17 @@
 override, and the aliases follow the gate (real MLflow sqlite store)."""
 
 # ruff: noqa: F811 - the fixtures target and model_dir come from test_promotion
-from test_promotion import TASK, _champions, _evaluated, _register_bundle, _tags, model_dir, target  # noqa: F401
+from test_promotion import (  # noqa: F401
+    BETTER,
+    TASK,
+    _champions,
+    _evaluated,
+    _legs,
+    _register_bundle,
+    _tags,
+    model_dir,
+    target,
+)
 
 from prag_models.mlops import promotion, registry
 
@@ -19,7 +29,7 @@ def test_rollback_shares_the_gate_flagged_and_unlearned_versions_need_an_audited
     first = _evaluated(target, model_dir, 0.5)
     promotion.promote(target, TASK, "alice", "first")
     second = _evaluated(target, model_dir, 0.75)
-    assert promotion.promote(target, TASK, "alice", "better").promoted
+    assert promotion.promote(target, TASK, "alice", "better", evidence=_legs(*BETTER)).promoted
     client = registry.make_client(target)
     for kind, version in first.items():  # what `prag forget` does to the versions trained before an erasure
         client.set_model_version_tag(registry.registered_name(kind, TASK), str(version), RETRAIN_TAG, "true")
@@ -41,7 +51,7 @@ def test_rollback_refuses_a_version_that_did_not_beat_its_initialisation(target,
     first = _evaluated(target, model_dir, 0.5)
     promotion.promote(target, TASK, "alice", "first")
     _evaluated(target, model_dir, 0.75)
-    promotion.promote(target, TASK, "alice", "better")
+    promotion.promote(target, TASK, "alice", "better", evidence=_legs(*BETTER))
     name = registry.registered_name("retriever", TASK)
     registry.make_client(target).set_model_version_tag(name, str(first["retriever"]), "training.improved", "false")
     refused = promotion.rollback(target, TASK, "bob", "back")
@@ -62,6 +72,6 @@ def test_aliases_follow_the_gate_and_the_registry_says_what_the_champion_is(targ
         assert status.startswith("v1: the untrained initialisation")
     promotion.record_evaluation(target, TASK, first, {"accuracy": 0.5}, "dv1")
     _evaluated(target, model_dir, 0.75)
-    assert promotion.promote(target, TASK, "alice", "trained and better").promoted
+    assert promotion.promote(target, TASK, "alice", "trained and better", evidence=_legs(*BETTER)).promoted
     status = client.get_registered_model(registry.registered_name("reranker", TASK)).tags[registry.CHAMPION_STATUS_TAG]
     assert status == "v2: promoted, passed the gate"

@@ -121,9 +121,10 @@ def test_every_script_the_readme_runs_is_in_a_fresh_clone(clone: Path) -> None:
 
 
 def test_tool_options_the_readme_uses_exist() -> None:
-    """``mlflow`` and ``dagster`` lines use subcommands and options those tools have (the venv's versions)."""
+    """``mlflow`` and ``dagster`` lines use subcommands and options those tools have (the venv's versions): the
+    README's own lines and the tool lines of the scripts it runs (scripts/ui.sh, scripts/mlflow_ui.sh)."""
     checked = 0
-    for words in COMMANDS:
+    for words in [*COMMANDS, *_script_tool_lines()]:
         command = _split_env(words)[1]
         tool = Path(command[0]).name
         if tool not in ("mlflow", "dagster"):
@@ -135,6 +136,18 @@ def test_tool_options_the_readme_uses_exist() -> None:
             assert option in help_text, f"`{' '.join(command)}`: {tool} {' '.join(subcommands)} has no {option}"
         checked += 1
     assert checked >= 2
+
+
+def _script_tool_lines() -> list[list[str]]:
+    """``exec "$PRAG_VENV/bin/<tool>" ...`` lines of the scripts the README runs, as words (tool name first)."""
+    scripts = {w for c in COMMANDS for w in c if re.fullmatch(r"scripts/[\w./-]+\.sh", w)}
+    found = []
+    for script in sorted(scripts):
+        for line in (ROOT / script).read_text(encoding="utf-8").splitlines():
+            if line.startswith('exec "$PRAG_VENV/bin/'):
+                words = shlex.split(line.removeprefix("exec "), posix=True)
+                found.append([Path(words[0]).name, *words[1:]])
+    return found
 
 
 def _prag(clone: Path, home: Path, *args: str) -> subprocess.CompletedProcess:

@@ -5,6 +5,7 @@ import dagster as dg
 
 from prag_assets.assets.cfrag import cfrag_retrievals
 from prag_assets.assets.evaluation import lamp_evaluation
+from prag_assets.assets.retrieval_evaluation import lamp_retrieval_evaluation
 from prag_assets.common import report_partitions, task_run
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.resources import DuckDBResource, PragSettingsResource
@@ -14,11 +15,14 @@ from prag_models.stages.cfrag_evaluation import EVAL_TABLE, record_task_evaluati
 
 @task_asset(
     "evaluation",  # after lamp_evaluation: drawn with the evaluation group, so the cfrag group precedes generation
-    deps=[lamp_evaluation, cfrag_retrievals],
+    deps=[lamp_evaluation, lamp_retrieval_evaluation, cfrag_retrievals],
     kinds={"duckdb", "mlflow"},
     description="The `cfrag` metrics of lamp_evaluation recorded on every MLflow version of the bundle "
-    "cfrag_retrievals used (tags eval.<metric>, eval.data_version, eval.bundle; metrics eval.<metric> on the runs) "
-    "and in table cfrag_model_evaluations: the input of the promotion gate (prag promote).",
+    "cfrag_retrievals used, labelled as the bundle's (tags eval.bundle.<metric> to 4 significant digits with "
+    "eval.bundle.n_samples, eval.data_version, eval.bundle; metrics eval.bundle.<metric> on the runs) and in table "
+    "cfrag_model_evaluations; and the paired per-sample values of challenger and champion (cfrag vs cfrag@champion: "
+    "the retrieval evaluation on every dev sample, the LLM evaluation where both were generated) in table "
+    "cfrag_promotion_evidence: the input of the promotion gate (prag promote).",
 )
 def cfrag_model_evaluation(
     context: dg.AssetExecutionContext,
@@ -30,7 +34,7 @@ def cfrag_model_evaluation(
     stats: dict[str, dict] = {}
     with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
         for task in tasks:
-            stats[task] = record_task_evaluation(con, task, mlflow.target())
+            stats[task] = record_task_evaluation(con, task, mlflow.target(), settings)
             if "skipped" in stats[task]:
                 context.log.warning(f"{task}: {stats[task]['skipped']}: nothing recorded")
                 continue

@@ -11,7 +11,7 @@ from prag_assets.common import task_run
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_models.metrics.lamp import metric_bounds, primary_metric
-from prag_models.mlops.promotion import KINDS
+from prag_models.mlops.promotion import BUNDLE_EVAL, KINDS, bundle_figure
 from prag_models.mlops.registry import make_client
 from prag_models.stages.cfrag_evaluation import EVAL_TABLE, METHOD
 from prag_models.storage.store import read_rows, table_exists
@@ -36,9 +36,10 @@ def _task_problems(con, client, task: str) -> tuple[list[str], dict]:
         key = (r.registered_name, int(r.version))
         if key not in tags_of:
             tags_of[key] = client.get_model_version(r.registered_name, str(r.version)).tags
-        tagged = tags_of[key].get(f"eval.{r.metric}")
-        if tagged is None or not math.isclose(float(tagged), r.value, abs_tol=1e-12):
-            problems.append(f"{r.registered_name}/{r.version}: tag eval.{r.metric} = {tagged}, table says {r.value}")
+        tagged = tags_of[key].get(f"{BUNDLE_EVAL}.{r.metric}")
+        if tagged != bundle_figure(r.value):
+            problems.append(f"{r.registered_name}/{r.version}: tag {BUNDLE_EVAL}.{r.metric} = {tagged}, table says "
+                            f"{r.value}")  # fmt: skip
     info = {m: float(v) for m, v in rows.groupby("metric")["value"].first().items()}
     return sorted(set(problems)), info
 
@@ -47,7 +48,8 @@ def _task_problems(con, client, task: str) -> tuple[list[str], dict]:
     cfrag_model_evaluation,
     "recorded_metrics_in_bounds",
     "Every model kind of the bundle has the task's metrics recorded, the primary one included; each "
-    "value is finite and within the metric's bounds ([0, 1], MAE/RMSE [0, 4]) and equals the eval.<metric> tag of "
+    "value is finite and within the metric's bounds ([0, 1], MAE/RMSE [0, 4]) and equals (to 4 significant "
+    "digits) the eval.bundle.<metric> tag of "
     "its MLflow version. Tasks without `cfrag` in retrieval.methods are skipped.",
 )
 def recorded_metrics_in_bounds(

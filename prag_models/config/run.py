@@ -15,3 +15,5 @@ class RunSettings(Section):
     # sizes data.llm_eval_samples to fit, never above the configured value (0 = no budget: data.llm_eval_samples as
     # is). The default is sized so the main job fits 15 minutes on a 2-core AVX2 CPU (docs/deployment.md).
     llm_budget_s: float = Field(240.0, ge=0)
+    # Where the Dagster UI runs (scripts/ui.sh): MLflow runs and versions link back to their Dagster run there.
+    dagster_ui_url: str = "http://127.0.0.1:3000"

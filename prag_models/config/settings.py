@@ -212,13 +212,18 @@ class ClusteringSettings(Section):
     n_jobs: int = 2  # HDBSCAN core-distance workers
 
 
+#: Where `mlflow ui` listens by default (scripts/mlflow_ui.sh starts it there for a home's sqlite store).
+MLFLOW_UI_DEFAULT = "http://127.0.0.1:5000"
+
+
 class MlflowSettings(Section):
     """MLflow tracking and registry; empty URI = sqlite store under the prag home."""
 
     tracking_uri: str = ""
     experiment: str = "prag"
-    # Where the MLflow UI runs (`mlflow ui` / `mlflow server`): the assets link runs and versions to its pages.
-    ui_url: str = "http://127.0.0.1:5000"
+    # Where the MLflow UI runs: the assets link runs and versions to its pages (in the classic model-training view).
+    # Empty = the tracking URI when it is a server (http/https), else `mlflow ui`'s own address (127.0.0.1:5000).
+    ui_url: str = ""
 
 
 class Settings(BaseSettings):
@@ -259,6 +264,15 @@ class Settings(BaseSettings):
     def mlflow_uri(self) -> str:
         """Tracking URI: configured, else a sqlite store under the home."""
         return self.mlflow.tracking_uri or f"sqlite:///{self.home_path / 'mlflow.db'}"
+
+    @property
+    def mlflow_ui_url(self) -> str:
+        """The MLflow UI the links open: mlflow.ui_url, else a server tracking URI, else `mlflow ui`'s address."""
+        if self.mlflow.ui_url:
+            return self.mlflow.ui_url.rstrip("/")
+        if self.mlflow.tracking_uri.startswith(("http://", "https://")):
+            return self.mlflow.tracking_uri.rstrip("/")
+        return MLFLOW_UI_DEFAULT
 
     @property
     def mlflow_artifacts_path(self) -> Path:

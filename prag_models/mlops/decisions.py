@@ -16,8 +16,14 @@ PROMOTIONS_TABLE = "model_promotions"
 PROMOTIONS_DDL = (
     "task VARCHAR, action VARCHAR, registered_name VARCHAR, from_version BIGINT, to_version BIGINT, metric VARCHAR, "
     "challenger_value DOUBLE, champion_value DOUBLE, override BOOLEAN, actor VARCHAR, reason VARCHAR, "
-    "decided_at TIMESTAMP, message VARCHAR"
+    "decided_at TIMESTAMP, message VARCHAR, difference DOUBLE, ci_low DOUBLE, ci_high DOUBLE, n_samples BIGINT"
 )
+#: Columns added after the table's first release (an older home's table gets them on its next decision).
+_ADDED_COLUMNS = ("difference DOUBLE", "ci_low DOUBLE", "ci_high DOUBLE", "n_samples BIGINT")
+#: Heading of the decision paragraph at the end of a version's description (replaced by the next decision).
+DECISION_HEADING = "**Promotion gate**"
+#: Heading of a rollback's paragraph, after the gate's (which keeps the evidence the version was judged on).
+ROLLBACK_HEADING = "**Rollback**"
 
 
 def iso_utc(moment: datetime) -> str:
@@ -27,7 +33,9 @@ def iso_utc(moment: datetime) -> str:
 
 @dataclass(frozen=True)
 class PromotionDecision:
-    """One promotion, refusal or rollback of a task's bundle; ``*_value`` are the primary metric of each bundle.
+    """One promotion, refusal or rollback of a task's bundle; ``*_value`` are the metric the gate decided on (both
+    means over the paired samples; the recorded primary metric without paired evidence), ``difference`` its
+    challenger − champion with the 95 % interval ``ci_low``..``ci_high`` over ``n_samples`` paired samples.
 
     For a rollback, ``to_versions`` are the restored champion versions, ``challenger_value`` their recorded metric and
     ``champion_value`` the metric of the bundle that was champion until then.
@@ -48,6 +56,10 @@ class PromotionDecision:
     names: dict[str, str] = field(default_factory=dict)  # kind -> registered name
     from_versions: dict[str, int | None] = field(default_factory=dict)
     to_versions: dict[str, int | None] = field(default_factory=dict)
+    difference: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n_samples: int | None = None
 
     def rows(self) -> pd.DataFrame:
         """One ``model_promotions`` row per registered model of the bundle."""
@@ -62,6 +74,10 @@ class PromotionDecision:
             "reason": self.reason,
             "decided_at": self.decided_at,
             "message": self.message,
+            "difference": self.difference,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "n_samples": self.n_samples,
         }
         rows = [
             {**base, "registered_name": self.names[k], "from_version": self.from_versions.get(k),
@@ -69,13 +85,18 @@ class PromotionDecision:
             for k in self.names
         ]  # fmt: skip
         columns = [c.split()[0] for c in PROMOTIONS_DDL.split(", ")]
-        return pd.DataFrame(rows, columns=columns).astype({"from_version": "Int64", "to_version": "Int64"})
+        return pd.DataFrame(rows, columns=columns).astype(
+            {"from_version": "Int64", "to_version": "Int64", "n_samples": "Int64", "difference": "float64",
+             "ci_low": "float64", "ci_high": "float64"})  # fmt: skip
 
     def summary(self) -> str:
         """A few printable lines: the message, the versions per model, who/when/why."""
         lines = [f"{self.action}: {self.message}"]
         for kind, name in self.names.items():
             lines.append(f"  {name}: v{self.from_versions.get(kind)} -> v{self.to_versions.get(kind)}")
+        if self.n_samples is not None:
+            lines.append(f"  {self.metric}: challenger − champion {self.difference:+.4g}, 95 % CI "
+                         f"[{self.ci_low:+.4g}, {self.ci_high:+.4g}], n={self.n_samples}")  # fmt: skip
         lines.append(
             f"  actor {self.actor}, at {iso_utc(self.decided_at)}, override {self.override}, reason: {self.reason}"
         )
@@ -86,6 +107,8 @@ def append_decision(con: duckdb.DuckDBPyConnection, decision: PromotionDecision)
     """Append a decision's rows to the DuckDB table ``model_promotions`` (created if missing); returns rows written."""
     frame = decision.rows()
     con.execute(f"CREATE TABLE IF NOT EXISTS {PROMOTIONS_TABLE} ({PROMOTIONS_DDL})")
+    for column in _ADDED_COLUMNS:
+        con.execute(f"ALTER TABLE {PROMOTIONS_TABLE} ADD COLUMN IF NOT EXISTS {column}")
     con.register("_prag_promotion", frame)
     try:
         cols = ", ".join(frame.columns)
@@ -108,6 +131,32 @@ def decision_metadata(decision: PromotionDecision) -> dict[str, Any]:
         "reason": decision.reason,
         "decided_at": iso_utc(decision.decided_at),
         "message": decision.message,
+        "evidence": None if decision.n_samples is None else {
+            "difference": round(decision.difference, 6), "ci_95": [round(decision.ci_low, 6),
+            round(decision.ci_high, 6)], "n_samples": decision.n_samples},
         "versions": {decision.names[k]: [decision.from_versions.get(k), decision.to_versions.get(k)]
                      for k in decision.names},
     }  # fmt: skip
+
+
+def describe_version(description: str, decision: PromotionDecision, is_to: bool) -> str:
+    """A version's description with the decision as its last paragraph (a previous decision's paragraph replaced):
+    what happened to this version, the figures, the 95 % interval and n the gate decided on, who and why. A rollback
+    adds its own paragraph after the gate's, which keeps the evidence the version was last judged on."""
+    heading = ROLLBACK_HEADING if decision.action == "rolled_back" else DECISION_HEADING
+    base = description.split(f"\n\n{ROLLBACK_HEADING}", 1)[0]
+    base = base.split(f"\n\n{DECISION_HEADING}", 1)[0] if heading == DECISION_HEADING else base
+    base = base.rstrip()
+    role = {("promoted", True): "promoted to champion", ("promoted", False): "replaced as champion",
+            ("refused", True): "not promoted (the champion was kept)", ("refused", False): "kept as champion",
+            ("rolled_back", True): "restored as champion by a rollback",
+            ("rolled_back", False): "rolled back from champion"}[(decision.action, is_to)]  # fmt: skip
+    lines = [f"{heading} ({iso_utc(decision.decided_at)}, {decision.actor}): this version was {role}."]
+    if decision.n_samples is not None:
+        lines.append(f"Evidence: {decision.metric}, challenger {decision.challenger_value:.4g} vs champion "
+                     f"{decision.champion_value:.4g}; challenger − champion {decision.difference:+.4g}, 95 % CI "
+                     f"[{decision.ci_low:+.4g}, {decision.ci_high:+.4g}], n={decision.n_samples} paired samples.")
+    # a code span: the MLflow UI renders descriptions as Markdown, where "[a, b] (n=3)" reads as a link
+    lines.append(f"Gate: `{decision.message}`")
+    lines.append(f"Reason given: {decision.reason}" + (" (override)" if decision.override else ""))
+    return (f"{base}\n\n" if base else "") + "\n".join(lines)

@@ -2,8 +2,9 @@
 
 The bundle of a task is its four registered models (``registry.MODEL_NAMES``: user encoder, retriever, reranker,
 reranker without e_u). Evaluation results are attached to every version of the evaluated bundle as model-version tags
-(``eval.<metric>``, ``eval.data_version``, ``eval.bundle`` = the bundle's versions, ``eval.recorded_at``) and logged as
-metrics ``eval.<metric>`` on each version's run. :func:`promote` compares the task's primary metric
+labelled as the bundle's (``eval.bundle.<metric>`` to 4 significant digits, ``eval.bundle.n_samples``,
+``eval.bundle.note``; ``eval.data_version``, ``eval.bundle`` = the bundle's versions, ``eval.recorded_at``) and logged
+as metrics ``eval.bundle.<metric>`` on each version's run. :func:`promote` compares the task's primary metric
 (``metrics.primary_metric``; lower is better for MAE) of the ``challenger`` bundle with the value recorded for the
 ``champion`` bundle and, when the challenger is strictly better (or on override), moves alias ``champion`` of every
 kind to its challenger version. Promotion and rollback share one gate besides the metric: a version flagged
@@ -25,19 +26,19 @@ mlflow is imported lazily (through ``registry.make_client``); importing this mod
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from prag_models.metrics.lamp import HIGHER_IS_BETTER, primary_metric
 from prag_models.mlops.decisions import PROMOTIONS_DDL as PROMOTIONS_DDL
 from prag_models.mlops.decisions import PROMOTIONS_TABLE as PROMOTIONS_TABLE
-from prag_models.mlops.decisions import PromotionDecision
+from prag_models.mlops.decisions import PromotionDecision, describe_version
 from prag_models.mlops.decisions import append_decision as append_decision
 from prag_models.mlops.decisions import decision_metadata as decision_metadata
 from prag_models.mlops.decisions import iso_utc as _iso
+from prag_models.mlops.gate import PairedEvidence, Verdict
+from prag_models.mlops.gate import decide_promotion as decide_promotion
 from prag_models.mlops.registry import (
     CHALLENGER,
     CHAMPION,
@@ -62,14 +63,6 @@ _MAX_TAG = 5000  # MLflow's limit on a tag value
 _MAX_HISTORY = 50
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """Outcome of the metric gate: whether to promote, and why."""
-
-    promote: bool
-    message: str
-
-
 def mlflow_target(settings: Settings) -> MlflowTarget:
     """The MLflow target of the settings (as the Dagster MlflowResource builds it)."""
     artifacts = "" if settings.mlflow.tracking_uri else str(settings.mlflow_artifacts_path)
@@ -79,6 +72,18 @@ def mlflow_target(settings: Settings) -> MlflowTarget:
 def bundle_key(versions: Mapping[str, int | None]) -> str:
     """The canonical text of a bundle's versions, e.g. ``reranker:2,reranker_no_eu:2,retriever:2,user_encoder:1``."""
     return ",".join(f"{k}:{versions[k]}" for k in sorted(versions))
+
+
+#: Prefix of a bundle's evaluation figures on each of its versions (tags and run metrics): they score the bundle,
+#: stamped alike on its models, never one model alone.
+BUNDLE_EVAL = "eval.bundle"
+BUNDLE_NOTE = ("figures of the whole CFRAG bundle (its {n} models together: tag eval.bundle) on the evaluation "
+               "samples (eval.bundle.n_samples), not of this model alone")
+
+
+def bundle_figure(value: float) -> str:
+    """A bundle's evaluation figure as tagged: 4 significant digits."""
+    return f"{float(value):.4g}"
 
 
 def _now() -> datetime:
@@ -107,8 +112,9 @@ def record_evaluation(
     client = make_client(target)
     now = _now()
     stamp = int(now.replace(tzinfo=UTC).timestamp() * 1000)
-    tags = {f"eval.{m}": repr(float(v)) for m, v in metrics.items()}
-    tags |= {"eval.data_version": data_version, "eval.bundle": bundle_key(versions), "eval.recorded_at": _iso(now)}
+    tags = {f"{BUNDLE_EVAL}.{m}": bundle_figure(v) for m, v in metrics.items()}
+    tags |= {"eval.data_version": data_version, "eval.bundle": bundle_key(versions), "eval.recorded_at": _iso(now),
+             f"{BUNDLE_EVAL}.note": BUNDLE_NOTE.format(n=len(versions))}  # fmt: skip
     tags |= dict(extra_tags or {})
     out = {}
     for kind, version in versions.items():
@@ -117,42 +123,11 @@ def record_evaluation(
         for key, value in tags.items():
             client.set_model_version_tag(name, str(version), key, str(value)[:_MAX_TAG])
         if mv.run_id:
-            step = len(client.get_metric_history(mv.run_id, f"eval.{next(iter(metrics))}"))
-            batch = [Metric(f"eval.{m}", float(v), stamp, step) for m, v in metrics.items()]
+            step = len(client.get_metric_history(mv.run_id, f"{BUNDLE_EVAL}.{next(iter(metrics))}"))
+            batch = [Metric(f"{BUNDLE_EVAL}.{m}", float(v), stamp, step) for m, v in metrics.items()]
             client.log_batch(mv.run_id, metrics=batch)
         out[kind] = f"{name}/{version}"
     return out
-
-
-def decide_promotion(
-    task: str,
-    challenger_value: float | None,
-    champion_value: float | None,
-    higher_is_better: bool,
-    override: bool,
-    metric: str = "",
-) -> Verdict:
-    """The metric gate: promote only a strictly better challenger; ties and regressions refuse unless overridden."""
-    metric = metric or primary_metric(task)
-    direction = "higher" if higher_is_better else "lower"
-    chal, champ = f"challenger {metric} {_fmt(challenger_value)}", f"champion {metric} {_fmt(champion_value)}"
-    if challenger_value is None:
-        why = f"the challenger has no recorded {metric} (materialize cfrag_model_evaluation first)"
-        if override:
-            return Verdict(True, f"{task}: promoted by override although {why}")
-        return Verdict(False, f"{task}: {why}; override to promote anyway")
-    if champion_value is None:
-        return Verdict(True, f"{task}: the champion has no recorded {metric}; {chal} is promoted")
-    if math.isclose(challenger_value, champion_value, rel_tol=0.0, abs_tol=1e-12):
-        verdict = f"{chal} ties {champ} ({direction} is better; a tie does not promote)"
-    else:
-        better = challenger_value > champion_value if higher_is_better else challenger_value < champion_value
-        if better:
-            return Verdict(True, f"{task}: {chal} is better than {champ} ({direction} is better)")
-        verdict = f"{chal} is worse than {champ} ({direction} is better)"
-    if override:
-        return Verdict(True, f"{task}: promoted by override although {verdict}")
-    return Verdict(False, f"{task}: {verdict}; override to promote anyway")
 
 
 def _aliases(client: MlflowClient, name: str, task: str) -> dict[str, int]:
@@ -199,13 +174,15 @@ def _bundle_value(
     key = bundle_key(versions)
     for kind, name in names.items():
         tags = client.get_model_version(name, str(versions[kind])).tags
-        if tags.get("eval.bundle") == key and f"eval.{metric}" in tags:
-            return float(tags[f"eval.{metric}"]), tags.get("eval.data_version", "")
+        if tags.get("eval.bundle") == key and f"{BUNDLE_EVAL}.{metric}" in tags:
+            return float(tags[f"{BUNDLE_EVAL}.{metric}"]), tags.get("eval.data_version", "")
     return None, ""
 
 
-def _tag_versions(client: MlflowClient, decision: PromotionDecision, which: tuple[str, ...]) -> None:
-    """Write the decision as ``promotion.*`` tags on the bundle's from and/or to versions."""
+def _tag_versions(client: MlflowClient, decision: PromotionDecision, which: tuple[str, ...],
+                  extra: Mapping[str, str] | None = None) -> None:  # fmt: skip
+    """Write the decision as ``promotion.*`` tags on the bundle's from and/or to versions, and as the last paragraph
+    of their descriptions (``decisions.describe_version``)."""
     for kind, name in decision.names.items():
         tags = {
             "promotion.action": decision.action,
@@ -219,11 +196,15 @@ def _tag_versions(client: MlflowClient, decision: PromotionDecision, which: tupl
             "promotion.from_version": str(decision.from_versions.get(kind)),
             "promotion.to_version": str(decision.to_versions.get(kind)),
             "promotion.message": decision.message,
+            **(extra or {}),
         }
         targets = {getattr(decision, f"{w}_versions").get(kind) for w in which} - {None}
         for version in sorted(targets):
             for key, value in tags.items():
                 client.set_model_version_tag(name, str(version), key, value[:_MAX_TAG])
+            described = client.get_model_version(name, str(version)).description or ""
+            text = describe_version(described, decision, version == decision.to_versions.get(kind))
+            client.update_model_version(name, str(version), description=text)
 
 
 def _history(client: MlflowClient, name: str) -> list[int | None]:
@@ -232,8 +213,28 @@ def _history(client: MlflowClient, name: str) -> list[int | None]:
     return list(json.loads(raw))
 
 
-def promote(target: MlflowTarget, task: str, actor: str, reason: str, override: bool = False) -> PromotionDecision:
-    """Gate the challenger bundle on the primary metric and, if it passes, make it champion; refusals are recorded."""
+#: Where a promotion's paired evidence comes from: the legs themselves, or a reader given the challenger and champion
+#: bundle keys (``bundle_key``); the CLI and the Dagster job read table cfrag_promotion_evidence
+#: (``prag_models/stages/promotion_evidence.py``).
+EvidenceSource = Sequence[PairedEvidence] | Callable[[str, str], Sequence[PairedEvidence]] | None
+
+
+def _evidence(source: EvidenceSource, challenger: Mapping[str, int | None], champion: Mapping[str, int | None]):
+    """The paired evidence of exactly this challenger and champion bundle (empty without a source or a champion)."""
+    if source is None or any(v is None for v in champion.values()):
+        return []
+    return list(source(bundle_key(challenger), bundle_key(champion)) if callable(source) else source)
+
+
+def _legs_text(verdict: Verdict) -> str:
+    """The evidence lines of a verdict (each leg's figures, interval and n)."""
+    return "; ".join(leg.text() for leg in verdict.legs)
+
+
+def promote(target: MlflowTarget, task: str, actor: str, reason: str, override: bool = False,
+            evidence: EvidenceSource = None) -> PromotionDecision:  # fmt: skip
+    """Gate the challenger bundle on the paired interval of challenger − champion over the same samples
+    (``gate.decide_promotion``) and, if it passes, make it champion; refusals are recorded with their figures."""
     client = make_client(target)
     metric = primary_metric(task)
     higher = HIGHER_IS_BETTER[metric]
@@ -252,32 +253,45 @@ def promote(target: MlflowTarget, task: str, actor: str, reason: str, override: 
     champ_value, champ_data = _bundle_value(client, names, champion, metric)
     erased, kept = _flagged(client, names, challenger), _flagged(client, names, champion)  # docs/privacy.md
     how = "passed the gate"
+    # the paired evidence is weighed whatever rule decides, so that every decision records its figures
+    legs = _evidence(evidence, challenger, champion)
+    gate = decide_promotion(task, legs, override) if changed else Verdict(False, "")
+    shown = f"; evidence: {_legs_text(gate)}" if gate.legs else ""
     if challenger == champion:
         verdict = Verdict(False, f"{task}: nothing to promote, the challenger versions are already champion "
                                  f"({bundle_key(challenger)})")  # fmt: skip
     elif erased and not override:
-        verdict = Verdict(False, f"{task}: refused: {erased} {ERASED}; retrain first (or override, audited)")
+        verdict = Verdict(False, f"{task}: refused: {erased} {ERASED}; retrain first (or override, audited){shown}",
+                          gate.legs)  # fmt: skip
     elif erased:
-        verdict = Verdict(True, f"{task}: promoted by override although {erased} {ERASED} ({NOT_SERVED})")
+        verdict = Verdict(True, f"{task}: promoted by override although {erased} {ERASED} ({NOT_SERVED}){shown}",
+                          gate.legs)  # fmt: skip
     elif kept:  # a flagged champion is never kept: a retrained challenger replaces it, learned or not (said so)
         verdict = Verdict(True, f"{task}: the champion {kept} was trained on data of an erased user and cannot be "
                                 "kept; the retrained challenger replaces it" + (
-                                    f" although {not_learned} ({NOT_LEARNED})" if not_learned else ""))  # fmt: skip
+                                    f" although {not_learned} ({NOT_LEARNED})" if not_learned else "") + shown,
+                          gate.legs)  # fmt: skip
         how = "replaces a flagged champion" + (", although its training did not beat its initialisation"
                                                if not_learned else "")  # fmt: skip
     elif not_learned and not override:
-        verdict = Verdict(False, f"{task}: refused: {not_learned} ({NOT_LEARNED}); override to promote anyway")
+        verdict = Verdict(False, f"{task}: refused: {not_learned} ({NOT_LEARNED}); override to promote anyway{shown}",
+                          gate.legs)  # fmt: skip
     else:
-        verdict = decide_promotion(task, chal_value, champ_value, higher, override, metric)
+        verdict = gate
     message = verdict.message
     if kept and not verdict.promote:  # the flagged champion stays only as a name: nothing serves it
         message += (f"; the champion {kept} {ERASED}: {NOT_SERVED} until a retrained challenger passes the gate "
                     f"(retrain: `prag materialize`, then `prag promote --task {task}`)")  # fmt: skip
     if verdict.promote and chal_data and champ_data and chal_data != champ_data:
         message += f" (note: evaluated on different data: champion {champ_data}, challenger {chal_data})"
+    leg = verdict.primary
+    if leg is not None:  # the figures the gate decided on replace the recorded bundle metrics
+        metric, higher = f"{leg.name} {leg.metric}", leg.higher_is_better
+        chal_value, champ_value = leg.challenger_value, leg.champion_value
     decision = PromotionDecision(
         task, PROMOTED if verdict.promote else REFUSED, verdict.promote, metric, higher, chal_value, champ_value,
         override, actor, reason, _now(), message, names, dict(champion), dict(challenger),
+        *(() if leg is None else (leg.difference.value, leg.difference.low, leg.difference.high, leg.difference.n)),
     )  # fmt: skip
     if verdict.promote:
         for kind, name in names.items():
@@ -291,7 +305,7 @@ def promote(target: MlflowTarget, task: str, actor: str, reason: str, override: 
             if champion[kind] is not None:
                 client.set_registered_model_tag(name, CHAMPION_STATUS_TAG, f"v{champion[kind]}: flagged for "
                                                 f"retraining after an erasure, {NOT_SERVED}")  # fmt: skip
-    _tag_versions(client, decision, ("to",))
+    _tag_versions(client, decision, ("to", "from") if leg is not None else ("to",), verdict.tags())
     return decision
 
 

@@ -60,10 +60,12 @@ MODEL_NAMES: dict[str, str] = {
 KIND_DESCRIPTIONS: dict[str, str] = {
     "user_encoder": "CFRAG user encoder (docs/methods.md §2.1–2.2): the user's document history -> e_u, trained "
     "contrastively; e_u selects the top-m similar users.",
-    "retriever": "CFRAG personalized retriever (§2.4): (1-α)·cos(q, d) + α·cos(W e_u, d), trained from LLM feedback; "
-    "k documents per similar user.",
+    "retriever": "CFRAG personalized retriever (§2.4): (1-α)·cos(q, d) + α·cos(W e_u, d), distilled from LLM "
+    "feedback where the feedback probe shows teacher headroom (else registered at its initialisation: each version "
+    "says which); k documents per similar user.",
     "reranker": "CFRAG personalized reranker (§2.7): cross-encoder CLS ⊕ W₂e_u -> MLP, residual on cos(q, d), "
-    "trained from LLM feedback; the final top-k. The serving model of full CFRAG.",
+    "distilled from LLM feedback where the feedback probe shows teacher headroom (else registered at its "
+    "initialisation: each version says which); the final top-k. The serving model of full CFRAG.",
     "reranker_no_eu": "CFRAG reranker without e_u (§2.8 ablation 'w/o e_u in reranker').",
 }
 #: Experiment tag that makes the MLflow 3 UI open the experiment in classic ML (custom model development) mode.
@@ -157,6 +159,9 @@ def version_description(
     of the record is in the version's tags (``training.*``, ``dagster.*``) and on its run."""
     kind, task = tags.get("kind", name), tags.get("task", "")
     lines = [f"{kind} for {task}, data version {data_version}." if task else f"{kind}, data version {data_version}."]
+    if tags.get("training.skipped"):  # never "trained": these weights are the initialisation
+        lines.insert(0, "**Untrained**: registered at its initialisation, no training step ran. Why (the feedback "
+                        f"probe): `{tags['training.skipped']}`.")  # fmt: skip
     if curve:
         lines.append(f"Training loss {sig(curve[0])} -> {sig(curve[-1])} over {len(curve)} steps.")
     best = tags.get("training.best_epoch")
@@ -173,6 +178,8 @@ def version_description(
         lines.append(f"Gate: `{tags['training.gate']}`.")
     if pyfunc:
         lines.append("pyfunc model: predict(task, user_id, query) -> ranked documents with scores.")
+    if tags.get("dagster.run_url"):  # Markdown: the MLflow UI shows a link back to the run that trained it
+        lines.append(f"Dagster run: [{tags.get('dagster.run_id', '')[:8] or 'open'}]({tags['dagster.run_url']}).")
     lines.append("Everything else: the version's tags and its run.")
     return "\n".join(lines)
 
@@ -283,6 +290,7 @@ def log_and_register(
             if run_tags.get(key):
                 client.set_registered_model_tag(name, key, run_tags[key])
         text = version_description(name, run_tags, data_version, curve, epoch_metrics, package is not None)
+        client.set_tag(run_id, "mlflow.note.content", text)  # the run's description in the UI (Markdown)
         mv = client.create_model_version(name, source=source, run_id=run_id, tags=run_tags, description=text,
                                          model_id=model.model_id)  # fmt: skip
         version = int(mv.version)

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
 
 #: Run / version tags holding the orchestrator's lineage.
-LINEAGE_TAGS = ("dagster.run_id", "dagster.asset_key", "dagster.partition")
+LINEAGE_TAGS = ("dagster.run_id", "dagster.asset_key", "dagster.partition", "dagster.run_url")
+#: The query that opens MLflow 3's UI on its classic model-training view (the UI's default is its GenAI view).
+CLASSIC_VIEW = "workflowType=machine_learning"
 
 
 @dataclass(frozen=True)
@@ -31,10 +33,11 @@ class Lineage:
     run_id: str = ""
     asset_key: str = ""
     partition: str = ""
+    url: str = ""  # the run's page in the Dagster UI
 
     def tags(self) -> dict[str, str]:
         """The non-empty lineage fields as MLflow tags (``dagster.run_id``, ``dagster.asset_key``, ...)."""
-        values = (self.run_id, self.asset_key, self.partition)
+        values = (self.run_id, self.asset_key, self.partition, self.url)
         return {key: value for key, value in zip(LINEAGE_TAGS, values, strict=True) if value}
 
 
@@ -113,18 +116,18 @@ def log_training_dataset(client: MlflowClient, run_id: str, rows: pd.DataFrame, 
 
 
 def run_url(ui: str, experiment_id: str, run_id: str) -> str:
-    """The MLflow UI page of a run."""
-    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+    """The MLflow UI page of a run (classic view)."""
+    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?{CLASSIC_VIEW}"
 
 
 def version_url(ui: str, name: str, version: int | str) -> str:
-    """The MLflow UI page of a registered model version."""
-    return f"{ui.rstrip('/')}/#/models/{quote(name, safe='')}/versions/{version}"
+    """The MLflow UI page of a registered model version (classic view)."""
+    return f"{ui.rstrip('/')}/#/models/{quote(name, safe='')}/versions/{version}?{CLASSIC_VIEW}"
 
 
 def experiment_url(ui: str, experiment_id: str) -> str:
     """The MLflow UI page of an experiment, on its training (machine learning) view."""
-    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}?workflowType=machine_learning"
+    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}?{CLASSIC_VIEW}"
 
 
 def sig(value: Any, digits: int = 4) -> str:
@@ -132,3 +135,8 @@ def sig(value: Any, digits: int = 4) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value).lower() if isinstance(value, bool) else str(value)
     return f"{value:.{digits}g}"
+
+
+def dagster_run_url(ui: str, run_id: str) -> str:
+    """The Dagster UI page of a run."""
+    return f"{ui.rstrip('/')}/runs/{run_id}"

@@ -7,9 +7,17 @@ from typing import Any
 
 import pandas as pd
 
+from prag_models.config.settings import Settings
 from prag_models.metrics.lamp import primary_metric
-from prag_models.mlops.promotion import KINDS, record_evaluation
+from prag_models.mlops.promotion import KINDS, bundle_figure, bundle_key, record_evaluation
 from prag_models.mlops.registry import MlflowTarget, data_version
+from prag_models.stages.promotion_evidence import (
+    CHAMPION_TABLE,
+    evidence_rows,
+    evidence_summary,
+    read_evidence,
+    record_evidence,
+)
 from prag_models.storage.store import read_rows, replace_rows, table_exists
 
 EVAL_TABLE = "cfrag_model_evaluations"
@@ -31,8 +39,9 @@ def evaluation_data_version(con, task: str) -> tuple[str, str]:
     return data_version(samples, generators), generators
 
 
-def record_task_evaluation(con, task: str, target: MlflowTarget) -> dict[str, Any]:
-    """Record one task's `cfrag` metrics on its bundle's MLflow versions and in cfrag_model_evaluations."""
+def record_task_evaluation(con, task: str, target: MlflowTarget, settings: Settings) -> dict[str, Any]:
+    """Record one task's `cfrag` metrics on its bundle's MLflow versions and in cfrag_model_evaluations, and the
+    paired evidence against the champion bundle in cfrag_promotion_evidence (stages/promotion_evidence.py)."""
     scores = read_rows(con, "lamp_evaluation", {"task": task, "method": METHOD})
     if scores.empty:
         if table_exists(con, EVAL_TABLE):
@@ -46,7 +55,7 @@ def record_task_evaluation(con, task: str, target: MlflowTarget) -> dict[str, An
     metrics = {m: float(v) for m, v in zip(scores["metric"], scores["value"], strict=True)}
     version, generators = evaluation_data_version(con, task)
     n_samples = str(int(scores["n_samples"].max()))
-    extra = {"eval.method": METHOD, "eval.n_samples": n_samples, "eval.generator": generators}
+    extra = {"eval.method": METHOD, "eval.bundle.n_samples": n_samples, "eval.generator": generators}
     recorded = record_evaluation(target, task, versions, metrics, version, extra)
     now = pd.Timestamp.now(tz="UTC").tz_localize(None)
     frame = pd.DataFrame(
@@ -59,4 +68,14 @@ def record_task_evaluation(con, task: str, target: MlflowTarget) -> dict[str, An
                  "data_version", "recorded_at"],
     )  # fmt: skip
     replace_rows(con, EVAL_TABLE, frame, {"task": task})
-    return {"versions": recorded, "metrics": metrics, "data_version": version, "n_samples": n_samples}
+    out = {"versions": recorded, "metrics": {m: float(bundle_figure(v)) for m, v in metrics.items()},
+           "data_version": version, "n_samples": n_samples}  # fmt: skip
+    champion = read_rows(con, CHAMPION_TABLE, {"task": task}) if table_exists(con, CHAMPION_TABLE) else None
+    if champion is None or champion.empty:
+        record_evidence(con, task, pd.DataFrame())
+        return out | {"promotion_evidence": "none: the champion bundle is the challenger (nothing to compare)"}
+    champion_key = bundle_key({k: int(v) for k, v in zip(champion["kind"], champion["version"], strict=True)})
+    rows = evidence_rows(con, task, bundle_key(versions), champion_key, settings)
+    record_evidence(con, task, rows)
+    legs = read_evidence(con, task, bundle_key(versions), champion_key)
+    return out | {"champion_bundle": champion_key, "promotion_evidence": evidence_summary(legs)}

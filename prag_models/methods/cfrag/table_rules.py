@@ -8,6 +8,7 @@ import pandas as pd
 from prag_models.config.settings import Settings
 from prag_models.methods.cfrag import feedback_labels, tables, variants
 from prag_models.methods.cfrag.tuning import DEFAULT_ROW, tuned_cfrag_settings
+from prag_models.methods.cfrag.variants import CHAMPION_METHOD
 from prag_models.privacy.rules import unshareable_retrievals
 from prag_models.storage.store import column_to_matrix, read_rows, table_exists
 from prag_models.storage.validation import between, matrix_problems, min_rows, not_null, unique, validate_frame
@@ -61,7 +62,8 @@ def neighbours_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> li
 
 def retrieval_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> list[str]:
     """Retrieved docs exist and come from the users the method may use (``cfrag@default``: the users of the untuned
-    knobs); every CFRAG method present."""
+    knobs; ``cfrag@champion``: only the sharing rule, its similar users come from the champion's e_u); every CFRAG
+    method present."""
     tuned = tuned_cfrag_settings(con, task, settings)
     problems = []
     missing = con.execute(
@@ -81,6 +83,8 @@ def retrieval_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> lis
     for r in df.itertuples(index=False):
         # a consent-cost row (<method>@consent...) follows its method's rule
         kind = users_of.get(r.method) or users_of.get(r.method.partition("@")[0])
+        if r.method == CHAMPION_METHOD:  # neighbours by the champion's own e_u (not stored): the sharing rule below
+            continue  # (unshareable_retrievals) still checks its every document
         ok = (
             r.source_user_id == r.user_id
             if kind == "own"

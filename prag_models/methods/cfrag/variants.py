@@ -37,6 +37,8 @@ VARIANTS: tuple[Variant, ...] = (
 
 
 CFRAG_METHODS: tuple[str, ...] = tuple(v.method for v in VARIANTS)
+#: Full CFRAG with the champion bundle, beside the challenger's rows when the two differ (the promotion evidence).
+CHAMPION_METHOD = "cfrag@champion"
 
 
 def final_k(settings: Settings) -> int:

@@ -147,13 +147,16 @@ def encode_task_users(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """e_u of every user of the task by ``encoder`` and their top-m similar users, computed as the graph's
     ``cfrag_user_embeddings`` and ``cfrag_similar_users`` do (docs/methods.md §2.1, §2.3). The histories come from the
-    encoder's stored document-row map; any mismatch with the task's documents refuses (``EncoderMismatchError``)."""
+    encoder's stored document-row map: documents added since it was trained are left out (a served champion after
+    `prag ingest` reads the histories it knows; a new user starts empty), a row of its table that is gone (erased,
+    private, withdrawn) refuses (``EncoderMismatchError``)."""
     from prag_models.methods.cfrag.probes import single_thread
     from prag_models.methods.cfrag.tables import encoder_histories, mean_vectors
     from prag_models.methods.cfrag.user_encoder import encode_users, top_m_similar_users
     from prag_models.users.taste import similarity_vectors
 
-    users, histories = encoder_histories(con, task, encoder, settings.privacy.default_share, described)
+    users, histories = encoder_histories(con, task, encoder, settings.privacy.default_share, described,
+                                         allow_new=True)  # fmt: skip
     with single_thread():
         vectors = encode_users(encoder, [histories.get(u, []) for u in users])
     c = settings.cfrag

@@ -39,5 +39,10 @@ def test_histories_follow_the_map_and_any_mismatch_refuses() -> None:
     con.execute("INSERT INTO document_embeddings VALUES ('a', 'a1', 0, 'T', 'm', 'h'), ('b', 'b9', 1, 'T', 'm', 'h')")
     with pytest.raises(EncoderMismatchError, match=r"1 are not in its table and 0 of its rows are gone.*b/b9"):
         encoder_histories(con, "T", encoder, True)
+    # a served version after `prag ingest`: the new document b9 is left out, a gone row still refuses
+    assert encoder_histories(con, "T", encoder, True, allow_new=True)[1] == {"a": [2, 1], "b": [0]}
+    con.execute("DELETE FROM document_embeddings WHERE doc_id = 'a1'")
+    with pytest.raises(EncoderMismatchError, match=r"0 are not in its table and 1 of its rows are gone"):
+        encoder_histories(con, "T", encoder, True, allow_new=True)
     with pytest.raises(EncoderMismatchError, match="stores no document-row map"):
         encoder_histories(con, "T", SimpleNamespace(num_docs=3), True)

@@ -65,12 +65,16 @@ class EncoderMismatchError(LookupError):
     """The user encoder's document table is not the task's documents now: its histories would point at others."""
 
 
-def encoder_histories(con, task: str, encoder: Any, default_share: bool, described: str = "the user encoder",
-                      known_only: bool = False) -> tuple[list[str], dict[str, list[int]]]:  # fmt: skip
+def encoder_histories(
+    con, task: str, encoder: Any, default_share: bool, described: str = "the user encoder", known_only: bool = False,
+    allow_new: bool = False,
+) -> tuple[list[str], dict[str, list[int]]]:  # fmt: skip
     """Users of the task and each user's history as rows of ``encoder``'s document table, by the (user_id, doc_id)
     map stored with it; EncoderMismatchError (which model, what to retrain) unless the task's documents that may
     shape others' results are exactly the ones it was trained on. ``known_only``: each history keeps the documents
-    the encoder knows (what an older encoder, e.g. the champion's, can read of histories that grew since)."""
+    the encoder knows (what an older encoder, e.g. the champion's, can read of histories that grew since);
+    ``allow_new``: documents added since it was trained are left out of the histories (a served version after
+    `prag ingest`), while a row of its table that is gone (erased, made private, withdrawn) still refuses."""
     stored = getattr(encoder, "doc_rows", None)
     retrain = ("retrain the user encoder (materialize cfrag_user_encoder, then cfrag_user_embeddings and "
                "cfrag_similar_users) and promote it, or serve the version that made the stored tables")  # fmt: skip
@@ -85,8 +89,9 @@ def encoder_histories(con, task: str, encoder: Any, default_share: bool, describ
     rows = keys.merge(trained, on=["user_id", "doc_id"], how="left", sort=False)  # keeps the keys' order
     new = rows["row"].isna().to_numpy()
     gone = len(trained) - int(rows.loc[~new, "row"].nunique())
-    if known_only:
-        rows, new, gone = rows.loc[~new].reset_index(drop=True), np.zeros((~new).sum(), dtype=bool), 0
+    if known_only or allow_new:
+        rows, new = rows.loc[~new].reset_index(drop=True), np.zeros((~new).sum(), dtype=bool)
+        gone = 0 if known_only else gone
     if new.any() or gone:
         eg = [f"{u}/{d}" for u, d in rows.loc[new, ["user_id", "doc_id"]].head(3).itertuples(index=False)]
         if gone and len(eg) < 3:

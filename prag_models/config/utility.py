@@ -21,5 +21,6 @@ class UtilitySettings(Section):
     min_samples: int = Field(20, ge=2)
     max_samples: int = Field(96, ge=0)
     power: float = Field(0.8, gt=0.0, lt=1.0)
-    # The share of run.llm_budget_s the utility may spend (the LLM evaluation of generated outputs gets the rest).
-    budget_share: float = Field(0.6, ge=0.0, le=1.0)
+    # The share of run.llm_budget_s the utility may spend (the LLM evaluation of generated outputs gets the rest); a
+    # task no label sees gets three times a label-decided task's part (stages/llm_utility.py EVIDENCE_WEIGHT).
+    budget_share: float = Field(0.65, ge=0.0, le=1.0)

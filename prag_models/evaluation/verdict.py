@@ -237,3 +237,61 @@ def _utility_tasks(con) -> list[str]:
     if not table_exists(con, PLAN_TABLE):
         return []
     return [t for (t,) in con.execute(f"SELECT DISTINCT task FROM {PLAN_TABLE}").fetchall()]
+
+
+def _complete(table: pd.DataFrame) -> pd.DataFrame:
+    """A verdict table with every column, missing LLM fields as "no LLM evaluation" (never NaN), Holm if absent."""
+    out = table.copy()
+    defaults = {**NO_LLM_FIELDS, "samples_needed": 0, "power_note": "", "p_value": 1.0, "selection_p": 1.0,
+                "own_gain": 0.0, "own_gain_low": 0.0, "own_gain_high": 0.0, "own_n_samples": 0}  # fmt: skip
+    for column, empty in defaults.items():
+        out[column] = out[column].fillna(empty) if column in out else empty
+    out.loc[out["llm_n_samples"] == 0, "llm_decision"] = out["llm_decision"].where(
+        out["llm_decision"] == IS_EVIDENCE, NO_LLM)
+    return out if "holm_verdict" in out else with_holm(out)
+
+
+def _llm_cell(r) -> str:  # noqa: ANN001
+    """The LLM column of one verdict row, never NaN."""
+    if r.llm_decision in (NO_LLM, IS_EVIDENCE) or not r.llm_n_samples:
+        return "(the verdict's evidence)" if r.llm_decision == IS_EVIDENCE else NO_LLM
+    interval = f"[{r.llm_gain_low:+.3f}, {r.llm_gain_high:+.3f}]"
+    return f"{r.llm_metric} {r.llm_gain:+.3f} {interval} (n={int(r.llm_n_samples)}): {r.llm_decision}"
+
+
+def verdicts_markdown(table: pd.DataFrame) -> str:
+    """The verdict table: per task the method each fold chose, the gain of that choice over dense_global on held-out
+    samples (95 % interval, n), the verdict raw and Holm-adjusted, the samples a "keep" would need, and the LLM
+    evaluation of the same choice."""
+    if table.empty:
+        return "_no evaluation with a personalized method and dense_global: nothing to decide_"
+    table = _complete(table)
+    lines = [
+        "| task | evidence | verdict | Holm | method chosen (cross-fitted) | held-out value | dense_global "
+        "| gain [95 % CI], p | n | over the own profile (dense) [95 % CI] | samples for 80 % power "
+        "| LLM evaluation: same choice − dense_global [95 % CI] (n) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in table.itertuples(index=False):
+        p = "p < 0.001" if r.selection_p < 0.001 else f"p = {r.selection_p:.3f}"
+        gain = f"{r.gain:+.3f} [{r.gain_low:+.3f}, {r.gain_high:+.3f}], {p}"
+        own = (f"{r.own_gain:+.3f} [{r.own_gain_low:+.3f}, {r.own_gain_high:+.3f}]" if r.own_n_samples
+               else f"— (no {OWN_PROFILE} rows)")
+        power = r.power_note if r.verdict in (KEEP, OWN) and isinstance(r.power_note, str) and r.power_note else "—"
+        lines.append(
+            f"| {r.task} | {r.evidence} | **{r.verdict}** | {r.holm_verdict} | {r.cross_fitted_methods} "
+            f"| {r.metric} {r.value:.3f} | {r.baseline_value:.3f} | {gain} | {int(r.n_samples)} | {own} | {power} "
+            f"| {_llm_cell(r)} |"
+        )
+    family = int(table["family_size"].iloc[0])
+    lines.append(
+        f"\nThe gain is that of choosing the method by cross-fitting (on each half of the samples, the method best on "
+        f"the other half), measured on held-out samples; where both folds chose the same method it is that method's "
+        f"own held-out gain; p: the sign-flip randomisation test of that whole choosing procedure (one-sided), which "
+        f"\"ship\" needs below 0.025 besides the interval. The verdict column decides each task on its own; Holm: the "
+        f"{family} verdicts as one family (the test's two-sided p, family-wise 5 %), the column to read for a count "
+        f"across tasks (\"ships "
+        f"on k of {family}\"). The oracle (`oracle_community`) is a reference ceiling, never a "
+        f"candidate."
+    )
+    return "\n".join(lines)

@@ -170,11 +170,21 @@ def samples_for_power(
     return int(math.ceil(n)) if math.isfinite(n) else None
 
 
-def planned_samples(differences: Sequence[float] | np.ndarray, minimum: int, maximum: int, power: float) -> int:
-    """Samples the test needs for ``power`` at the pilot's effect and spread (paired t-test), within
-    [minimum, maximum]; the minimum when the pilot shows no gain (more samples would not show one)."""
-    d = np.asarray(differences, dtype=np.float64)
-    needed = samples_for_power(d, power) if len(d) > 1 and float(np.mean(d)) > 0 else None
+def planned_samples(
+    differences: Sequence[float] | np.ndarray, minimum: int, maximum: int, power: float, sd_confidence: float = 0.8
+) -> int:
+    """Samples a paired t-test needs for ``power`` at a pilot's mean difference, within [minimum, maximum]; the
+    minimum when the pilot shows no gain (more samples would not show one). A small pilot's spread is an uncertain
+    guess, so the plan takes the upper ``sd_confidence`` confidence limit of its standard deviation (Browne 1995:
+    s·√((n−1)/χ²_{1−c, n−1})), which keeps the power at least as planned for 80 % of pilots."""
+    from scipy.stats import chi2
+
+    d = np.asarray(differences, dtype=np.float64).ravel()
+    if len(d) < 2 or float(np.mean(d)) <= 0 or np.std(d, ddof=1) == 0:
+        return int(max(0, min(minimum, maximum)))
+    inflate = math.sqrt((len(d) - 1) / chi2.ppf(1 - sd_confidence, len(d) - 1)) if sd_confidence > 0 else 1.0
+    widened = float(np.mean(d)) + (d - float(np.mean(d))) * inflate  # same mean, the spread at its upper limit
+    needed = samples_for_power(widened, power)
     wanted = minimum if needed is None else max(minimum, needed)
     return int(max(0, min(wanted, maximum)))
 

@@ -119,6 +119,19 @@ class _Scorer:
         return {pair: float(v) for pair, v in zip(pairs, values, strict=True)}
 
 
+#: How much more of the utility's budget a task no label sees gets than one whose label verdict it only confirms: its
+#: test is the verdict (three prompts a sample against two) and it has no other evidence.
+EVIDENCE_WEIGHT = 3
+
+
+def task_budget_s(con, task: str, settings: Settings) -> float:
+    """The task's seconds of the utility's share of run.llm_budget_s: tasks no label sees weigh EVIDENCE_WEIGHT,
+    tasks whose label verdict the utility confirms 1 (fixed by the data and settings, not by any test outcome)."""
+    total = settings.run.llm_budget_s * settings.utility.budget_share
+    weights = {t: 1 if labelled_choice(con, t) is not None else EVIDENCE_WEIGHT for t in settings.data.tasks}
+    return total * weights.get(task, EVIDENCE_WEIGHT) / max(1, sum(weights.values()))
+
+
 def _covered(docs: dict[str, dict[str, list[str]]], methods: list[str], samples: list[str]) -> list[str]:
     """The methods with retrieved documents for every one of the samples."""
     return [m for m in methods if m in docs and all(s in docs[m] for s in samples)]
@@ -147,20 +160,18 @@ def utility_rows(
         return *empty, {"skipped": f"no {BASELINE} retrievals"}
     scorer = _Scorer(con, task, settings, generator, samples, docs, progress)
     labelled = labelled_choice(con, task)
-    budget = settings.run.llm_budget_s * u.budget_share / max(1, len(settings.data.tasks))
+    budget = task_budget_s(con, task, settings)
     key = plan_key(settings, generator.model_id)
     stored = _stored_plan(con, task, key)
 
-    if labelled is not None:
-        crossed = labelled[1]
-        fold_methods = list(crossed.chosen)
+    if labelled is not None:  # the LLM leg of a label verdict: the same cross-fitted choice, against dense_global
+        fold_methods = [m or next(x for x in labelled[1].chosen if x) for m in labelled[1].chosen]
         chosen_of = {s: fold_methods[fold_of(s)] for s in order}
-        candidates = sorted({m for m in fold_methods if m})
-        evidence = "labels chose"
-    else:
+        candidates, evidence, own = sorted(set(fold_methods)), "labels chose", []
+    else:  # the verdict itself: the choice must also beat the own profile
         candidates = _covered(docs, [m for m in PERSONALIZED if m not in LLM_SUBSET_METHODS], pilot_ids + rest)
         fold_methods, chosen_of, evidence = [], {}, "pilot chose"
-    own = [OWN_PROFILE] if _covered(docs, [OWN_PROFILE], pilot_ids + rest) else []
+        own = [OWN_PROFILE] if _covered(docs, [OWN_PROFILE], pilot_ids + rest) else []
     if not candidates:
         return *empty, {"skipped": "no personalized method retrieved for every sample"}
 
@@ -173,6 +184,7 @@ def utility_rows(
         best = max(candidates, key=lambda m: (means[m], -candidates.index(m)))
         chosen_of = {s: best for s in order}
     diffs = np.asarray([pilot[(chosen_of[s], s)] - pilot[(BASELINE, s)] for s in pilot_ids])
+    own_diffs = np.asarray([pilot[(chosen_of[s], s)] - pilot[(own[0], s)] for s in pilot_ids]) if own else diffs
 
     # 2. plan (fixed before any test sample is scored; a stored plan with the same settings is reused)
     per_prompt = scorer.seconds / scorer.computed if scorer.computed else 0.0
@@ -183,9 +195,10 @@ def utility_rows(
         budgeted = budget > 0 and per_prompt > 0
         paid = affordable(budget - scorer.seconds, prompts_per_sample, per_prompt) if budgeted else len(rest)
         cap = min(len(rest), paid)
-        planned = planned_samples(diffs, u.min_samples, cap, u.power)
-        chosen_name = fold_methods and " / ".join(m or "—" for m in fold_methods) or chosen_of[pilot_ids[0]]
-        plan = UtilityPlan(task, evidence, str(chosen_name), " / ".join(m or "—" for m in fold_methods),
+        # "ship" needs both comparisons shown: the test is sized for the one that needs more samples
+        planned = max(planned_samples(d, u.min_samples, cap, u.power) for d in (diffs, own_diffs))
+        chosen_name = " / ".join(fold_methods) if fold_methods else chosen_of[pilot_ids[0]]
+        plan = UtilityPlan(task, evidence, chosen_name, " / ".join(fold_methods),
                            ", ".join(candidates), len(pilot_ids), float(np.mean(diffs)),
                            float(np.std(diffs, ddof=1)) if len(diffs) > 1 else 0.0, per_prompt, budget, cap, planned,
                            planned, key)  # fmt: skip

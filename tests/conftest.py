@@ -44,7 +44,7 @@ MODEL_MODULES = {
     "test_retrieval_eval_graph", "test_ui", "test_bad_input_graph", "test_crash_recovery", "test_inbox",
     "test_marker_graph", "test_gguf_weights", "test_cfrag_training_units", "test_taste", "test_served_privacy",
     "test_feedback_probe", "test_serving_latency", "test_lineage", "test_cfrag_teacher", "test_cfrag_tuning",
-    "test_tuning",
+    "test_tuning", "test_label_free_graph",
 }  # fmt: skip
 FAST = os.environ.get("PRAG_FAST_TESTS") == "1"
 
@@ -86,7 +86,8 @@ TOGETHER |= {"test_mlflow_serving.py": "served_graph", "test_serving_latency.py"
 #: done (xdist's own order, most tests first, started the one-test whole-graph file among the last).
 #: Unlisted files take under 12 s and follow in xdist's order. Remeasure with --junitxml after a large change.
 FILE_SECONDS = {
-    "test_graph_e2e.py": 160, "demo_home": 110, "test_crash_recovery.py": 105, "test_compute_ray.py": 85,
+    "test_graph_e2e.py": 160, "test_label_free_graph.py": 60,
+    "demo_home": 110, "test_crash_recovery.py": 105, "test_compute_ray.py": 85,
     "personabench_graph": 75, "test_cfrag_teacher.py": 55, "test_lineage.py": 47, "test_promotion.py": 39,
     "test_label_scoring.py": 38, "test_materialize_output.py": 30, "test_verdict.py": 28, "test_cfrag_graph.py": 27,
     "evaluated_graph": 27, "served_graph": 25, "test_served_privacy.py": 35, "test_taste.py": 27,

@@ -28,10 +28,14 @@ def test_the_budget_sizes_the_count_and_never_exceeds_the_configured_one() -> No
     methods = len(s.retrieval.methods)
     # LaMP-2 is label-scored with llama.cpp, LaMP-5 generated; P-PRF = 2 generations per task when pbr is configured
     per_sample = methods * 0.5 + methods * 1.0 + (4 * 1.0 if "pbr" in s.retrieval.methods else 0.0)
-    chosen = [plan(s.model_copy(update={"run": s.run.model_copy(update={"llm_budget_s": b})}), t) for b in
+    left = 1 - s.utility.budget_share  # the utility takes its share first (docs/methods.md §6.7)
+    chosen = [plan(s.model_copy(update={"run": s.run.model_copy(update={"llm_budget_s": b / left})}), t) for b in
               (1.0, 3 * per_sample, 5.5 * per_sample, 1000 * per_sample)]  # fmt: skip
     assert abs(chosen[0].per_sample_s - per_sample) < 1e-9
     assert [p.chosen for p in chosen] == [1, 3, 5, 8]  # at least one, at most data.llm_eval_samples
+    no_utility = s.model_copy(update={"utility": s.utility.model_copy(update={"enabled": False}),
+                                      "run": s.run.model_copy(update={"llm_budget_s": 3 * per_sample})})
+    assert plan(no_utility, t).chosen == 3  # without the utility the whole budget is the generations'
     assert chosen[1].cut and not chosen[3].cut and "cut from 8" in chosen[1].line()
 
 

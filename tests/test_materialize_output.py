@@ -36,8 +36,8 @@ def test_materialize_prints_stages_times_and_the_verdict(tmp_path) -> None:
     assert len(lines) < 150, len(lines)
     for noise in ("DEBUG", "STEP_START", "nanobind", "leaked", "SupersessionWarning", "Warning:"):
         assert noise not in out, noise
-    budget = [ln for ln in lines if ln.startswith("[prag] LLM budget ")]
-    assert len(budget) == 1 and "take 2 samples per task" in budget[0]  # the fake is fast: the configured 2 fit
+    budget = [ln for ln in lines if ln.startswith("[prag] LLM budget: ") and "samples per task" in ln]
+    assert len(budget) == 1 and "-> 2 samples per task" in budget[0]  # the fake is fast: the configured 2 fit
     timing = [ln for ln in lines if ln.startswith("[prag] LLM budget: timing the generator")]  # said before it starts
     assert len(timing) == 1 and lines.index(timing[0]) < lines.index(budget[0])
     stages = [ln for ln in lines if re.match(r"\[prag\] +\d+:\d\d  \S+ +[\d.]+ s +\(\d+/\d+ steps\)$", ln)]

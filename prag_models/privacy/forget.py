@@ -122,9 +122,10 @@ def _hash_sources(tables: dict[str, set[str]]) -> list[str]:
         if "content_hash" in cols:
             out.append(f'SELECT task, user_id, content_hash AS value FROM "{table}"')
         if "fields_json" in cols:
-            out.append(f'SELECT task, user_id, {SQL_HASH.format(_TITLE)} FROM "{table}" WHERE {_TITLE} IS NOT NULL')
+            out.append(f'SELECT task, user_id, {SQL_HASH.format(_TITLE)} AS value FROM "{table}" '
+                       f"WHERE {_TITLE} IS NOT NULL")
     if {"task", "user_id", "query"} <= tables.get("lamp_samples", set()):
-        out.append(f"SELECT task, user_id, {SQL_HASH.format('query')} FROM lamp_samples")
+        out.append(f"SELECT task, user_id, {SQL_HASH.format('query')} AS value FROM lamp_samples")
     return out
 
 

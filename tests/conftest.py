@@ -79,6 +79,7 @@ DEMO_FILES = {"test_asset_metadata.py", "test_graph_plumbing.py", "test_ui.py"}
 TOGETHER = {name: "demo_home" for name in DEMO_FILES}
 TOGETHER |= {"test_mlflow_serving.py": "served_graph", "test_serving_latency.py": "served_graph",
              "test_retrieval_eval_graph.py": "evaluated_graph", "test_tuning.py": "evaluated_graph",
+             "test_consent_cost.py": "evaluated_graph",
              "test_pbr_graph.py": "personabench_graph", "test_pbr_tuning.py": "personabench_graph"}  # fmt: skip
 
 #: About how many seconds a file of the CI selection takes beside the other worker (the files of TOGETHER under their
@@ -89,7 +90,7 @@ FILE_SECONDS = {
     "test_graph_e2e.py": 160, "demo_home": 110, "test_crash_recovery.py": 105, "test_compute_ray.py": 85,
     "personabench_graph": 75, "test_cfrag_teacher.py": 55, "test_lineage.py": 47, "test_promotion.py": 39,
     "test_label_scoring.py": 38, "test_materialize_output.py": 30, "test_verdict.py": 28, "test_cfrag_graph.py": 27,
-    "evaluated_graph": 27, "served_graph": 25, "test_served_privacy.py": 22, "test_taste.py": 19,
+    "evaluated_graph": 55, "served_graph": 25, "test_served_privacy.py": 22, "test_taste.py": 19,
     "test_marker_graph.py": 15, "test_feedback_probe.py": 15, "test_readme_commands.py": 12, "test_claims.py": 12,
 }  # fmt: skip
 

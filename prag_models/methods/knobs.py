@@ -10,7 +10,7 @@ clusters); another size re-clusters the users' vectors of the chosen user simila
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -102,26 +102,49 @@ def with_knobs(settings: Settings, values: Mapping[str, Any]) -> Settings:
 
 
 class UserSpace:
-    """A task's clustered users, with their similarity vectors per user-similarity mode computed once."""
+    """A task's clustered users, with their similarity vectors per user-similarity mode computed once.
 
-    def __init__(self, con, task: str, settings: Settings, dim: int | None = None) -> None:
-        users = clustered_users(con, task)
+    By default the users of the user_clusters table with their stored z_u and clusters. The consent-cost scenario
+    (docs/privacy.md) passes ``users`` (user_id, embedding: its z_u, no cluster column) and ``withheld`` (the users it
+    opts out): their documents then shape no taste vector and the users are clustered afresh, as the user_clusters
+    stage clusters them (``fit_clustering`` of the configured similarity's vectors)."""
+
+    def __init__(self, con, task: str, settings: Settings, dim: int | None = None, *, users: Any = None,
+                 withheld: Collection[str] = ()) -> None:  # fmt: skip
+        users = clustered_users(con, task) if users is None else users
         self.con, self.task, self.settings = con, task, settings
+        self.withheld = frozenset(withheld)
         self.ids: list[str] = users["user_id"].to_pylist()
-        self.clusters = users["cluster"].to_numpy().astype(int)
         self.content = normalize_rows(column_to_matrix(users["embedding"], dim))
         self._vectors: dict[tuple[str, float], np.ndarray] = {}
         self._clusterings: dict[tuple, np.ndarray] = {}
+        if "cluster" in users.column_names:
+            self.clusters = users["cluster"].to_numpy().astype(int)
+        else:
+            fit, _ = fit_clustering(self.vectors(settings), settings.clustering, measure_reduction=False)
+            self.clusters = fit.labels
 
     def vectors(self, settings: Settings) -> np.ndarray:
-        """Unit user vectors of the settings' user similarity (rows of ids)."""
-        from prag_models.users.taste import similarity_vectors
+        """Unit user vectors of the settings' user similarity (rows of ids); a withheld user's documents shape no taste
+        vector (it is compared by its z_u alone, like a user without labelled documents)."""
+        from prag_models.users.taste import combine, similarity_vectors
 
         c = settings.clustering
         key = (c.user_similarity, c.taste_weight if c.user_similarity == "blend" else 0.0)
-        if key not in self._vectors:
+        if key in self._vectors:
+            return self._vectors[key]
+        kept = np.asarray([u not in self.withheld for u in self.ids], dtype=bool)
+        if kept.all() or c.user_similarity == "content":
             self._vectors[key] = similarity_vectors(self.con, self.task, settings, self.ids, self.content)[0]
-        return self._vectors[key]
+            return self._vectors[key]
+        ids = [u for u, k in zip(self.ids, kept, strict=True) if k]
+        shaped = similarity_vectors(self.con, self.task, settings, ids, self.content[kept])[0]
+        out = np.zeros((len(self.ids), shaped.shape[1]), dtype=np.float32)
+        out[kept] = shaped
+        no_taste = np.zeros((int((~kept).sum()), shaped.shape[1] - self.content.shape[1]), dtype=np.float32)
+        out[~kept] = combine(self.content[~kept], no_taste, c.user_similarity, c.taste_weight)
+        self._vectors[key] = out
+        return out
 
     def prepare(self, settings: Settings, similarities: Iterable[str]) -> None:
         """Compute the user vectors of each user similarity a search may try, before its time budget starts: a

@@ -15,7 +15,8 @@ from prag_models.methods.cfrag.tables import mean_embedding_neighbours, neighbou
 from prag_models.methods.cfrag.tuning import read_cfrag_tuned, tuned_cfrag_settings
 from prag_models.methods.cfrag.variants import CFRAG_METHODS, VARIANTS, Variant
 from prag_models.methods.profiles import ProfileIndex
-from prag_models.stages.retrieval import RETRIEVAL_COLUMNS, consent_scenario, load_task_inputs
+from prag_models.stages.consent_cost import consent_scenario
+from prag_models.stages.retrieval import RETRIEVAL_COLUMNS, load_task_inputs
 from prag_models.storage.store import read_rows
 
 

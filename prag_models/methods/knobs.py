@@ -101,6 +101,27 @@ def with_knobs(settings: Settings, values: Mapping[str, Any]) -> Settings:
     )
 
 
+def withheld_similarity_vectors(
+    con, task: str, settings: Settings, ids: list[str], content: np.ndarray, withheld: Collection[str] = ()
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """``users.taste.similarity_vectors`` (rows of ids, what was used), except that the documents of the ``withheld``
+    users (the consent-cost scenario's opted-out users) shape no taste vector: they are left out of the item clusters
+    and labels, and a withheld user is compared by its ``content`` row alone, like a user without labelled documents."""
+    from prag_models.users.taste import combine, similarity_vectors
+
+    c = settings.clustering
+    kept = np.asarray([u not in withheld for u in ids], dtype=bool)
+    if kept.all() or c.user_similarity == "content":
+        return similarity_vectors(con, task, settings, ids, content)
+    shaped, info = similarity_vectors(con, task, settings, [u for u, k in zip(ids, kept, strict=True) if k],
+                                      content[kept])  # fmt: skip
+    out = np.zeros((len(ids), shaped.shape[1]), dtype=np.float32)
+    out[kept] = shaped
+    no_taste = np.zeros((int((~kept).sum()), shaped.shape[1] - content.shape[1]), dtype=np.float32)
+    out[~kept] = combine(content[~kept], no_taste, c.user_similarity, c.taste_weight)
+    return out, {**info, "withheld_users": int((~kept).sum())}
+
+
 class UserSpace:
     """A task's clustered users, with their similarity vectors per user-similarity mode computed once.
 
@@ -126,25 +147,13 @@ class UserSpace:
 
     def vectors(self, settings: Settings) -> np.ndarray:
         """Unit user vectors of the settings' user similarity (rows of ids); a withheld user's documents shape no taste
-        vector (it is compared by its z_u alone, like a user without labelled documents)."""
-        from prag_models.users.taste import combine, similarity_vectors
-
+        vector (:func:`withheld_similarity_vectors`)."""
         c = settings.clustering
         key = (c.user_similarity, c.taste_weight if c.user_similarity == "blend" else 0.0)
-        if key in self._vectors:
-            return self._vectors[key]
-        kept = np.asarray([u not in self.withheld for u in self.ids], dtype=bool)
-        if kept.all() or c.user_similarity == "content":
-            self._vectors[key] = similarity_vectors(self.con, self.task, settings, self.ids, self.content)[0]
-            return self._vectors[key]
-        ids = [u for u, k in zip(self.ids, kept, strict=True) if k]
-        shaped = similarity_vectors(self.con, self.task, settings, ids, self.content[kept])[0]
-        out = np.zeros((len(self.ids), shaped.shape[1]), dtype=np.float32)
-        out[kept] = shaped
-        no_taste = np.zeros((int((~kept).sum()), shaped.shape[1] - self.content.shape[1]), dtype=np.float32)
-        out[~kept] = combine(self.content[~kept], no_taste, c.user_similarity, c.taste_weight)
-        self._vectors[key] = out
-        return out
+        if key not in self._vectors:
+            self._vectors[key] = withheld_similarity_vectors(self.con, self.task, settings, self.ids, self.content,
+                                                             self.withheld)[0]  # fmt: skip
+        return self._vectors[key]
 
     def prepare(self, settings: Settings, similarities: Iterable[str]) -> None:
         """Compute the user vectors of each user similarity a search may try, before its time budget starts: a

@@ -14,7 +14,7 @@ from prag_models.config.settings import Settings
 from prag_models.evaluation.tuning import read_tuned
 from prag_models.methods.knobs import UserSpace, with_knobs
 from prag_models.methods.profiles import ProfileIndex
-from prag_models.privacy.rules import opted_out_users
+from prag_models.privacy.rules import consent_cost_opted_out, opted_out_users
 from prag_models.stages.users import user_embedding_rows
 
 CONSENT_MARK = "@consent"
@@ -45,12 +45,9 @@ def consent_space(con, task: str, settings: Settings, opted_out: Collection[str]
 
 
 def task_opted_out(con, task: str, settings: Settings) -> list[str]:
-    """The users the task's consent-cost rows opt out (the users with indexed documents, as the index lists them)."""
+    """The users the task's consent-cost rows opt out (``privacy.rules.consent_cost_opted_out``)."""
     p = settings.privacy
-    users = [u for (u,) in con.execute(
-        "SELECT DISTINCT p.user_id FROM profile_documents p JOIN document_embeddings e USING (task, user_id, doc_id) "
-        "WHERE task = ?", [task]).fetchall()]  # fmt: skip
-    return sorted(opted_out_users(users, p.consent_cost_share, p.consent_cost_seed)) if p.consent_cost_share > 0 else []
+    return consent_cost_opted_out(con, task, p.consent_cost_share, p.consent_cost_seed)
 
 
 @dataclass

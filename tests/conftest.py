@@ -90,7 +90,7 @@ FILE_SECONDS = {
     "test_graph_e2e.py": 160, "demo_home": 110, "test_crash_recovery.py": 105, "test_compute_ray.py": 85,
     "personabench_graph": 75, "test_cfrag_teacher.py": 55, "test_lineage.py": 47, "test_promotion.py": 39,
     "test_label_scoring.py": 38, "test_materialize_output.py": 30, "test_verdict.py": 28, "test_cfrag_graph.py": 27,
-    "evaluated_graph": 55, "served_graph": 25, "test_served_privacy.py": 22, "test_taste.py": 19,
+    "evaluated_graph": 55, "served_graph": 38, "test_served_privacy.py": 22, "test_taste.py": 19,
     "test_marker_graph.py": 15, "test_feedback_probe.py": 15, "test_readme_commands.py": 12, "test_claims.py": 12,
 }  # fmt: skip
 

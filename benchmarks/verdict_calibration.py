@@ -1,31 +1,33 @@
-"""How often does the verdict ship? Its false-ship rate where collaboration cannot help and its ship rate where it can,
-measured on many small demo worlds, each rate with a Wilson 95 % interval and the number of worlds.
+"""How often does the verdict ship? Its false-ship rate on worlds generated without anything collaboration could add,
+and its ship rate where it can, measured on many small demo worlds, each rate with a Wilson 95 % interval and the
+number of worlds.
 
-    python benchmarks/verdict_calibration.py [--family communities split_taste no_community] [--worlds 20]
-        [--task LaMP-2] [--users 64] [--communities 4] [--dev-samples 32] [--seed-start 1000] [--placebo 20]
-        [--jobs 2] [--user-similarity taste] [--with-cfrag] [--workdir DIR [--reuse]]
+    python benchmarks/verdict_calibration.py [--family communities split_taste no_community alike_communities]
+        [--worlds 20] [--task LaMP-2] [--users 64] [--communities 4] [--dev-samples 32] [--seed-start 1000]
+        [--self-test 0] [--jobs 1] [--user-similarity taste] [--with-cfrag] [--workdir DIR [--reuse]]
 
 Each world is a demo (prag_models/data/demo.py) of the family named by the setting ``data.demo_family`` (env
-``PRAG__DATA__DEMO_FAMILY``; "communities" is today's world, where the community decides the label; "split_taste":
-users who write about the same topics judge them differently; "no_community": no community structure, so
-collaboration has nothing to add) and the seed ``data.demo_seed``. For each world the retrieval stages and the
-LLM-free retrieval evaluation run in-process (Dagster ``materialize`` of the assets up to
-``lamp_retrieval_evaluation``, no asset checks, the fake generator, never an LLM), and the verdict of
-prag_models/evaluation/verdict.py is read from the world's DuckDB file: ship / keep the baseline / personalization
-hurts. The candidates are the ClusterRAG modes (collaborative, hybrid, two-stage, community-wide); ``--with-cfrag``
-adds CFRAG with short training (a few epochs: slower, and not the default run's CFRAG).
+``PRAG__DATA__DEMO_FAMILY``; docs/demo_data.md "Families") and the seed ``data.demo_seed``. Where collaboration can
+help: "communities" (the community decides the label) and "split_taste" (users who write about the same topics judge
+them differently). Where it cannot, by how the world is generated: "no_community" (no community structure: only the
+user's own history carries its labels) and "alike_communities" (communities write apart but label alike, so no
+community's documents carry a better label than everybody's). For each world the retrieval stages and the LLM-free
+retrieval evaluation run in-process (Dagster ``materialize`` of the assets up to ``lamp_retrieval_evaluation``, no
+asset checks, the fake generator, never an LLM), and the verdict of prag_models/evaluation/verdict.py is read from
+the world's DuckDB file. The candidates are the ClusterRAG modes (collaborative, hybrid, two-stage, community-wide);
+``--with-cfrag`` adds CFRAG with short training (a few epochs: slower, and not the default run's CFRAG).
 
-Each world also gives ``--placebo`` sign-flip worlds where collaboration cannot help by construction: per sample,
-with probability 1/2, every candidate's difference to ``dense_global`` is mirrored (value ↦ 2·baseline − value), so
-that every candidate's expected gain is 0 while the spread and the candidates' correlation stay those of the real
-world; the verdict is recomputed on each (family "<family> placebo"). Placebos of one world share its samples, so
-their Wilson interval is approximate (worlds are the independent unit).
+A family where collaboration cannot help counts every "ship" as a false ship; the goal is a false-ship rate whose
+Wilson upper bound is at most 5 % — with no false ship at all that takes at least 73 worlds. Each world is a separate
+seed and one task, so its decision is independent of the others'. Families the generator does not know are reported
+as failed. Prints one line per world as it finishes (with its seconds) and a summary.
 
-A family where collaboration cannot help (no_community, the placebos) counts every "ship" as a false ship; the goal
-is a false-ship rate whose Wilson upper bound is at most 5 % — with no false ship at all that takes at least 73
-worlds. Families not known to this build (``data.demo_family`` absent, or the generator rejects the name) are
-reported as unavailable or failed. Each world is a separate seed, so worlds are independent; one task per world
-keeps the decisions independent too. Prints one line per world as it finishes (with its seconds) and a summary.
+``--self-test N`` adds a **sign-flip self-test**, a test of the test and not a calibration: per world N copies of its
+per-sample scores in which, per sample with probability 1/2, every candidate's difference to ``dense_global`` is
+mirrored (value ↦ 2·baseline − value). That is exactly the null the verdict's sign-flip test
+(prag_models/evaluation/selection_test.py) assumes, so its ship rate is at most 2.5 % by construction whenever the
+test is implemented right (and mirrored NDCG values can leave [0, 1]): it checks the code, it says nothing about
+worlds. Copies of one world share its samples, so their Wilson interval is approximate.
 """
 
 from __future__ import annotations
@@ -41,19 +43,17 @@ import pandas as pd
 
 #: Whether personalization through collaboration can beat searching everybody's documents in each family's worlds
 #: (the demo's design: docs/demo_data.md). A "ship" where it cannot is a false ship.
-CAN_HELP = {"communities": True, "split_taste": True, "no_community": False}
-PLACEBO = " placebo"  # suffix of the sign-flip worlds of a family: collaboration cannot help by construction
+CAN_HELP = {"communities": True, "split_taste": True, "no_community": False, "alike_communities": False}
+#: Suffix of a family's sign-flip self-test rows: the verdict's own null, a check of the test's code, not of worlds.
+SELF_TEST = " sign-flip self-test"
 WILSON_GOAL = 0.05
 
 
 def write_world_config(path: Path, home: Path, family: str, seed: int, args: argparse.Namespace) -> Path:
-    """A prag.toml for one small world: the family (when this build knows the setting), the seed, the fake generator."""
-    from prag_models.config.settings import DataSettings
-
+    """A prag.toml for one small world: the family, the seed, the fake generator."""
     data = {"tasks": [args.task], "demo_users": args.users, "demo_communities": args.communities,
-            "demo_dev_samples": args.dev_samples, "demo_seed": seed, "llm_eval_samples": 4}  # fmt: skip
-    if "demo_family" in DataSettings.model_fields:
-        data["demo_family"] = family
+            "demo_dev_samples": args.dev_samples, "demo_seed": seed, "llm_eval_samples": 4,
+            "demo_family": family}  # fmt: skip
     sections = {
         "data": data, "generator": {"backend": "fake", "threads": 1}, "retrieval": {"k": 3},
         "cfrag": {"epochs": 2, "train_epochs": 2},
@@ -64,13 +64,6 @@ def write_world_config(path: Path, home: Path, family: str, seed: int, args: arg
 
     path.write_text(tomli_w.dumps({"home": str(home), **sections}), encoding="utf-8")
     return path
-
-
-def family_available(family: str) -> bool:
-    """True when this build can write worlds of the family: today's always, others once data.demo_family exists."""
-    from prag_models.config.settings import DataSettings
-
-    return family == "communities" or "demo_family" in DataSettings.model_fields
 
 
 def selection(with_cfrag: bool):  # noqa: ANN201
@@ -119,13 +112,14 @@ def run_world(family: str, seed: int, args: argparse.Namespace, root: Path) -> d
     if table.empty:
         return {"family": family, "seed": seed, "verdict": "no verdict", "seconds": seconds}
     row = table.iloc[0].to_dict()
-    placebos = placebo_verdicts(scores[0], args.placebo, seed) if scores and args.placebo else []
-    return {"family": family, "seed": seed, "seconds": seconds, "placebos": placebos, **{k: row[k] for k in (
+    self_test = self_test_verdicts(scores[0], args.self_test, seed) if scores and args.self_test else []
+    return {"family": family, "seed": seed, "seconds": seconds, "self_test": self_test, **{k: row[k] for k in (
         "verdict", "cross_fitted_methods", "gain", "gain_low", "gain_high", "n_samples")}}  # fmt: skip
 
 
-def placebo_verdicts(scores, draws: int, seed: int) -> list[str]:  # noqa: ANN001
-    """Verdicts on ``draws`` sign-flipped copies of a world's per-sample scores, where no candidate can gain."""
+def self_test_verdicts(scores, draws: int, seed: int) -> list[str]:  # noqa: ANN001
+    """Verdicts on ``draws`` sign-flipped copies of a world's per-sample scores (the sign-flip test's own null: a
+    self-test of the verdict's code, at most 2.5 % ships by construction)."""
     import numpy as np
 
     from prag_models.evaluation.claims import PERSONALIZED
@@ -139,42 +133,52 @@ def placebo_verdicts(scores, draws: int, seed: int) -> list[str]:  # noqa: ANN00
         flip = dict(zip(base.index, rng.random(len(base)) < 0.5, strict=True))
         b = mine["sample_id"].map(base)
         mirrored = np.where(mine["sample_id"].map(flip).to_numpy(dtype=bool), 2 * b - mine["value"], mine["value"])
-        placebo = pd.concat([mine.assign(value=mirrored), scores[scores["method"] == BASELINE]], ignore_index=True)
-        verdict = task_verdict(placebo, "placebo")
+        flipped = pd.concat([mine.assign(value=mirrored), scores[scores["method"] == BASELINE]], ignore_index=True)
+        verdict = task_verdict(flipped, "self-test")
         verdicts.append(verdict["verdict"] if verdict else "no verdict")
     return verdicts
 
 
 def summarize(rows: list[dict]) -> str:
-    """Per family: worlds, ships, the ship (or false-ship) rate with its Wilson 95 % interval, seconds per world."""
+    """Per family: worlds, ships, the ship (or false-ship) rate with its Wilson 95 % interval, seconds per world; then,
+    apart, the sign-flip self-test (a check of the test's code, not a false-ship rate of any world)."""
+    worlds = pd.DataFrame(rows)
+    self_test = [{"family": r["family"] + SELF_TEST, "verdict": v, "seconds": 0.0} for r in rows
+                 for v in r.get("self_test", [])]  # fmt: skip
+    lines = ["| family | collaboration can help | worlds | ship | own profile | keep | hurts | failed | rate "
+             "| Wilson 95 % | s / world |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    notes: list[str] = []
+    for family, part in worlds.groupby("family", sort=False):
+        line, high, n = _family_line(part, CAN_HELP.get(family, True), f"{part['seconds'].mean():.1f}")
+        lines.append(line)
+        if not CAN_HELP.get(family, True):
+            goal = "met" if high <= WILSON_GOAL else "not met"
+            notes.append(f"false-ship goal (Wilson upper bound ≤ {WILSON_GOAL:.0%}) for {family}: {goal}"
+                         f" (upper bound {high:.3f} from {n} worlds)")  # fmt: skip
+    text = "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else "")
+    if self_test:
+        text += ("\n\nSign-flip self-test (not a calibration: the copies are drawn from the null the sign-flip test "
+                 "assumes, so at most 2.5 % ship when the code is right):\n\n" + "\n".join(lines[:2]))  # fmt: skip
+        for _, part in pd.DataFrame(self_test).groupby("family", sort=False):
+            text += "\n" + _family_line(part, False, "—")[0]
+    return text
+
+
+def _family_line(part: pd.DataFrame, helps: bool, seconds: str) -> tuple[str, float, int]:
+    """One summary row (verdict counts, the rate and its Wilson interval), the interval's upper bound and n."""
     from prag_models.evaluation.verdict import SHIP
     from prag_models.metrics.intervals import wilson
 
-    placebo = [{"family": r["family"] + PLACEBO, "verdict": v, "seconds": 0.0} for r in rows for v in
-               r.get("placebos", [])]  # fmt: skip
-    frame = pd.DataFrame(rows + placebo)
-    lines = ["| family | collaboration can help | worlds (placebo: draws) | ship | own profile | keep | hurts | failed "
-             "| rate | Wilson 95 % | s / world |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    notes: list[str] = []
-    for family, part in frame.groupby("family", sort=False):
-        decided = part[~part["verdict"].isin(["failed", "no verdict"])]
-        n, ships = len(decided), int((decided["verdict"] == SHIP).sum())
-        low, high = wilson(ships, n)
-        helps = CAN_HELP.get(family, True) and not family.endswith(PLACEBO)
-        what = "ship rate" if helps else "false-ship rate"
-        counts = decided["verdict"].value_counts()
-        seconds = "—" if family.endswith(PLACEBO) else f"{part['seconds'].mean():.1f}"
-        lines.append(
-            f"| {family} | {'yes' if helps else 'no'} | {n} | {ships} | {int(counts.get('own profile suffices', 0))} "
-            f"| {int(counts.get('keep the baseline', 0))} | {int(counts.get('personalization hurts', 0))} "
-            f"| {len(part) - n} | {what} {ships / n if n else 0:.3f} | [{low:.3f}, {high:.3f}] "
-            f"| {seconds} |"
-        )
-        if not helps:
-            goal = "met" if high <= WILSON_GOAL else "not met"
-            notes.append(f"false-ship goal (Wilson upper bound ≤ {WILSON_GOAL:.0%}) for {family}: {goal}"
-                         f" (upper bound {high:.3f} from {n} {'draws' if family.endswith(PLACEBO) else 'worlds'})")
-    return "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else "")
+    decided = part[~part["verdict"].isin(["failed", "no verdict"])]
+    n, ships = len(decided), int((decided["verdict"] == SHIP).sum())
+    low, high = wilson(ships, n)
+    what = "ship rate" if helps else "false-ship rate"
+    counts = decided["verdict"].value_counts()
+    line = (f"| {part['family'].iloc[0]} | {'yes' if helps else 'no'} | {n} | {ships} "
+            f"| {int(counts.get('own profile suffices', 0))} | {int(counts.get('keep the baseline', 0))} "
+            f"| {int(counts.get('personalization hurts', 0))} | {len(part) - n} "
+            f"| {what} {ships / n if n else 0:.3f} | [{low:.3f}, {high:.3f}] | {seconds} |")  # fmt: skip
+    return line, high, n
 
 
 def _report(row: dict) -> dict:
@@ -197,7 +201,8 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=64)
     parser.add_argument("--communities", type=int, default=4)
     parser.add_argument("--dev-samples", type=int, default=32)
-    parser.add_argument("--placebo", type=int, default=20, help="sign-flip placebo worlds per world (0: none)")
+    parser.add_argument("--self-test", type=int, default=0, help="sign-flip self-test copies per world (0: none): "
+                        "a check of the test's code, not of worlds")
     parser.add_argument("--user-similarity", default="", choices=("", *USER_SIMILARITIES),
                         help="clustering.user_similarity (default: the setting's)")
     parser.add_argument("--with-cfrag", action="store_true", help="add CFRAG (2 training epochs; slower)")
@@ -210,12 +215,8 @@ def main() -> None:
     if args.jobs > 1:  # one BLAS / torch thread per process: the processes share the cores
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             os.environ[name] = "1"
-    worlds = []
-    for family in args.family:
-        if family_available(family):
-            worlds += [(family, seed) for seed in range(args.seed_start, args.seed_start + args.worlds)]
-        else:
-            print(f"{family}: unavailable in this build (no data.demo_family setting yet)", flush=True)
+    seeds = range(args.seed_start, args.seed_start + args.worlds)
+    worlds = [(family, seed) for family in args.family for seed in seeds]
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="prag-calibration-") as tmp:
         root = Path(args.workdir or tmp)

@@ -44,7 +44,7 @@ MODEL_MODULES = {
     "test_retrieval_eval_graph", "test_ui", "test_bad_input_graph", "test_crash_recovery", "test_inbox",
     "test_marker_graph", "test_gguf_weights", "test_cfrag_training_units", "test_taste", "test_served_privacy",
     "test_feedback_probe", "test_serving_latency", "test_lineage", "test_cfrag_teacher", "test_cfrag_tuning",
-    "test_tuning", "test_label_free_graph",
+    "test_tuning", "test_label_free_graph", "test_consent_cost", "test_consent_cfrag",
 }  # fmt: skip
 FAST = os.environ.get("PRAG_FAST_TESTS") == "1"
 
@@ -79,6 +79,7 @@ DEMO_FILES = {"test_asset_metadata.py", "test_graph_plumbing.py", "test_ui.py"}
 TOGETHER = {name: "demo_home" for name in DEMO_FILES}
 TOGETHER |= {"test_mlflow_serving.py": "served_graph", "test_serving_latency.py": "served_graph",
              "test_retrieval_eval_graph.py": "evaluated_graph", "test_tuning.py": "evaluated_graph",
+             "test_consent_cost.py": "evaluated_graph", "test_consent_cfrag.py": "served_graph",
              "test_pbr_graph.py": "personabench_graph", "test_pbr_tuning.py": "personabench_graph"}  # fmt: skip
 
 #: About how many seconds a file of the CI selection takes beside the other worker (the files of TOGETHER under their
@@ -90,7 +91,7 @@ FILE_SECONDS = {
     "demo_home": 110, "test_crash_recovery.py": 105, "test_compute_ray.py": 85,
     "personabench_graph": 75, "test_cfrag_teacher.py": 55, "test_lineage.py": 47, "test_promotion.py": 39,
     "test_label_scoring.py": 38, "test_materialize_output.py": 30, "test_verdict.py": 28, "test_cfrag_graph.py": 27,
-    "evaluated_graph": 27, "served_graph": 25, "test_served_privacy.py": 35, "test_taste.py": 27,
+    "evaluated_graph": 55, "served_graph": 38, "test_served_privacy.py": 35, "test_taste.py": 27,
     "test_marker_graph.py": 15, "test_feedback_probe.py": 15, "test_readme_commands.py": 12, "test_claims.py": 12,
     "test_lifecycle.py": 120,
 }  # fmt: skip

@@ -30,12 +30,17 @@ def no_community(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
     return _world(tmp_path_factory.mktemp("none"), "no_community")
 
 
+@pytest.fixture(scope="module")
+def alike_communities(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
+    return _world(tmp_path_factory.mktemp("alike"), "alike_communities")
+
+
 def _by_doc(loaded: dict, task: str) -> dict[str, tuple[str, object]]:
     """doc_id -> (author, document) over both splits."""
     return {d.doc_id: (s.user_id, d) for split in loaded[task].values() for s in split for d in s.profile}
 
 
-@pytest.mark.parametrize("family", ["split_taste", "no_community"])
+@pytest.mark.parametrize("family", ["split_taste", "no_community", "alike_communities"])
 def test_families_are_deterministic_and_differ_from_the_default(tmp_path: Path, family: str) -> None:
     kwargs = dict(users=12, communities=3, dev_samples=6, tasks=("LaMP-2",))
     write_demo(tmp_path / "a", family=family, **kwargs)
@@ -55,6 +60,14 @@ def test_unknown_family_is_rejected(tmp_path: Path) -> None:
     assert load_settings(environ={"PRAG__DATA__DEMO_FAMILY": "split_taste"}, home=str(tmp_path)).data.demo_family == (
         "split_taste"
     )
+
+
+def test_settings_know_every_family() -> None:
+    """data.demo_family accepts exactly the families the generator writes."""
+    from prag_models.config.settings import DEMO_FAMILIES
+    from prag_models.data.demo_world import FAMILIES
+
+    assert DEMO_FAMILIES == FAMILIES
 
 
 def test_split_taste_topic_neighbours_and_label_neighbours_disagree(split_taste: tuple) -> None:
@@ -131,3 +144,30 @@ def test_default_family_is_byte_identical_to_demo_v2(tmp_path: Path) -> None:
         digest.update(str(p.relative_to(tmp_path)).encode())
         digest.update(p.read_bytes())
     assert digest.hexdigest() == "b9dee195701988ab5673aedd9249f6a2c5770cdf52862b93e63e3729bd281d60"
+
+
+def test_alike_communities_write_apart_but_label_alike(alike_communities: tuple) -> None:
+    """The communities exist (each topic group writes about its own ring topics in its own style), but a document's
+    label does not depend on its author's community: one tag (LaMP-2) and one rating (LaMP-3) per topic for everybody,
+    noise flips aside, and every non-noisy document on the topic is relevant, whoever wrote it."""
+    manifest, loaded = alike_communities
+    group = manifest["topic_group_of_user"]
+    assert len(set(group.values())) == 4 and set(manifest["tasks"]["LaMP-2"]["community_of_user"].values()) == {0}
+    for task, field in (("LaMP-2", "tag"), ("LaMP-3", "score")):
+        entry = manifest["tasks"][task]
+        noisy = set(entry["noisy_docs"])
+        labels: dict[str, set[str]] = {}
+        groups: dict[str, set[int]] = {}
+        for doc_id, (u, d) in _by_doc(loaded, task).items():
+            topic = entry["doc_topic"][doc_id]
+            groups.setdefault(topic, set()).add(group[u])
+            if doc_id not in noisy:
+                labels.setdefault(topic, set()).add(str(d.fields[field]))
+        assert all(len(v) == 1 for v in labels.values()), labels  # one label per topic, whatever the community
+        assert sum(len(g) > 1 for g in groups.values()) >= 4  # topics written about by two communities
+        for s in loaded[task]["dev"]:
+            info = entry["sample_info"][s.sample_id]
+            on_topic = {d for d, t in entry["doc_topic"].items() if t == info["topic"] and d not in noisy}
+            assert set(info["relevant_docs"]) == on_topic
+    style_of = manifest["style_of_user"]
+    assert all(style_of[u] == group[u] for u in group)  # the community still shows in how its users write

@@ -231,31 +231,6 @@ def test_the_oracle_is_a_labelled_reference_row_never_the_best() -> None:
         assert "**0.900" not in text and "**0.600 ± 0.100**" in text
 
 
-def test_verdict_calibration_summary_gives_wilson_intervals_and_the_false_ship_goal() -> None:
-    """benchmarks/verdict_calibration.py: per family the worlds, ships, the (false-)ship rate, its Wilson interval."""
-    import importlib.util
-    from pathlib import Path
-
-    from statsmodels.stats.proportion import proportion_confint
-
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "verdict_calibration.py"
-    spec = importlib.util.spec_from_file_location("verdict_calibration", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    rows = [{"family": "communities", "seed": s, "verdict": SHIP if s % 4 else KEEP, "seconds": 2.0} for s in range(20)]
-    rows += [{"family": "no_community", "seed": s, "verdict": KEEP, "seconds": 1.0} for s in range(80)]
-    rows += [{"family": "no_community", "seed": 80, "verdict": "failed", "seconds": 1.0, "placebos": [SHIP, KEEP]}]
-    text = module.summarize(rows)
-    low, high = proportion_confint(15, 20, method="wilson")
-    assert f"| communities | yes | 20 | 15 | 0 | 5 | 0 | 0 | ship rate 0.750 | [{low:.3f}, {high:.3f}] | 2.0 |" in text
-    low, high = proportion_confint(0, 80, method="wilson")
-    assert f"| no_community | no | 80 | 0 | 0 | 80 | 0 | 1 | false-ship rate 0.000 | [0.000, {high:.3f}]" in text
-    assert "≤ 5%) for no_community: met" in text and high <= 0.05
-    low, high = proportion_confint(1, 2, method="wilson")
-    placebo = f"| no_community placebo | no | 2 | 1 | 0 | 1 | 0 | 0 | false-ship rate 0.500 | [{low:.3f}, {high:.3f}] |"
-    assert placebo in text
-
-
 def test_collaboration_that_only_pools_the_own_profile_is_not_shipped() -> None:
     """A world where the relevant documents are the user's own (the no_community demo family): a community pool that
     contains them beats dense_global, but not the own profile (dense): collaboration adds nothing shown."""

@@ -8,12 +8,11 @@ import pandas as pd
 from prag_assets.assets.cfrag_training import cfrag_reranker, cfrag_retriever
 from prag_assets.assets.cfrag_users import GROUP, cfrag_similar_users
 from prag_assets.assets.users import user_embeddings
-from prag_assets.cfrag_registry import load_challenger, load_champion_bundle
+from prag_assets.cfrag_registry import load_challenger, load_champion_bundle, load_registered_model
 from prag_assets.common import report_partitions, task_run
 from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.resources import DuckDBResource, PragSettingsResource
 from prag_assets.task_table import task_asset
-from prag_models.methods.cfrag.tables import model_row
 from prag_models.stages.cfrag_evaluation import BUNDLE_TABLE
 from prag_models.stages.cfrag_retrieval import cfrag_retrieval_rows
 from prag_models.stages.promotion_evidence import CHAMPION_TABLE, champion_retrieval_rows
@@ -42,7 +41,8 @@ def cfrag_retrievals(
     with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
         for task in tasks:
             loaded, versions = {}, {}
-            encoder = model_row(con, task, "user_encoder")  # the encoder behind cfrag_user_embeddings
+            # the encoder behind cfrag_user_embeddings (the consent-cost row encodes the opted-out users' empty history)
+            loaded["user_encoder"], encoder = load_registered_model(con, mlflow, task, "user_encoder")
             used = {"user_encoder": {"registered_name": encoder["registered_name"], "version": int(encoder["version"]),
                                      "loaded_by": "cfrag_models version (user embeddings)"}}  # fmt: skip
             for kind in ("retriever", "reranker", "reranker_no_eu"):

@@ -42,7 +42,7 @@ LAMP_METHODS: tuple[str, ...] = (
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ALL_TASKS: tuple[str, ...] = ("LaMP-1", "LaMP-2", "LaMP-3", "LaMP-4", "LaMP-5", "LaMP-7")
 #: data.demo_family values (prag_models/data/demo_world.py FAMILIES; kept here so settings import no data code)
-DEMO_FAMILIES: tuple[str, ...] = ("communities", "split_taste", "no_community")
+DEMO_FAMILIES: tuple[str, ...] = ("communities", "split_taste", "no_community", "alike_communities")
 #: clustering.user_similarity values (prag_models/users/taste.py USER_SIMILARITIES)
 USER_SIMILARITIES: tuple[str, ...] = ("content", "taste", "blend")
 #: generator.llama_cpp_weights values (prag_models/llm/gguf_weights.py)
@@ -62,7 +62,8 @@ class DataSettings(Section):
     demo_dev_samples: int = 96  # dev samples per task in the embedded demo: every one is retrieved and evaluated
     demo_seed: int = 7
     # Which kind of world the demo plants (docs/demo_data.md "Families"): communities (communities decide labels) |
-    # split_taste (users who write about the same things judge them differently) | no_community (own history only)
+    # split_taste (users who write about the same things judge them differently) | no_community (own history only) |
+    # alike_communities (communities write apart but label alike: collaboration cannot help)
     demo_family: str = "communities"
     # Dev samples per task the LLM evaluation (generations, PBR's P-PRF) uses: the first N of a fixed seeded order of
     # the sample ids, so a larger N only adds samples (0 = all); `prag materialize` lowers it to fit run.llm_budget_s.

@@ -9,7 +9,7 @@ conflicting label. Half of the users have thin profiles (2–4 documents on one 
 neutral words (who asks is not in the text); in ⌊n/2⌋ of a split's n samples the topic is absent from the user's own
 profile. A document is relevant to a sample when its author belongs to the asker's community, it is about the
 sample's topic and its label is not a noise flip. That is the default family ("communities"); ``family`` picks
-another kind of world (prag_models/data/demo_world.py: "split_taste", "no_community").
+another kind of world (prag_models/data/demo_world.py: "split_taste", "no_community", "alike_communities").
 """
 
 from __future__ import annotations

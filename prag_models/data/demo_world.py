@@ -9,6 +9,8 @@ id the label of every topic it judges (``tag``, ``rating``, ``keys``) and its he
   who write about the same things judge them differently.
 - ``no_community``: every user is its own taste; topics and style are drawn per user; only the user's own history
   carries its labels.
+- ``alike_communities``: the communities' topics and style as in ``communities``, but one taste labels every topic
+  for everybody: the communities exist and label alike, so no community's documents carry a better label.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 from prag_models.data.demo_vocab import STYLES, TOPICS
 from prag_models.data.tasks import LABELS, LAMP2_TAGS
 
-FAMILIES: tuple[str, ...] = ("communities", "split_taste", "no_community")
+FAMILIES: tuple[str, ...] = ("communities", "split_taste", "no_community", "alike_communities")
 DEFAULT_FAMILY = "communities"
 TOPICS_PER_COMMUNITY = 4
 THIN_SHARE = 0.5  # share of users with a thin profile
@@ -172,11 +174,25 @@ def _no_community(users: int, communities: int, dev_samples: int, train_samples:
     return World(me, topics, covered, thin, tag, rating, keys, splits, "no_community", me, style, pattern)
 
 
+def _alike_communities(users: int, communities: int, dev_samples: int, train_samples: int | None, seed: int) -> World:
+    """The communities family's topic ring, topic groups and styles, with one taste (0) labelling every topic."""
+    rng = np.random.default_rng([seed, 103])
+    topics = _ring(rng, communities)
+    group = [int(c) for c in rng.permutation(np.arange(users) % communities)]
+    pool = sorted({t for ts in topics for t in ts}, key=lambda t: list(TOPICS).index(t))
+    tag, rating, keys = _taste_labels(rng, pool, 1)
+    thin, covered = _coverage(rng, users, [topics[g] for g in group])
+    splits = _splits(rng, users, dev_samples, train_samples)
+    return World([0] * users, topics, covered, thin, tag, rating, keys, splits, "alike_communities", group,
+                 list(group), {0: 0})  # fmt: skip
+
+
 def build_world(
     family: str, users: int, communities: int, dev_samples: int, train_samples: int | None, seed: int
 ) -> World:
     """The planted world of a family (see the module docstring)."""
-    builders = {"communities": _communities, "split_taste": _split_taste, "no_community": _no_community}
+    builders = {"communities": _communities, "split_taste": _split_taste, "no_community": _no_community,
+                "alike_communities": _alike_communities}  # fmt: skip
     if family not in builders:
         raise ValueError(f"unknown demo family {family!r}; known: {list(FAMILIES)}")
     return builders[family](users, communities, dev_samples, train_samples, seed)

@@ -10,7 +10,7 @@ clusters); another size re-clusters the users' vectors of the chosen user simila
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -101,26 +101,58 @@ def with_knobs(settings: Settings, values: Mapping[str, Any]) -> Settings:
     )
 
 
-class UserSpace:
-    """A task's clustered users, with their similarity vectors per user-similarity mode computed once."""
+def withheld_similarity_vectors(
+    con, task: str, settings: Settings, ids: list[str], content: np.ndarray, withheld: Collection[str] = ()
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """``users.taste.similarity_vectors`` (rows of ids, what was used), except that the documents of the ``withheld``
+    users (the consent-cost scenario's opted-out users) shape no taste vector: they are left out of the item clusters
+    and labels, and a withheld user is compared by its ``content`` row alone, like a user without labelled documents."""
+    from prag_models.users.taste import combine, similarity_vectors
 
-    def __init__(self, con, task: str, settings: Settings, dim: int | None = None) -> None:
-        users = clustered_users(con, task)
+    c = settings.clustering
+    kept = np.asarray([u not in withheld for u in ids], dtype=bool)
+    if kept.all() or c.user_similarity == "content":
+        return similarity_vectors(con, task, settings, ids, content)
+    shaped, info = similarity_vectors(con, task, settings, [u for u, k in zip(ids, kept, strict=True) if k],
+                                      content[kept])  # fmt: skip
+    out = np.zeros((len(ids), shaped.shape[1]), dtype=np.float32)
+    out[kept] = shaped
+    no_taste = np.zeros((int((~kept).sum()), shaped.shape[1] - content.shape[1]), dtype=np.float32)
+    out[~kept] = combine(content[~kept], no_taste, c.user_similarity, c.taste_weight)
+    return out, {**info, "withheld_users": int((~kept).sum())}
+
+
+class UserSpace:
+    """A task's clustered users, with their similarity vectors per user-similarity mode computed once.
+
+    By default the users of the user_clusters table with their stored z_u and clusters. The consent-cost scenario
+    (docs/privacy.md) passes ``users`` (user_id, embedding: its z_u, no cluster column) and ``withheld`` (the users it
+    opts out): their documents then shape no taste vector and the users are clustered afresh, as the user_clusters
+    stage clusters them (``fit_clustering`` of the configured similarity's vectors)."""
+
+    def __init__(self, con, task: str, settings: Settings, dim: int | None = None, *, users: Any = None,
+                 withheld: Collection[str] = ()) -> None:  # fmt: skip
+        users = clustered_users(con, task) if users is None else users
         self.con, self.task, self.settings = con, task, settings
+        self.withheld = frozenset(withheld)
         self.ids: list[str] = users["user_id"].to_pylist()
-        self.clusters = users["cluster"].to_numpy().astype(int)
         self.content = normalize_rows(column_to_matrix(users["embedding"], dim))
         self._vectors: dict[tuple[str, float], np.ndarray] = {}
         self._clusterings: dict[tuple, np.ndarray] = {}
+        if "cluster" in users.column_names:
+            self.clusters = users["cluster"].to_numpy().astype(int)
+        else:
+            fit, _ = fit_clustering(self.vectors(settings), settings.clustering, measure_reduction=False)
+            self.clusters = fit.labels
 
     def vectors(self, settings: Settings) -> np.ndarray:
-        """Unit user vectors of the settings' user similarity (rows of ids)."""
-        from prag_models.users.taste import similarity_vectors
-
+        """Unit user vectors of the settings' user similarity (rows of ids); a withheld user's documents shape no taste
+        vector (:func:`withheld_similarity_vectors`)."""
         c = settings.clustering
         key = (c.user_similarity, c.taste_weight if c.user_similarity == "blend" else 0.0)
         if key not in self._vectors:
-            self._vectors[key] = similarity_vectors(self.con, self.task, settings, self.ids, self.content)[0]
+            self._vectors[key] = withheld_similarity_vectors(self.con, self.task, settings, self.ids, self.content,
+                                                             self.withheld)[0]  # fmt: skip
         return self._vectors[key]
 
     def prepare(self, settings: Settings, similarities: Iterable[str]) -> None:

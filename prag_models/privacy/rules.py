@@ -113,6 +113,17 @@ def opted_out_users(users: Sequence[str], share: float, seed: int) -> set[str]:
     return {ordered[int(i)] for i in chosen}
 
 
+def consent_cost_opted_out(con, task: str, share: float, seed: int) -> list[str]:
+    """The users a task's consent-cost rows opt out (:func:`opted_out_users` over the users with indexed documents,
+    the users ``ProfileIndex.users`` lists), sorted; none when ``share`` is 0."""
+    if share <= 0:
+        return []
+    users = [u for (u,) in con.execute(
+        "SELECT DISTINCT p.user_id FROM profile_documents p JOIN document_embeddings e USING (task, user_id, doc_id) "
+        "WHERE task = ?", [task]).fetchall()]  # fmt: skip
+    return sorted(opted_out_users(users, share, seed))
+
+
 def unshareable_retrievals(con, task: str, frame: Any, default_share: bool) -> list[str]:
     """The data-quality rule of every retrieval table: no row shows a user another user's document that may not
     leave its owner (frame: user_id, source_user_id, doc_id, method, sample_id)."""

@@ -11,12 +11,18 @@ import pandas as pd
 
 from prag_models.config.settings import Settings
 from prag_models.methods.cfrag import inference
-from prag_models.methods.cfrag.tables import mean_embedding_neighbours, neighbour_lists, similar_user_lists
+from prag_models.methods.cfrag.tables import (
+    ConsentUsers,
+    mean_embedding_neighbours,
+    neighbour_lists,
+    similar_user_lists,
+)
 from prag_models.methods.cfrag.tuning import read_cfrag_tuned, tuned_cfrag_settings
 from prag_models.methods.cfrag.variants import CFRAG_METHODS, VARIANTS, Variant
 from prag_models.methods.profiles import ProfileIndex
-from prag_models.stages.retrieval import RETRIEVAL_COLUMNS, consent_scenario, load_task_inputs
-from prag_models.storage.store import read_rows
+from prag_models.stages.consent_cost import consent_scenario
+from prag_models.stages.retrieval import RETRIEVAL_COLUMNS, load_task_inputs
+from prag_models.storage.store import column_to_matrix, read_rows
 
 
 def retrieve_variants(
@@ -84,6 +90,30 @@ def coincidences(models: dict) -> dict[tuple[str, str], str]:
     return found
 
 
+def consent_rows(
+    con, task: str, settings: Settings, restricted: ProfileIndex, samples: pd.DataFrame,
+    user_emb: dict[str, np.ndarray], models: dict, opted_out: list[str], suffix: str,
+) -> list[tuple]:  # fmt: skip
+    """Full CFRAG's consent-cost rows (``cfrag<suffix>``, docs/privacy.md): the tuned knobs and the trained models of
+    the full-consent row, the opted-out users' documents shown to nobody else, and the similar users ranked as the
+    graph ranks them for users who share nothing (``ConsentUsers``: e_u of an empty history by the user encoder in
+    ``models["user_encoder"]``, z_u without their documents, no taste of theirs)."""
+    from prag_models.methods.cfrag.user_encoder import encode_users
+    from prag_models.stages.users import user_embedding_rows
+
+    encoder = models.get("user_encoder")
+    if encoder is None:
+        raise ValueError(f"{task}: CFRAG's consent-cost row needs the user encoder (models['user_encoder']) to give "
+                         "the opted-out users the e_u of an empty history")  # fmt: skip
+    means: dict[str, np.ndarray] = {}
+    if settings.cfrag.user_vectors == "mean":
+        table, _ = user_embedding_rows(con, task, settings.privacy.default_share, withheld=opted_out)
+        means = dict(zip(table["user_id"].to_pylist(), column_to_matrix(table["embedding"]), strict=True))
+    consent = ConsentUsers(frozenset(opted_out), encode_users(encoder, [[]])[0], means)
+    neighbours = {"encoder": similar_user_lists(con, task, settings, consent)}
+    return retrieve_variants(settings, task, restricted, samples, user_emb, neighbours, models, VARIANTS[:1], suffix)
+
+
 def cfrag_retrieval_rows(con, task: str, settings: Settings, models: dict) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The cfrag_retrievals rows of one task with the given retriever / rerankers (CFRAG's knobs as tuned for the
     task; ``cfrag@default`` with the configured ones), and their statistics."""
@@ -98,9 +128,8 @@ def cfrag_retrieval_rows(con, task: str, settings: Settings, models: dict) -> tu
         rows += retrieve_variants(untuned, task, index, samples, user_emb, default, models, VARIANTS[:1], "@default")
     scenario = consent_scenario(index, settings)
     if scenario and "cfrag" in settings.privacy.consent_cost_methods:  # what consent costs CFRAG (docs/privacy.md)
-        restricted, suffix, _ = scenario
-        full = VARIANTS[:1]
-        rows += retrieve_variants(settings, task, restricted, samples, user_emb, neighbours, models, full, suffix)
+        restricted, suffix, out = scenario
+        rows += consent_rows(con, task, settings, restricted, samples, user_emb, models, out, suffix)
     frame = pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)
     queries = [inference.CfragQuery(s.sample_id, s.user_id, s.query, np.asarray(s.embedding, dtype=np.float32),
                                     np.asarray(user_emb[s.user_id], dtype=np.float32))

@@ -16,7 +16,7 @@ from prag_models.methods.community import CommunityRetriever
 from prag_models.methods.profiles import ProfileIndex, Retrieved
 from prag_models.methods.task_tables import clustered_users, read_profile_index
 from prag_models.methods.vector_index import CorpusIndex, numpy_blas_threads
-from prag_models.privacy.rules import opted_out_users
+from prag_models.stages.consent_cost import consent_scenario, consent_space
 from prag_models.stages.tuning import with_tuned_rows
 from prag_models.storage.store import column_to_matrix, table_exists
 from prag_models.users.embeddings import normalize_rows
@@ -240,23 +240,6 @@ def community_retriever(con, task: str, index: ProfileIndex, settings: Settings)
     )
 
 
-def consent_scenario(index: ProfileIndex, settings: Settings) -> tuple[ProfileIndex, str, int] | None:
-    """The consent-cost scenario (docs/privacy.md): the index with a seeded ``privacy.consent_cost_share`` of the
-    users opted out, the method-name suffix (``@consent<percent still sharing>``) and how many opted out; None when
-    the share is 0."""
-    p = settings.privacy
-    if p.consent_cost_share <= 0:
-        return None
-    out = opted_out_users(index.users, p.consent_cost_share, p.consent_cost_seed)
-    return index.with_opted_out(sorted(out)), f"@consent{round(100 * (1 - p.consent_cost_share))}", len(out)
-
-
-def _consent_only(rows: list[tuple], suffix: str, settings: Settings) -> list[tuple]:
-    """The rows of the configured consent-cost methods, renamed ``<method><suffix>``."""
-    keep = set(settings.privacy.consent_cost_methods)
-    return [(r[0], r[1] + suffix, *r[2:]) for r in rows if r[1] in keep]
-
-
 def baseline_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The rows of baseline_retrievals for one task (with the consent-cost rows of dense_global), their summary and
     how dense_global searched (exact, or IVF with its recall@k against exact search on a sample of the queries)."""
@@ -281,6 +264,33 @@ def baseline_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, dic
     return frame, {**summary(frame), "dense_global_search": search, "seconds": seconds}
 
 
+def consent_clusterrag_rows(
+    con, task: str, settings: Settings, index: ProfileIndex, samples: pd.DataFrame, opted_out: list[str],
+    suffix: str, tuned: dict[str, dict[str, Any]],
+) -> tuple[list[tuple], dict[str, float]]:  # fmt: skip
+    """The consent-cost rows of the ClusterRAG methods in ``privacy.consent_cost_methods`` (``<method><suffix>``):
+    the opted-out users' documents shown to nobody else and shaping no z_u, cluster or neighbour (stages/consent_cost),
+    each method with the knobs its full-consent row has (``tuned``: the task's tuned values; untuned methods keep the
+    configured ones); and the seconds each took."""
+    from prag_models.evaluation.tuning import retrieve
+    from prag_models.methods.knobs import with_knobs
+
+    wanted = [m for m in CLUSTERRAG_METHODS if m in settings.privacy.consent_cost_methods]
+    restricted = index.with_opted_out(opted_out)
+    space = consent_space(con, task, settings, opted_out, index.vectors.shape[1])
+    seconds: dict[str, float] = {}
+    plain = [m for m in wanted if m not in tuned]
+    community = space.community(restricted, settings) if "clusterrag_community" in plain else None
+    rows, _ = run_clusterrag(settings, task, restricted, samples, space.neighbours(settings), community, plain, seconds)
+    for method in (m for m in wanted if m in tuned):
+        t0 = time.perf_counter()
+        found = retrieve(method, with_knobs(settings, tuned[method]), space, restricted, samples)
+        rows += [r for s, f in zip(samples.itertuples(), found, strict=True)
+                 for r in _rows(task, method, s.sample_id, s.user_id, f)]  # fmt: skip
+        _timed(seconds, method, t0)
+    return [(r[0], r[1] + suffix, *r[2:]) for r in rows], {m + suffix: v for m, v in seconds.items()}
+
+
 def clusterrag_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The rows of clusterrag_retrievals for one task (with the consent-cost rows), their summary and the two-stage
     cost."""
@@ -290,14 +300,14 @@ def clusterrag_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, d
     rows, cost = run_clusterrag(settings, task, index, samples, neighbours, community, seconds=seconds)
     rows, tuned = with_tuned_rows(con, task, settings, index, samples, rows)  # <method>@default keeps the untuned
     scenario = consent_scenario(index, settings)
-    wanted = [m for m in CLUSTERRAG_METHODS if m in settings.privacy.consent_cost_methods]
-    if scenario and wanted:
-        restricted, suffix, n_out = scenario
-        more_seconds: dict[str, float] = {}
-        again = community_retriever(con, task, restricted, settings)
-        more, _ = run_clusterrag(settings, task, restricted, samples, neighbours, again, wanted, more_seconds)
-        rows += _consent_only(more, suffix, settings)
-        seconds |= {m + suffix: v for m, v in more_seconds.items()}
-        cost["consent_cost"] = {"opted_out_users": n_out, "users": len(index.users), "suffix": suffix}
+    if scenario and any(m in settings.privacy.consent_cost_methods for m in CLUSTERRAG_METHODS):
+        _, suffix, out = scenario
+        more, more_seconds = consent_clusterrag_rows(con, task, settings, index, samples, out, suffix,
+                                                     tuned.get("tuned", {}))  # fmt: skip
+        rows += more
+        seconds |= more_seconds
+        cost["consent_cost"] = {"opted_out_users": len(out), "users": len(index.users), "suffix": suffix,
+                                "knobs": "as the full-consent rows (tuned)",
+                                "z_u, clusters, neighbours": "without the opted-out users' documents"}  # fmt: skip
     frame = pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)
     return frame, {**summary(frame), **cost, **tuned, "seconds": seconds}

@@ -13,6 +13,7 @@ from prag_models.data.source import llm_eval_sample_ids
 from prag_models.data.tasks import LABELS, TASK_KIND
 from prag_models.metrics.lamp import metric_bounds
 from prag_models.privacy.rules import unshareable_retrievals
+from prag_models.stages.consent_cost import CONSENT_MARK, ConsentRules, consent_check_rules, task_opted_out
 from prag_models.stages.tuning import tuned_check_rules
 from prag_models.storage.store import column_to_matrix, table_exists
 from prag_models.storage.validation import (
@@ -154,18 +155,25 @@ def retrieval_extra(table: str) -> Extra:
         bad = []
         tuned_nb, tuned_top_n, tuned_groups = (tuned_check_rules(con, task, settings) if "clusterrag" in table
                                                else (None, None, None))  # fmt: skip
+        consent = consent_rules(con, task, df, settings, "clusterrag" in table)
         for r in df.itertuples():
             nb = neighbours.get(r.user_id, set())
             method = r.method.partition("@")[0]  # a consent-cost row (docs/privacy.md) follows its method's rule
             top_n = settings.clustering.community_top_n
+            group = groups.get(method, {})
             if r.method == "clusterrag_collaborative" and tuned_nb is not None:  # tuned rows: the tuned neighbours
                 nb = tuned_nb.get(r.user_id, set())
             if r.method == "clusterrag_community" and tuned_top_n is not None:
-                top_n = tuned_top_n
+                top_n, group = tuned_top_n, tuned_groups or group
+            if CONSENT_MARK in r.method and consent is not None:  # the consent scenario's own users and knobs
+                if r.source_user_id != r.user_id and r.source_user_id in consent.opted_out:
+                    bad.append(f"{r.method}/{r.sample_id}: doc {r.doc_id} of opted-out user {r.source_user_id}")
+                if consent.neighbours:
+                    nb = consent.neighbours.get(method, {}).get(r.user_id, set())
+                    top_n, group = consent.community_top_n, consent.community_groups
             if method == "dense_global" or (method == "clusterrag_community" and top_n):
                 ok = True  # not personalized / top-N most similar users of all
             elif method in groups:
-                group = tuned_groups if r.method == "clusterrag_community" and tuned_groups else groups[method]
                 ok = group.get(r.source_user_id, -1) == group.get(r.user_id, -2)
             elif method in own_only:
                 ok = r.source_user_id == r.user_id
@@ -180,6 +188,16 @@ def retrieval_extra(table: str) -> Extra:
         return problems + unshareable_retrievals(con, task, df, settings.privacy.default_share)
 
     return extra
+
+
+def consent_rules(con, task: str, df: pd.DataFrame, settings: Settings, clusterrag: bool) -> ConsentRules | None:
+    """The consent scenario's rules when the rows hold consent-cost rows (ClusterRAG's tables: with its neighbours
+    and clusters; others: only who opted out), else None."""
+    if not df["method"].str.contains(CONSENT_MARK, regex=False).any():
+        return None
+    if clusterrag:
+        return consent_check_rules(con, task, settings)
+    return ConsentRules(set(task_opted_out(con, task, settings)), {}, 0, {})
 
 
 def generation_suite(task: str, settings: Settings) -> list[Expect]:

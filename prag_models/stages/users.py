@@ -7,6 +7,7 @@ users × d; every table is written as Arrow (vectors as ``FLOAT[d]``).
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -50,10 +51,13 @@ def cold_start_queries(con, task: str, users: pa.Array | None = None) -> dict[st
     return {u: matrix[ids == u].mean(axis=0) for u in np.unique(ids)}
 
 
-def user_embedding_rows(con, task: str, default_share: bool = True) -> tuple[pa.Table, dict[str, Any]]:
+def user_embedding_rows(
+    con, task: str, default_share: bool = True, withheld: Collection[str] = ()
+) -> tuple[pa.Table, dict[str, Any]]:
     """z_u = mean of the user's document embeddings that may shape other users' results (docs/privacy.md: private
-    documents and non-sharing users' documents left out); none: the mean of its query embeddings (§3.6); neither
-    (a user known only from ingested private documents): the mean of all its documents, its own placement only."""
+    documents and non-sharing users' documents left out; ``withheld``: users treated as opted out too, the
+    consent-cost scenario's); none: the mean of its query embeddings (§3.6); neither (a user known only from
+    ingested private documents): the mean of all its documents, its own placement only."""
     from prag_models.privacy.rules import sharing_rule
 
     require_table(con, "document_embeddings")
@@ -66,11 +70,14 @@ def user_embedding_rows(con, task: str, default_share: bool = True) -> tuple[pa.
     value_set = pa.array(users, pa.string())
     means, everything = UserMeans(users), UserMeans(users)
     shaping = sharing_rule(con, task, default_share)
+    out_set = pa.array(sorted(withheld), pa.string())
     docs = "SELECT user_id, doc_id, embedding FROM document_embeddings WHERE task = ?"
     for batch in iter_batches(con, docs, [task]):
         rows = pc.index_in(batch["user_id"], value_set=value_set).to_numpy(zero_copy_only=False)
         vectors = column_to_matrix(batch["embedding"])
         keep = shaping(batch["user_id"], batch["doc_id"])
+        if withheld:
+            keep &= ~pc.is_in(batch["user_id"], value_set=out_set).to_numpy(zero_copy_only=False)
         means.add(rows[keep], vectors[keep])
         everything.add(rows, vectors)
     unshaped = [u for u, n in zip(users, means.counts, strict=True) if n == 0]

@@ -9,7 +9,7 @@ from prag_models.config.settings import Settings
 from prag_models.methods.cfrag import feedback_labels, tables, variants
 from prag_models.methods.cfrag.tuning import DEFAULT_ROW, tuned_cfrag_settings
 from prag_models.methods.cfrag.variants import CHAMPION_METHOD
-from prag_models.privacy.rules import unshareable_retrievals
+from prag_models.privacy.rules import consent_cost_opted_out, unshareable_retrievals
 from prag_models.storage.store import column_to_matrix, read_rows, table_exists
 from prag_models.storage.validation import between, matrix_problems, min_rows, not_null, unique, validate_frame
 
@@ -79,17 +79,22 @@ def retrieval_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> lis
         "default": tables.similar_user_lists(con, task, settings) if tuned is not settings else {},
     }
     users_of = {v.method: v.users for v in variants.VARIANTS} | {DEFAULT_ROW: "default"}
+    p = settings.privacy
+    opted_out = set(consent_cost_opted_out(con, task, p.consent_cost_share, p.consent_cost_seed))
     bad = []
     for r in df.itertuples(index=False):
-        # a consent-cost row (<method>@consent...) follows its method's rule
-        kind = users_of.get(r.method) or users_of.get(r.method.partition("@")[0])
         if r.method == CHAMPION_METHOD:  # neighbours by the champion's own e_u (not stored): the sharing rule below
             continue  # (unshareable_retrievals) still checks its every document
-        ok = (
-            r.source_user_id == r.user_id
-            if kind == "own"
-            else r.source_user_id in allowed.get(kind, {}).get(r.user_id, [r.user_id])
-        )
+        kind = users_of.get(r.method)
+        if kind is None and "@consent" in r.method:  # the consent scenario ranks its own similar users (with the
+            kind = users_of.get(r.method.partition("@")[0])  # encoder): any user who still shares, or the user itself
+            ok = r.source_user_id == r.user_id or r.source_user_id not in opted_out
+        else:
+            ok = (
+                r.source_user_id == r.user_id
+                if kind == "own"
+                else r.source_user_id in allowed.get(kind, {}).get(r.user_id, [r.user_id])
+            )
         if kind is None or not ok:
             bad.append(f"{r.method}/{r.sample_id}: doc {r.doc_id} of user {r.source_user_id}")
     if bad:

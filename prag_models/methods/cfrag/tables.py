@@ -4,7 +4,8 @@ embeddings and similar users, and the ``cfrag_models`` rows of registered models
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -240,31 +241,56 @@ def mean_vectors(con, task: str, ids: Sequence[str]) -> np.ndarray:
     means = read_rows(con, "user_embeddings", {"task": task})
     if means.empty:
         raise LookupError(f"cfrag.user_vectors = 'mean' needs the user_embeddings of {task}: materialize them first")
-    by_user = dict(zip(means["user_id"], means["embedding"], strict=True))
-    dim = len(next(iter(by_user.values())))
-    return column_to_matrix([by_user.get(u, np.zeros(dim, dtype=np.float32)) for u in ids], dim)
+    return _vectors_of(dict(zip(means["user_id"], means["embedding"], strict=True)), ids)
 
 
-def ranking_vectors(con, task: str, settings: Settings) -> tuple[list[str], np.ndarray, dict[str, Any]]:
+@dataclass(frozen=True)
+class ConsentUsers:
+    """The consent-cost scenario's users (docs/privacy.md): who is opted out, the e_u the user encoder gives an empty
+    history (a user who shares nothing gets it in the graph) and every user's z_u without the opted-out users'
+    documents (``stages.users.user_embedding_rows`` with them withheld; for cfrag.user_vectors = "mean")."""
+
+    opted_out: frozenset[str]
+    empty_history: np.ndarray
+    means: Mapping[str, np.ndarray]
+
+
+def ranking_vectors(
+    con, task: str, settings: Settings, consent: ConsentUsers | None = None
+) -> tuple[list[str], np.ndarray, dict[str, Any]]:
     """The task's CFRAG users (cfrag_user_embeddings order) and the vectors that rank their similar users:
     cfrag.user_vectors picks e_u ("encoder") or the mean document embedding ("mean", zero for a user without one),
-    blended with taste when clustering.user_similarity = taste | blend (users/taste.py)."""
-    from prag_models.users.taste import similarity_vectors
+    blended with taste when clustering.user_similarity = taste | blend (users/taste.py). ``consent``: as in its
+    scenario (the opted-out users' e_u that of an empty history, z_u without their documents, no taste of theirs)."""
+    from prag_models.methods.knobs import withheld_similarity_vectors
 
     users = read_rows(con, "cfrag_user_embeddings", {"task": task}, order_by="user_id")
     ids = users["user_id"].tolist()
     vectors = column_to_matrix(users["embedding"].tolist())
+    withheld: frozenset[str] = frozenset()
+    if consent is not None and consent.opted_out:
+        withheld = consent.opted_out
+        vectors[np.isin(ids, sorted(withheld))] = consent.empty_history
     if settings.cfrag.user_vectors == "mean":
-        vectors = mean_vectors(con, task, ids)
-    ranked, similarity = similarity_vectors(con, task, settings, ids, vectors)
+        vectors = mean_vectors(con, task, ids) if consent is None else _vectors_of(consent.means, ids)
+    ranked, similarity = withheld_similarity_vectors(con, task, settings, ids, vectors, withheld)
     return ids, ranked, {"user_vectors": settings.cfrag.user_vectors, **similarity}
 
 
-def similar_user_lists(con, task: str, settings: Settings) -> dict[str, list[str]]:
-    """Each user's top-m similar users under the settings (what cfrag_similar_users would hold), in memory."""
+def _vectors_of(by_user: Mapping[str, np.ndarray], ids: Sequence[str]) -> np.ndarray:
+    """One row per id (zeros for an id without a vector)."""
+    dim = len(next(iter(by_user.values())))
+    return column_to_matrix([by_user.get(u, np.zeros(dim, dtype=np.float32)) for u in ids], dim)
+
+
+def similar_user_lists(
+    con, task: str, settings: Settings, consent: ConsentUsers | None = None
+) -> dict[str, list[str]]:
+    """Each user's top-m similar users under the settings (what cfrag_similar_users would hold; ``consent``: in the
+    consent-cost scenario), in memory."""
     from prag_models.methods.cfrag.user_encoder import top_m_similar_users
 
-    ids, vectors, _ = ranking_vectors(con, task, settings)
+    ids, vectors, _ = ranking_vectors(con, task, settings, consent)
     found, _ = top_m_similar_users(vectors, settings.cfrag.top_m_users, settings.cfrag.include_self)
     return {ids[i]: [ids[int(j)] for j in found[i]] for i in range(len(ids))}
 

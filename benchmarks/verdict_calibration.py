@@ -60,19 +60,30 @@ def write_world_config(path: Path, home: Path, family: str, seed: int, args: arg
     }  # fmt: skip
     if args.user_similarity:
         sections["clustering"] = {"user_similarity": args.user_similarity}
+    if args.label_free:  # the world's LaMP files without their manifest (the planted labels), the packaged LLM
+        from prag_models.data.demo import write_demo
+
+        files = path.parent / "lamp"
+        write_demo(files, users=args.users, communities=args.communities, dev_samples=args.dev_samples, seed=seed,
+                   tasks=[args.task], family=family)  # fmt: skip
+        (files / "demo_manifest.json").unlink()
+        data |= {"source": "lamp", "lamp_dir": str(files)}
+        sections |= {"generator": {"threads": args.threads}, "tuning": {"enabled": False},
+                     "run": {"llm_budget_s": 0}, "utility": {"max_samples": args.dev_samples}}  # fmt: skip
     import tomli_w
 
     path.write_text(tomli_w.dumps({"home": str(home), **sections}), encoding="utf-8")
     return path
 
 
-def selection(with_cfrag: bool):  # noqa: ANN201
-    """The assets up to lamp_retrieval_evaluation, without PBR (needs an LLM) and, unless asked, without CFRAG."""
+def selection(with_cfrag: bool, label_free: bool = False):  # noqa: ANN201
+    """The assets up to lamp_retrieval_evaluation (label-free: up to llm_utility), without PBR (needs an LLM) and,
+    unless asked, without CFRAG."""
     import dagster as dg
 
     from prag_assets.definitions import defs
 
-    wanted = dg.AssetSelection.assets("lamp_retrieval_evaluation").upstream()
+    wanted = dg.AssetSelection.assets("llm_utility" if label_free else "lamp_retrieval_evaluation").upstream()
     keys = wanted.resolve(defs.resolve_asset_graph())
     drop = [k for k in keys if k.path[-1].startswith("pbr") or (not with_cfrag and (
         k.path[-1].startswith("cfrag") or k.path[-1] == "feedback_labels"))]  # fmt: skip
@@ -86,6 +97,7 @@ def run_world(family: str, seed: int, args: argparse.Namespace, root: Path) -> d
 
     from prag_assets.definitions import defs
     from prag_assets.resource_set import default_resources
+    from prag_models.config.settings import load_settings
     from prag_models.evaluation.claims import retrieval_scores
     from prag_models.evaluation.verdict import verdicts_from_store
 
@@ -97,7 +109,7 @@ def run_world(family: str, seed: int, args: argparse.Namespace, root: Path) -> d
     if not (args.reuse and done.exists()):  # --reuse: re-decide a world already materialized in --workdir
         result = dg.materialize(
             list(defs.assets), resources=default_resources(config_file=str(config)),
-            selection=selection(args.with_cfrag), partition_key=args.task, raise_on_error=False,
+            selection=selection(args.with_cfrag, args.label_free), partition_key=args.task, raise_on_error=False,
         )  # fmt: skip
         if not result.success:
             return {"family": family, "seed": seed, "verdict": "failed", "seconds": time.perf_counter() - start}
@@ -105,7 +117,8 @@ def run_world(family: str, seed: int, args: argparse.Namespace, root: Path) -> d
     seconds = float(done.read_text(encoding="utf-8"))
     con = duckdb.connect(str(folder / "home" / "prag.duckdb"), read_only=True)
     try:
-        table = verdicts_from_store(con, [args.task])
+        minimum = load_settings(config).utility.min_samples
+        table = verdicts_from_store(con, [args.task], min_utility_samples=minimum)
         scores = [s for t, _, s in retrieval_scores(con) if t == args.task]
     finally:
         con.close()
@@ -201,14 +214,34 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=64)
     parser.add_argument("--communities", type=int, default=4)
     parser.add_argument("--dev-samples", type=int, default=32)
-    parser.add_argument("--self-test", type=int, default=0, help="sign-flip self-test copies per world (0: none): "
-                        "a check of the test's code, not of worlds")
-    parser.add_argument("--user-similarity", default="", choices=("", *USER_SIMILARITIES),
-                        help="clustering.user_similarity (default: the setting's)")
+    parser.add_argument(
+        "--self-test",
+        type=int,
+        default=0,
+        help="sign-flip self-test copies per world (0: none): a check of the test's code, not of worlds",
+    )
+    parser.add_argument(
+        "--user-similarity",
+        default="",
+        choices=("", *USER_SIMILARITIES),
+        help="clustering.user_similarity (default: the setting's)",
+    )
     parser.add_argument("--with-cfrag", action="store_true", help="add CFRAG (2 training epochs; slower)")
+    parser.add_argument(
+        "--label-free",
+        action="store_true",
+        help="the world's LaMP files without their planted "
+        "labels (source lamp): a task no label sees is decided by the LLM utility with the packaged "
+        "generator (docs/methods.md §6.7); use a LaMP-4/5/7 --task",
+    )
+    parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads with --label-free")
     parser.add_argument("--workdir", default="", help="where the worlds' homes go (default: a temporary folder)")
-    parser.add_argument("--reuse", action="store_true", help="re-decide the worlds already materialized in --workdir "
-                        "(after a change to the verdict) instead of materializing them again")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="re-decide the worlds already materialized in --workdir "
+        "(after a change to the verdict) instead of materializing them again",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="worlds at once, one process each (one per free core)")
     args = parser.parse_args()
     os.environ.setdefault("PRAG_CHUNK_ROWS", "4096")

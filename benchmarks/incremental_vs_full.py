@@ -46,7 +46,7 @@ def _materialize(config: Path, tasks: list[str], selection: list[str]) -> bool:
     import dagster as dg
 
     from prag_assets.definitions import defs
-    from prag_assets.resource_set import default_resources
+    from prag_assets.resources.resource_set import default_resources
 
     ordered = [t for t in ALL_TASKS if t in tasks]
     result = dg.materialize(

@@ -39,7 +39,7 @@ def materialize(config: Path, tasks: list[str], selection) -> None:
     import dagster as dg
 
     from prag_assets.definitions import defs
-    from prag_assets.resource_set import default_resources
+    from prag_assets.resources.resource_set import default_resources
 
     dg.materialize(
         list(defs.assets) + list(defs.asset_checks),

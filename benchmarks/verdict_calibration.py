@@ -96,7 +96,7 @@ def run_world(family: str, seed: int, args: argparse.Namespace, root: Path) -> d
     import duckdb
 
     from prag_assets.definitions import defs
-    from prag_assets.resource_set import default_resources
+    from prag_assets.resources.resource_set import default_resources
     from prag_models.config.settings import load_settings
     from prag_models.evaluation.claims import retrieval_scores
     from prag_models.evaluation.verdict import verdicts_from_store

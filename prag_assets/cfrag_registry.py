@@ -10,8 +10,10 @@ import dagster as dg
 import numpy as np
 
 from prag_assets.common import report_partitions, task_run
-from prag_assets.mlflow_resource import MlflowResource
-from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
+from prag_assets.resources.duckdb_file import DuckDBResource
+from prag_assets.resources.mlflow_registry import MlflowResource
+from prag_assets.resources.models import ModelsResource
+from prag_assets.resources.settings import PragSettingsResource
 from prag_assets.task_table import TaskStep, task_asset
 from prag_models.config.settings import Settings
 from prag_models.methods.cfrag.probes import loss_trend, probe_scores

@@ -31,7 +31,7 @@ from prag_assets.checks.retrieval_eval_checks import retrieval_eval_checks
 from prag_assets.code_versions import versioned
 from prag_assets.demo_job import demo_job, retrain_job, retrieval_eval_job
 from prag_assets.promotion_jobs import promotion_jobs
-from prag_assets.resource_set import default_resources
+from prag_assets.resources.resource_set import default_resources
 from prag_assets.sensors import jobs, schedules, sensors
 from prag_models.config.settings import Settings, load_settings
 

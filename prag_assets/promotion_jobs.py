@@ -16,9 +16,9 @@ from functools import partial
 import dagster as dg
 from pydantic import Field
 
-from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.partitions import DUCKDB_POOL
-from prag_assets.resources import DuckDBResource
+from prag_assets.resources.duckdb_file import DuckDBResource
+from prag_assets.resources.mlflow_registry import MlflowResource
 from prag_models.data.tasks import LampDataError, task_from_name
 from prag_models.mlops.promotion import (
     REFUSED,

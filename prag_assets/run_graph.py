@@ -30,7 +30,7 @@ def run(select: str, partition_range: str | None, tags: dict[str, str], partitio
     import dagster as dg
 
     from prag_assets.definitions import defs
-    from prag_assets.resource_set import default_resources
+    from prag_assets.resources.resource_set import default_resources
 
     if partition_range:
         start, _, end = partition_range.partition("...")

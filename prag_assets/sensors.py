@@ -15,7 +15,7 @@ import dagster as dg
 
 from prag_assets.assets import history, users
 from prag_assets.partitions import task_partitions
-from prag_assets.resources import PragSettingsResource
+from prag_assets.resources.settings import PragSettingsResource
 from prag_models.config.settings import ALL_TASKS
 from prag_models.stages.history import HistoryCursor, scan_changes
 from prag_models.storage.store import DuckDBBusyError

@@ -11,7 +11,7 @@ import dagster as dg
 from prag_assets.assets import user_shards
 from prag_assets.assets.user_shards import user_shard_assets
 from prag_assets.code_versions import GROUP_SECTIONS, OWNERS, code_version, settings_sections
-from prag_assets.resource_set import default_resources
+from prag_assets.resources.resource_set import default_resources
 from prag_models.config.settings import load_settings
 
 _version = code_version(user_shards, settings_sections(load_settings(), GROUP_SECTIONS["user_shards"]))

@@ -15,10 +15,12 @@ import pandas as pd
 from dagster_ray import RayResource
 
 from prag_assets.common import keyed_table, report_partitions, stats_metadata, task_run
-from prag_assets.mlflow_resource import MlflowResource
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
-from prag_assets.ray_compute import fill_stage
-from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
+from prag_assets.resources.duckdb_file import DuckDBResource
+from prag_assets.resources.mlflow_registry import MlflowResource
+from prag_assets.resources.models import ModelsResource
+from prag_assets.resources.ray_cluster import fill_stage
+from prag_assets.resources.settings import PragSettingsResource
 from prag_models.config.settings import Settings
 from prag_models.storage.store import replace_rows
 

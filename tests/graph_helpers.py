@@ -69,7 +69,7 @@ def materialize_graph(config_file: Path, tasks: list[str], selection=None, raise
     import dagster as dg
 
     from prag_assets.definitions import defs
-    from prag_assets.resource_set import default_resources
+    from prag_assets.resources.resource_set import default_resources
     from prag_models.config.settings import ALL_TASKS
 
     ordered = [t for t in ALL_TASKS if t in tasks]

@@ -64,7 +64,7 @@ def build_demo_home(root: Path) -> str:
 
     from prag_assets.definitions import defs
     from prag_assets.demo_job import PRAG_DEMO_JOB, demo_job
-    from prag_assets.resource_set import default_resources
+    from prag_assets.resources.resource_set import default_resources
     from prag_models.config.settings import load_settings
 
     config = write_config(root / "prag.toml", root / "home", generator_backend="fake", data={"tasks": DEMO_TASKS})
@@ -178,7 +178,7 @@ def personabench_graph(tmp_path_factory):
     import dagster as dg
 
     from prag_assets.definitions import defs
-    from prag_assets.resource_set import default_resources
+    from prag_assets.resources.resource_set import default_resources
 
     if not (real_data_dir() / "personabench").is_dir():
         pytest.skip(f"real PersonaBench data not found at {real_data_dir()} (set PRAG_REAL_DATA)")

@@ -18,7 +18,7 @@ def _statuses(instance: dg.DagsterInstance, key: dg.AssetCheckKey) -> dict[str |
 def _run(config, instance, selection=SELECTION, raise_on_error: bool = True, **kwargs):
     """Materialize a selection in one in-process run on the given instance (by default over the task range)."""
     from prag_assets.definitions import defs
-    from prag_assets.resource_set import default_resources
+    from prag_assets.resources.resource_set import default_resources
 
     tags = {"dagster/asset_partition_range_start": TASKS[0], "dagster/asset_partition_range_end": TASKS[-1]}
     return dg.materialize(

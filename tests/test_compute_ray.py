@@ -92,7 +92,7 @@ def test_ray_engine_writes_the_local_engines_tables(local_run, ray_session, tmp_
 def _shard_runs(config, assets: list[str], n: int) -> dict[str, list[dict]]:
     """Every task x user-shard partition of the given shard assets, one in-process run each (as a backfill)."""
     from prag_assets.assets.user_shards import shard_assets
-    from prag_assets.resource_set import default_resources
+    from prag_assets.resources.resource_set import default_resources
 
     out: dict[str, list[dict]] = {asset: [] for asset in assets}
     for task in TASKS:

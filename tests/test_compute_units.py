@@ -105,8 +105,8 @@ def test_unreachable_ray_address_is_named(tmp_path) -> None:
 
     import dagster as dg
 
-    from prag_assets.ray_compute import PragRay, RayConnectError, compute_engine
-    from prag_assets.resources import PragSettingsResource
+    from prag_assets.resources.ray_cluster import PragRay, RayConnectError, compute_engine
+    from prag_assets.resources.settings import PragSettingsResource
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -125,7 +125,7 @@ def test_local_engine_runs_never_connect_to_ray(tmp_path) -> None:
     (Dagster takes nested config defaults from the class, so a default_factory alone started a cluster every run)."""
     import dagster as dg
 
-    from prag_assets.resource_set import default_resources
+    from prag_assets.resources.resource_set import default_resources
 
     config = tmp_path / "prag.toml"
     config.write_text(f'home = "{tmp_path}"\n')

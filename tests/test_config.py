@@ -74,7 +74,7 @@ def test_base_url_must_be_http() -> None:
 
 def test_models_resource_keeps_at_most_two_generators_and_closes_the_evicted() -> None:
     """The process-wide generator cache closes what it evicts, and everything at exit."""
-    from prag_assets import resources
+    from prag_assets.resources import models as resources
     from prag_models.config.settings import GeneratorSettings
 
     closed: list[str] = []
@@ -115,7 +115,7 @@ def test_settings_are_pydantic_and_hashable() -> None:
 
 def test_run_overrides_from_the_launchpad_are_settings_too(tmp_path) -> None:
     """The settings resource's `overrides` (Dagster run config) win over file and environment and are validated."""
-    from prag_assets.resources import PragSettingsResource
+    from prag_assets.resources.settings import PragSettingsResource
 
     cfg = tmp_path / "prag.toml"
     cfg.write_text(f'home = "{tmp_path}"\n[retrieval]\nk = 3\n')

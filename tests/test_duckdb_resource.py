@@ -10,7 +10,8 @@ import dagster as dg
 import dagster_duckdb
 import pytest
 
-from prag_assets.resources import DuckDBResource, PragSettingsResource
+from prag_assets.resources.duckdb_file import DuckDBResource
+from prag_assets.resources.settings import PragSettingsResource
 from prag_models.storage import store
 from prag_models.storage.store import DuckDBBusyError, publish_snapshot
 

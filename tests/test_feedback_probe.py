@@ -117,7 +117,7 @@ def test_probe_stops_without_headroom_and_spends_the_budget_with_it(probe_home) 
 def test_no_headroom_registers_the_initialisation_tagged_why(probe_home, monkeypatch) -> None:
     """In the graph: feedback_labels stops after the probe (metadata says why), the retriever and both rerankers
     register their untrained initialisation with MLflow tag training.skipped, and their blocking checks pass."""
-    from prag_assets import resources
+    from prag_assets.resources import models as resources
     config, settings, gains = probe_home
     noise = KnownTeacher(gains, signal=0.0, noise=1.0, name="noise")
     monkeypatch.setattr(resources, "_generator", lambda _settings: noise)

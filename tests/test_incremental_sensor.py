@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from conftest import materialize_graph, write_config
 
-from prag_assets.resource_set import default_resources
-from prag_assets.resources import PragSettingsResource
+from prag_assets.resources.resource_set import default_resources
+from prag_assets.resources.settings import PragSettingsResource
 from prag_assets.sensors import (
     RANGE_END,
     RANGE_START,

@@ -89,7 +89,7 @@ def _eval_config(tmp_path: Path, data: Path, **pbr) -> Path:
 
 def _materialize(config: Path, raise_on_error: bool = True, selection=None):
     from prag_assets.definitions import defs
-    from prag_assets.resource_set import default_resources
+    from prag_assets.resources.resource_set import default_resources
 
     return dg.materialize([*defs.assets, *defs.asset_checks], resources=default_resources(config_file=str(config)),
                           selection=selection or dg.AssetSelection.groups(GROUP), raise_on_error=raise_on_error)

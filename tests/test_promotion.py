@@ -238,7 +238,7 @@ def test_append_decision_writes_model_promotions(target, model_dir, tmp_path) ->
 
 
 def _job_result(job, config, op: str, **values):
-    from prag_assets.resource_set import default_resources
+    from prag_assets.resources.resource_set import default_resources
 
     run_config = {"ops": {op: {"config": values}}}
     return job.execute_in_process(

@@ -12,7 +12,9 @@ import pandas as pd
 from prag_assets.assets.users import similar_users, user_clusters, user_embeddings
 from prag_assets.common import preview, report_partitions, run_tasks
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
-from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
+from prag_assets.resources.duckdb_file import DuckDBResource
+from prag_assets.resources.models import ModelsResource
+from prag_assets.resources.settings import PragSettingsResource
 from prag_assets.task_table import CODE_VERSION
 from prag_models.data.history import ensure_history_table, has_table
 from prag_models.data.sharing import newest_statement

@@ -7,7 +7,8 @@ from prag_assets.assets.cfrag import cfrag_retrievals
 from prag_assets.assets.pbr_lamp import pbr_lamp_retrievals
 from prag_assets.assets.retrieval import baseline_retrievals, clusterrag_retrievals
 from prag_assets.common import evaluation_table_metadata, frame_table, report_partitions, run_tasks
-from prag_assets.resources import DuckDBResource, PragSettingsResource
+from prag_assets.resources.duckdb_file import DuckDBResource
+from prag_assets.resources.settings import PragSettingsResource
 from prag_assets.task_table import task_asset
 from prag_models.evaluation import retrieval as rev
 from prag_models.evaluation.report import primary_by_task

@@ -23,8 +23,10 @@ from dagster_ray import RayResource
 
 from prag_assets.common import keyed_table
 from prag_assets.partitions import task_partitions
-from prag_assets.ray_compute import compute_engine
-from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
+from prag_assets.resources.duckdb_file import DuckDBResource
+from prag_assets.resources.models import ModelsResource
+from prag_assets.resources.ray_cluster import compute_engine
+from prag_assets.resources.settings import PragSettingsResource
 from prag_models.compute.engines import LocalEngine
 from prag_models.config.settings import ConfigError, load_settings
 

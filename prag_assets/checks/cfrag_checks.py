@@ -8,8 +8,10 @@ from prag_assets.assets import cfrag, cfrag_training, cfrag_users
 from prag_assets.checks.lamp_checks import table_check
 from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report, task_check
 from prag_assets.common import task_run
-from prag_assets.mlflow_resource import MlflowResource
-from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
+from prag_assets.resources.duckdb_file import DuckDBResource
+from prag_assets.resources.mlflow_registry import MlflowResource
+from prag_assets.resources.models import ModelsResource
+from prag_assets.resources.settings import PragSettingsResource
 from prag_models.methods.cfrag import probes, tables, variants
 from prag_models.methods.cfrag import table_rules as rules
 from prag_models.methods.cfrag.feedback_probe import probe_stop_reason

@@ -10,7 +10,8 @@ import dagster as dg
 from prag_assets.assets import history
 from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report, task_check
 from prag_assets.common import task_run
-from prag_assets.resources import DuckDBResource, PragSettingsResource
+from prag_assets.resources.duckdb_file import DuckDBResource
+from prag_assets.resources.settings import PragSettingsResource
 from prag_models.config.settings import Settings
 from prag_models.data.history import has_table
 from prag_models.stages.table_rules import changed_rows, neighbour_problems, one_cluster_problems, state_problems

@@ -7,7 +7,8 @@ import dagster as dg
 from prag_assets.assets import pbr_eval, pbr_lamp
 from prag_assets.checks.lamp_checks import table_check
 from prag_assets.partitions import DUCKDB_POOL
-from prag_assets.resources import DuckDBResource, PragSettingsResource
+from prag_assets.resources.duckdb_file import DuckDBResource
+from prag_assets.resources.settings import PragSettingsResource
 from prag_models.config.settings import Settings
 from prag_models.stages import pbr_lamp as pbr_lamp_rules
 from prag_models.stages import pbr_tuning as pbr_tuning_rules

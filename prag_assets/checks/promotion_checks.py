@@ -8,8 +8,9 @@ import pandas as pd
 from prag_assets.assets.cfrag_promotion import cfrag_model_evaluation
 from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report, task_check
 from prag_assets.common import task_run
-from prag_assets.mlflow_resource import MlflowResource
-from prag_assets.resources import DuckDBResource, PragSettingsResource
+from prag_assets.resources.duckdb_file import DuckDBResource
+from prag_assets.resources.mlflow_registry import MlflowResource
+from prag_assets.resources.settings import PragSettingsResource
 from prag_models.metrics.lamp import metric_bounds, primary_metric
 from prag_models.mlops.promotion import BUNDLE_EVAL, KINDS, bundle_figure
 from prag_models.mlops.registry import make_client

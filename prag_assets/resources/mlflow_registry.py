@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from prag_assets.resources import PragSettingsResource
+from prag_assets.resources.settings import PragSettingsResource
 from prag_models.mlops.registry import MlflowTarget, RegisteredVersion
 from prag_models.mlops.runs import Lineage, RunTracker
 

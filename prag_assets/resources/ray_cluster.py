@@ -17,7 +17,7 @@ from dagster_ray import Lifecycle, RayResource
 from dagster_ray.configs import RayDataExecutionOptions
 from pydantic import Field
 
-from prag_assets.resources import PragSettingsResource
+from prag_assets.resources.settings import PragSettingsResource
 from prag_models.config.settings import Settings
 
 if TYPE_CHECKING:

@@ -1,7 +1,6 @@
 """The resource set the definitions (and tests) use: settings, DuckDB, models, MLflow and Ray over one settings object.
 
-Kept apart from resources.py so that mlflow_resource (which needs PragSettingsResource) and resources do not import
-each other.
+Every resource takes the one PragSettingsResource; this module alone imports them all.
 """
 
 from __future__ import annotations
@@ -9,9 +8,11 @@ from __future__ import annotations
 import dagster as dg
 from dagster_ray import Lifecycle
 
-from prag_assets.mlflow_resource import MlflowResource
-from prag_assets.ray_compute import PragRay
-from prag_assets.resources import DuckDBResource, ModelsResource, PragSettingsResource
+from prag_assets.resources.duckdb_file import DuckDBResource
+from prag_assets.resources.mlflow_registry import MlflowResource
+from prag_assets.resources.models import ModelsResource
+from prag_assets.resources.ray_cluster import PragRay
+from prag_assets.resources.settings import PragSettingsResource
 
 
 def default_resources(config_file: str = "", home: str = "") -> dict[str, dg.ConfigurableResource]:

@@ -20,7 +20,8 @@ import dagster as dg
 
 #: The settings sections that change the rows of each group's assets (data.tasks only chooses partitions). Never
 #: mlflow, compute or run: where models are registered and work runs, not what it computes (run.llm_budget_s reaches
-#: a run as data.llm_eval_samples, prag_assets/cli.py). tests/test_code_versions.py holds the same table as a spec.
+#: a run as data.llm_eval_samples, prag_assets/cli/commands.py). tests/test_code_versions.py holds the same table as a
+#: spec.
 GROUP_SECTIONS: dict[str, tuple[str, ...]] = {
     "lamp_data": ("data", "privacy"),  # consent defaults (user_sharing)
     "embeddings": ("embedder",),

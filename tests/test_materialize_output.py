@@ -1,7 +1,8 @@
 """`prag materialize` as a person reads it (issue 28): one line per stage, no Dagster DEBUG events, no native-library
 leak reports or deprecation warnings, the time per stage adding up to the wall time, and the verdict at the end; the
 full event log is in the run's log file and the instance (the Dagster UI). The run is the project's own: its
-dagster.yaml and prag_assets/run_graph.py over one task partition (a rating task: MAE and RMSE in its evaluation)."""
+dagster.yaml and prag_assets/cli/run_graph.py over one task partition (a rating task: MAE and RMSE in its evaluation).
+"""
 
 from __future__ import annotations
 

@@ -320,7 +320,8 @@ def test_pbr_lamp_option(tmp_path):
 
 def test_cli_runs_the_group_in_a_second_run_when_configured(tmp_path, monkeypatch, capsys):
     """`prag materialize`: the LaMP graph with a task range, then group retrieval_eval (unpartitioned) if configured."""
-    from prag_assets import cli, run_summary
+    from prag_assets.cli import commands as cli
+    from prag_assets.cli import run_summary
 
     calls = []
     def watch(settings, cmd, *_):

@@ -79,7 +79,7 @@ def test_the_readme_names_its_commands() -> None:
 def test_every_prag_command_parses(words: list[str], monkeypatch) -> None:
     """Subcommand, options and required arguments of each README ``prag`` line exist in the CLI (a bare ``prag <sub>``
     in the text names the subcommand: its ``--help`` must exist)."""
-    from prag_assets import cli
+    from prag_assets.cli import commands as cli
     from prag_models.config.settings import load_settings
 
     env, command = _split_env(words)

@@ -1,11 +1,11 @@
-"""The progress lines of `prag materialize` (prag_assets/run_progress.py) from a run's events: a line per finished
+"""The progress lines of `prag materialize` (prag_assets/cli/run_progress.py) from a run's events: a line per finished
 stage, checks counted not listed, and for a long stage its latest progress with the time left."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace as NS
 
-from prag_assets.run_progress import RunWatcher, clock
+from prag_assets.cli.run_progress import RunWatcher, clock
 
 
 def _event(kind: str, step: str | None, when: float, **data):

@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from prag_assets import cli
+from prag_assets.cli import commands as cli
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,7 @@
 """Serve one personalized LaMP answer for a user: the users to draw on, retrieval, the prompt and the generation.
 
 Everything here takes already-loaded models and DataFrames (the caller reads DuckDB and MLflow: ``prag answer`` in
-``prag_assets/cli.py``) and uses the same functions the graph's retrieval assets use: ClusterRAG profile modes
+``prag_assets/cli/commands.py``) and uses the same functions the graph's retrieval assets use: ClusterRAG profile modes
 (``methods.clusterrag``) and the full CFRAG variant (``candidates.per_user_top_k`` with the trained retriever, the
 personalized reranker, ``pipeline.top_final``). A user unknown to the tables gets the graph's cold-start rules:
 ClusterRAG z_u = the query embedding (docs/methods.md §3.6, ``mean_user_embeddings``), placed in the current

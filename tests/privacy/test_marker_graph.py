@@ -144,7 +144,7 @@ def test_markers_never_reach_another_user_and_forget_leaves_nothing(tmp_path, mo
                                 and c.source_user_id != u]  # fmt: skip
         evaluated = {m for (m,) in con.execute("SELECT DISTINCT method FROM lamp_retrieval_evaluation").fetchall()}
         assert "clusterrag_collaborative@consent50" in evaluated
-    from prag_assets.forget_command import run_forget
+    from prag_assets.cli.forget import run_forget
 
     monkeypatch.setenv("PRAG_CONFIG", str(config))
     erased = sorted(non_sharing)[0]

@@ -70,7 +70,7 @@ def test_exit_inside_the_transaction_leaves_the_previous_version(tmp_path: Path)
 
 
 def test_an_inherited_dagster_home_is_reported_and_not_used(tmp_path: Path, monkeypatch, capsys) -> None:
-    from prag_assets.cli import dagster_env
+    from prag_assets.cli.commands import dagster_env
     from prag_models.config.settings import PROJECT_ROOT, load_settings
 
     settings = load_settings(home=str(tmp_path / "home"))

@@ -101,7 +101,7 @@ def test_report_and_run_summary_count_the_records_per_task(lenient: dict, monkey
     """`prag report` (here before any evaluation) and the closing lines of `prag materialize`: one line per task
     with set-aside records, none for the others."""
     from prag_assets.cli import main
-    from prag_assets.run_summary import print_summary
+    from prag_assets.cli.run_summary import print_summary
     from prag_models.config.settings import load_settings
 
     monkeypatch.setenv("PRAG_CONFIG", str(lenient["config"]))

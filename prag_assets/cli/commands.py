@@ -8,11 +8,11 @@ import time
 import uuid
 from pathlib import Path
 
-from prag_assets import doctor, run_summary
-from prag_assets.doctor import exclusive
-from prag_assets.forget_command import add_forget_command
-from prag_assets.lifecycle_command import LifecycleHelpers, add_lifecycle_command
-from prag_assets.sql_command import add_sql_command
+from prag_assets.cli import doctor, run_summary
+from prag_assets.cli.doctor import exclusive
+from prag_assets.cli.forget import add_forget_command
+from prag_assets.cli.lifecycle import LifecycleHelpers, add_lifecycle_command
+from prag_assets.cli.sql import add_sql_command
 from prag_models.config.settings import ALL_TASKS, PROJECT_ROOT, Settings, load_settings
 
 #: Asset group of the real-data retrieval evaluation (prag_assets/assets/pbr_eval.py), run in its own run.
@@ -37,12 +37,12 @@ def _materialize(args: argparse.Namespace) -> int:
 
 
 def _lock_path(settings: Settings) -> Path:
-    """The file lock that makes prag's Dagster commands one writer at a time (prag_assets/doctor.py)."""
+    """The file lock that makes prag's Dagster commands one writer at a time (prag_assets/cli/doctor.py)."""
     return doctor.lock_path(settings)
 
 
 def _recover(settings: Settings) -> None:
-    """Before a run: release runs whose worker died (prag_assets/doctor.py)."""
+    """Before a run: release runs whose worker died (prag_assets/cli/doctor.py)."""
     doctor.recover(settings, dagster_env(settings))
 
 
@@ -54,7 +54,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def _run_materialize(settings: Settings, tasks: list[str], select: str, everything: bool, verbose: bool = False,
                      started: float | None = None) -> int:  # fmt: skip
-    """The run(s) of `prag materialize` (prag_assets/run_graph.py in a child process), the readers' snapshot after
+    """The run(s) of `prag materialize` (prag_assets/cli/run_graph.py in a child process), the readers' snapshot after
     each, then the time per stage, where to look next and the verdict."""
     started = started or time.time()
     settings = _llm_budget(settings)
@@ -100,7 +100,7 @@ def _launch(settings: Settings, select: str, partition_range: str | None, tasks:
             ) -> tuple[int, run_summary.RunSummary]:  # fmt: skip
     """One run (of the named job, else of the selection) in a child process, tagged with the command, the settings
     hash and the code's commit, its output in a log file under the home (on the terminal too with --verbose), its
-    stages printed as they finish (prag_assets/run_progress.py)."""
+    stages printed as they finish (prag_assets/cli/run_progress.py)."""
     from prag_assets.demo_job import launch_tags
 
     token = uuid.uuid4().hex
@@ -114,10 +114,10 @@ def _launch(settings: Settings, select: str, partition_range: str | None, tasks:
 
 def run_command(select: str, partition_range: str | None, token: str, partition: str | None = None, job: str = "",
                 tags: dict[str, str] | None = None, run_config: dict | None = None) -> list[str]:  # fmt: skip
-    """The child process of one run: prag_assets/run_graph.py (the named job, else the selection, in process with
+    """The child process of one run: prag_assets/cli/run_graph.py (the named job, else the selection, in process with
     the instance)."""
     what = ["--job", job] if job else ["--select", select]
-    cmd = [sys.executable, "-m", "prag_assets.run_graph", *what, "--tag", f"prag/launch={token}"]
+    cmd = [sys.executable, "-m", "prag_assets.cli.run_graph", *what, "--tag", f"prag/launch={token}"]
     cmd += [arg for key, value in (tags or {}).items() for arg in ("--tag", f"{key}={value}")]
     if run_config:
         cmd += ["--run-config", json.dumps(run_config)]

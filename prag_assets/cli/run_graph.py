@@ -1,8 +1,8 @@
 """The run behind `prag materialize`: an in-process materialization of an asset selection with the prag home's
 Dagster instance (runs and event logs in its storage, so the Dagster UI shows them), in place of the superseded
-`dagster asset materialize` command. Started by prag_assets/cli.py in its own process:
+`dagster asset materialize` command. Started by prag_assets/cli/commands.py in its own process:
 
-    python -m prag_assets.run_graph (--job NAME | --select '<selection>') [--partition-range A...B | --partition P]
+    python -m prag_assets.cli.run_graph (--job NAME | --select '<selection>') [--partition-range A...B | --partition P]
         [--tag k=v]
 
 A defined job (``prag_demo``, ``incremental_update_job``, ...) runs under its name, so the UI's Runs and Jobs pages
@@ -49,7 +49,7 @@ def run(select: str, partition_range: str | None, tags: dict[str, str], partitio
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the arguments and run; the exit code says whether the run succeeded."""
-    parser = argparse.ArgumentParser(prog="python -m prag_assets.run_graph", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m prag_assets.cli.run_graph", description=__doc__)
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--job", default="", help="a job of prag_assets.definitions, e.g. prag_demo")
     what.add_argument("--select", default="", help="Dagster asset selection (an unnamed asset job)")

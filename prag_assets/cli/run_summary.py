@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from prag_assets.run_progress import RunSummary, RunWatcher, clock
+from prag_assets.cli.run_progress import RunSummary, RunWatcher, clock
 from prag_models.config.settings import Settings
 
 #: Stages listed by name in the closing table; the rest are summed on one line.
@@ -20,7 +20,7 @@ SHOWN_STAGES = 12
 def watch(settings: Settings, cmd: list[str], env: dict[str, str], log: Path, token: str, tasks: list[str],
           verbose: bool, started: float) -> tuple[int, RunSummary]:  # fmt: skip
     """Run the child process to its end while printing its stages; (exit code, what ran)."""
-    from prag_assets import doctor
+    from prag_assets.cli import doctor
 
     log.parent.mkdir(parents=True, exist_ok=True)
     watcher = RunWatcher(doctor.instance(settings, env), token, tasks, started=started)

@@ -37,7 +37,7 @@ Launch = Callable[[str, "str | None", "str | None", "dict | None"], int]
 
 @dataclass(frozen=True)
 class LifecycleHelpers:
-    """The CLI's own run machinery (prag_assets/cli.py), handed over so this module does not import the CLI."""
+    """The CLI's own run machinery (prag_assets/cli/commands.py), handed over so this module does not import the CLI."""
 
     run_command: Callable[..., list[str]]
     dagster_env: Callable[[Settings], dict[str, str]]
@@ -58,9 +58,9 @@ def add_lifecycle_command(sub: argparse._SubParsersAction, helpers: LifecycleHel
 def lifecycle(reason: str, helpers: LifecycleHelpers) -> int:
     """`prag lifecycle`: the round under the home's lock, each run launched as `prag materialize` launches its own
     (a child process, its stages printed, tagged with the command, the settings hash and the code's commit)."""
-    from prag_assets import run_summary
+    from prag_assets.cli import run_summary
+    from prag_assets.cli.doctor import exclusive
     from prag_assets.demo_job import launch_tags
-    from prag_assets.doctor import exclusive
 
     settings, started = load_settings(), time.time()
     tasks = [t for t in ALL_TASKS if t in settings.data.tasks]

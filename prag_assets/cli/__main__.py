@@ -1,0 +1,7 @@
+"""`python -m prag_assets.cli ...`: the same as the `prag` command."""
+
+import sys
+
+from prag_assets.cli import main
+
+sys.exit(main())

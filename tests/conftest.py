@@ -44,7 +44,7 @@ MODEL_MODULES = {
     "test_retrieval_eval_graph", "test_ui", "test_bad_input_graph", "test_crash_recovery", "test_inbox",
     "test_marker_graph", "test_gguf_weights", "test_cfrag_training_units", "test_taste", "test_served_privacy",
     "test_feedback_probe", "test_serving_latency", "test_lineage", "test_cfrag_teacher", "test_cfrag_tuning",
-    "test_tuning",
+    "test_tuning", "test_answer_scoring",
 }  # fmt: skip
 FAST = os.environ.get("PRAG_FAST_TESTS") == "1"
 
@@ -91,6 +91,7 @@ FILE_SECONDS = {
     "test_label_scoring.py": 38, "test_materialize_output.py": 30, "test_verdict.py": 28, "test_cfrag_graph.py": 27,
     "evaluated_graph": 27, "served_graph": 25, "test_served_privacy.py": 22, "test_taste.py": 19,
     "test_marker_graph.py": 15, "test_feedback_probe.py": 15, "test_readme_commands.py": 12, "test_claims.py": 12,
+    "test_answer_scoring.py": 30,
 }  # fmt: skip
 
 

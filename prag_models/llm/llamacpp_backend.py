@@ -37,6 +37,7 @@ class LlamaCppGenerator(Generator):
                 model_path=str(self.model_path),
                 n_ctx=settings.n_ctx,
                 n_threads=settings.threads,
+                n_threads_batch=settings.threads,  # llama-cpp-python's default is every core, whatever threads says
                 seed=settings.seed,
                 flash_attn=settings.flash_attention,
                 verbose=False,
@@ -44,6 +45,7 @@ class LlamaCppGenerator(Generator):
         except (ValueError, RuntimeError) as exc:
             raise GenerationError(f"llama.cpp could not load {path}: {exc}") from None
         self._formatters = self._chat_formatters()
+        self._scorer: Any = None
         self.can_score_choices = self._formatters is not None
 
     def _chat_formatters(self) -> tuple[Any, Any] | None:
@@ -94,33 +96,58 @@ class LlamaCppGenerator(Generator):
         return [[total for total, _ in self._score(prompt, choices)] for prompt in prompts]
 
     def score_answers(self, prompts: Sequence[str], answers: Sequence[str]) -> list[tuple[float, int]]:
-        """(log-likelihood, tokens scored) of each answer as the whole assistant reply to its prompt."""
+        """(log-likelihood, tokens scored) of each answer as the whole assistant reply to its prompt.
+
+        Prompt and answer are one sequence, evaluated in one decode from an empty KV cache (or with a few others, with
+        generator.score_pack_tokens), logits only where an answer token is predicted: the same bits in any batch, and
+        one pass over the sequence (prag_models/llm/packed_scoring.py).
+        """
+        from prag_models.llm.packed_scoring import ScoredSequence
+
         if len(prompts) != len(answers):
             raise ValueError(f"{len(prompts)} prompts for {len(answers)} answers")
-        return [self._score(prompt, [answer])[0] for prompt, answer in zip(prompts, answers, strict=True)]
+        if not prompts:
+            return []
+        sequences = []
+        for prompt, answer in zip(prompts, answers, strict=True):
+            base, (tokens,) = self._chat_tokens(prompt, [answer])
+            sequences.append(ScoredSequence(base + tokens, len(base)))
+        return self._packed_scorer().score(sequences)
+
+    def _packed_scorer(self) -> Any:
+        """score_answers' llama.cpp context (created on first use, beside the generation context)."""
+        if self._scorer is None:
+            from prag_models.llm.packed_scoring import PackedScorer
+
+            s = self.settings
+            self._scorer = PackedScorer(self._llm, s.n_ctx, s.score_pack_tokens)
+        return self._scorer
 
     def _score(self, prompt: str, choices: Sequence[str]) -> list[tuple[float, int]]:
         """(log-likelihood, token count) of each choice after one evaluation of the prompt."""
         import numpy as np
 
-        if self._llm is None or self._formatters is None:
-            raise GenerationError(f"{self.model_id} cannot score choices (closed, or the GGUF has no chat template)")
-        with_prompt, whole = self._formatters
-        user = [{"role": "user", "content": prompt}]
-        prefix = with_prompt(messages=user).prompt
-        base = self._special_tokens(prefix)
-        answers = [
-            self._special_tokens(
-                answer_continuation(prefix, whole(messages=[*user, {"role": "assistant", "content": c}]).prompt, c)
-            )
-            for c in choices
-        ]
+        base, answers = self._chat_tokens(prompt, choices)
         needed = len(base) + max(len(a) for a in answers)
         if needed > self.settings.n_ctx:
             raise GenerationError(f"{self.model_id}: {needed} tokens to score exceed n_ctx={self.settings.n_ctx}")
         self._eval_reusing_prefix(base)
         after_prompt = log_softmax(self._logits(np, 1)[0])
         return [(float(after_prompt[a[0]]) + self._continuation_log_prob(np, len(base), a), len(a)) for a in answers]
+
+    def _chat_tokens(self, prompt: str, answers: Sequence[str]) -> tuple[list[int], list[list[int]]]:
+        """Token ids of the chat-templated prompt (up to the assistant's turn) and of each answer's continuation
+        (the answer and the template's end-of-turn marker)."""
+        if self._llm is None or self._formatters is None:
+            raise GenerationError(f"{self.model_id} cannot score choices (closed, or the GGUF has no chat template)")
+        with_prompt, whole = self._formatters
+        user = [{"role": "user", "content": prompt}]
+        prefix = with_prompt(messages=user).prompt
+        continuations = [
+            answer_continuation(prefix, whole(messages=[*user, {"role": "assistant", "content": a}]).prompt, a)
+            for a in answers
+        ]
+        return self._special_tokens(prefix), [self._special_tokens(c) for c in continuations]
 
     def _eval_reusing_prefix(self, tokens: list[int]) -> None:
         """Evaluate tokens, keeping the KV cache of the longest prefix they share with the last evaluated tokens.
@@ -172,6 +199,9 @@ class LlamaCppGenerator(Generator):
 
     def close(self) -> None:
         """Free the llama.cpp model and context."""
+        scorer, self._scorer = self._scorer, None
+        if scorer is not None:
+            scorer.close()
         llm, self._llm = self._llm, None
         if llm is not None and hasattr(llm, "close"):
             llm.close()

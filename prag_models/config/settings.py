@@ -116,10 +116,6 @@ class GeneratorSettings(Section):
     llama_cpp_weights: str = "auto"
     flash_attention: bool = True  # llama_cpp: flash attention (about 10 % faster prompt evaluation on CPU)
     batch_size: int = 8
-    # llama_cpp, score_answers (the LLM utility): 0 = each prompt + answer in one decode of its own; N = consecutive
-    # ones share decodes of up to N tokens (the same scores: each padded to 64-token tiles). Packs of 1,024 or 2,048
-    # tokens were no faster on 2 AVX-512 cores (benchmarks/llm_throughput.py, docs/measurements.md)
-    score_pack_tokens: int = 0
     # llama_cpp: start every batch from an empty KV cache, so that a batch's log-likelihoods do not depend on the
     # prompt evaluated before it (reusing a shared prefix moves them by up to 0.07) and equal on any engine or shard.
     # Costs one evaluation of the shared prefix per batch: 2 % of the demo's main job (1,037 s against 1,019 s

@@ -44,7 +44,7 @@ MODEL_MODULES = {
     "test_retrieval_eval_graph", "test_ui", "test_bad_input_graph", "test_crash_recovery", "test_inbox",
     "test_marker_graph", "test_gguf_weights", "test_cfrag_training_units", "test_taste", "test_served_privacy",
     "test_feedback_probe", "test_serving_latency", "test_lineage", "test_cfrag_teacher", "test_cfrag_tuning",
-    "test_tuning", "test_label_free_graph", "test_consent_cost", "test_consent_cfrag",
+    "test_tuning", "test_label_free_graph", "test_consent_cost", "test_consent_cfrag", "test_answer_scoring",
 }  # fmt: skip
 FAST = os.environ.get("PRAG_FAST_TESTS") == "1"
 
@@ -94,6 +94,7 @@ FILE_SECONDS = {
     "evaluated_graph": 55, "served_graph": 38, "test_served_privacy.py": 35, "test_taste.py": 27,
     "test_marker_graph.py": 15, "test_feedback_probe.py": 15, "test_readme_commands.py": 12, "test_claims.py": 12,
     "test_lifecycle.py": 120,
+    "test_answer_scoring.py": 30,
 }  # fmt: skip
 
 

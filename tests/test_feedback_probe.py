@@ -156,7 +156,8 @@ def test_the_probe_decides_on_fresh_samples_as_many_as_the_pilot_says_it_needs(p
         pilot = fp.probe_sample_ids(ids, truth, small)
         rest = [s for s in fp.informative_ids(ids, truth) if s not in pilot]
         strong, weak = np.array([0.9, 1.0, 1.1]), np.array([-0.4, 0.1, 0.6])
-        assert len(fp.second_stage_ids(ids, truth, pilot, strong, small)) == min(2, len(rest))
+        planned = len(fp.second_stage_ids(ids, truth, pilot, strong, small))
+        assert 2 <= planned <= 3 < len(rest)  # a t-test needs about 3 even at a huge effect
         assert len(fp.second_stage_ids(ids, truth, pilot, weak, small)) == len(rest)  # a weak effect needs them all
         assert not set(fp.second_stage_ids(ids, truth, pilot, weak, small)) & set(pilot)
         good = KnownTeacher(gains, signal=3.0, noise=0.3, name="good-two-stage")

@@ -38,6 +38,29 @@ def test_second_week_is_deterministic_and_valid_ingestion_input() -> None:
     assert len(parse_history_records(records, Path("week2.json"), TASK)) == len(records) == changed["documents"]
 
 
+def test_the_second_weeks_documents_join_the_planted_truth_once(tmp_path) -> None:
+    """Each new document (noise aside) is relevant to the samples of its author's week-two community and topic, as
+    week one's are: the manifest lists them (a later load reads them), relevance_labels gains them, twice is once."""
+    import json
+
+    from prag_models.data.demo_week import add_relevance, write_second_week
+    from prag_models.data.source import demo_root
+
+    settings = load_settings(environ={"PRAG_HOME": str(tmp_path / "home"), "PRAG__DATA__DEMO_USERS": "16",
+                                      "PRAG__DATA__DEMO_COMMUNITIES": "3", "PRAG__DATA__DEMO_DEV_SAMPLES": "4"})
+    manifest = demo_root(settings) / "demo_manifest.json"
+    before = json.loads(manifest.read_text(encoding="utf-8"))["tasks"][TASK]["sample_info"]
+    _, changed = write_second_week(tmp_path / "staging", TASK, settings)
+    pairs = changed["relevance"]
+    after = json.loads(manifest.read_text(encoding="utf-8"))["tasks"][TASK]["sample_info"]
+    assert pairs and all(d in after[s]["relevant_docs"] and d not in before[s]["relevant_docs"] for s, d in pairs)
+    assert all(int(d) > 90_000 for _, d in pairs)  # second-week ids only
+    con = duckdb.connect()
+    con.execute("CREATE TABLE relevance_labels (task VARCHAR, sample_id VARCHAR, doc_id VARCHAR)")
+    assert add_relevance(con, TASK, pairs) == len(pairs) and add_relevance(con, TASK, pairs) == 0
+    assert write_second_week(tmp_path / "staging", TASK, settings)[1]["relevance"] == []  # listed already
+
+
 @pytest.mark.slow
 def test_lifecycle_round_decides_every_task_on_paired_intervals(tmp_path) -> None:
     import dagster as dg

@@ -332,8 +332,8 @@ def test_cli_runs_the_group_in_a_second_run_when_configured(tmp_path, monkeypatc
     monkeypatch.setenv("PRAG_CONFIG", str(_eval_config(tmp_path, tmp_path / "data")))
     assert cli.main(["materialize"]) == 0
     first, second = calls
-    assert first[first.index("--select") + 1] == "not group:retrieval_eval" and "--partition-range" in first
-    assert second[second.index("--select") + 1] == "group:retrieval_eval" and "--partition-range" not in second
+    assert first[first.index("--job") + 1] == "prag_demo" and "--partition-range" in first  # demo_job.py's selection
+    assert second[second.index("--job") + 1] == "prag_retrieval_eval" and "--partition-range" not in second
 
     calls.clear()
     plain = write_config(tmp_path / "plain.toml", tmp_path / "home", generator_backend="fake")  # no LLM to time

@@ -293,7 +293,8 @@ def graph(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("graph")
     config = write_config(tmp / "prag.toml", tmp / "home", generator_backend="fake", data={"tasks": [TASK]},
-                          cfrag=GRAPH_CFRAG, retrieval={"methods": GRAPH_METHODS})  # fmt: skip
+                          cfrag=GRAPH_CFRAG, retrieval={"methods": GRAPH_METHODS},
+                          utility={"pilot_samples": 2, "min_samples": 2})  # fmt: skip
     selection = dg.AssetSelection.assets("cfrag_model_evaluation").upstream()
     result = materialize_graph(config, [TASK], selection=selection)
     return config, result
@@ -371,7 +372,7 @@ def test_graph_retrained_challenger_is_evaluated_promoted_and_rolled_back(graph,
     config, _ = graph
     target = promotion.mlflow_target(load_settings(config))
     retrain = dg.AssetSelection.assets("feedback_labels", "cfrag_retriever", "cfrag_retrievals", "generations",
-                                       "lamp_evaluation", "lamp_retrieval_evaluation",
+                                       "lamp_evaluation", "lamp_retrieval_evaluation", "llm_utility",
                                        "cfrag_model_evaluation")  # fmt: skip
     assert materialize_graph(config, [TASK], selection=retrain).success
     bundle = {"user_encoder": 1, "retriever": 2, "reranker": 1, "reranker_no_eu": 1}
@@ -382,6 +383,8 @@ def test_graph_retrained_challenger_is_evaluated_promoted_and_rolled_back(graph,
         champion_rows = con.execute("SELECT count(*) FROM cfrag_retrievals WHERE method = 'cfrag@champion'").fetchone()
     dev = len(legs[0].challenger)
     assert legs[0].name == "retrieval" and dev >= 2 and champion_rows[0] > 0
+    utility = [leg for leg in legs if leg.name == "llm utility"]  # the LLM's utility of each bundle's documents
+    assert utility and len(utility[0].challenger) >= 2 and utility[0].metric == "utility"
 
     code, out, _ = _cli(monkeypatch, capsys, config, "promote", "--task", TASK, "--reason", "retrained retriever")
     # the gate on the paired interval of cfrag against cfrag@champion over every dev sample (retrieval leg)

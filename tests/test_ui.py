@@ -232,7 +232,9 @@ def test_training_asset_links_its_mlflow_run_and_version(ui):
         run_id, name, version = con.execute("SELECT run_id, registered_name, version FROM cfrag_models "
                                             "WHERE task = ? AND kind = 'retriever'", [task]).fetchone()  # fmt: skip
     run_url, version_url = urls[f"mlflow_run {task}"], urls[f"mlflow_version {task}"]
-    assert run_url.endswith(f"/runs/{run_id}") and version_url.endswith(f"/models/{name}/versions/{version}")
+    assert all(u.endswith("?workflowType=machine_learning") for u in (run_url, version_url))  # MLflow's classic view
+    assert run_url.split("?")[0].endswith(f"/runs/{run_id}")
+    assert version_url.split("?")[0].endswith(f"/models/{name}/versions/{version}")
     dom = _dom(ui, f"/assets/cfrag_retriever?view=partitions&partition={task}", [f"mlflow_run {task}"])
     for url in (run_url, version_url):
         assert f'href="{url.replace("&", "&amp;")}"' in dom, f"{url} is not a link on the partition page"

@@ -6,6 +6,7 @@ import dagster as dg
 from prag_assets.assets.cfrag import cfrag_retrievals
 from prag_assets.assets.evaluation import lamp_evaluation
 from prag_assets.assets.retrieval_evaluation import lamp_retrieval_evaluation
+from prag_assets.assets.utility import llm_utility
 from prag_assets.common import report_partitions, task_run
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.mlflow_registry import MlflowResource
@@ -16,13 +17,14 @@ from prag_models.stages.cfrag_evaluation import EVAL_TABLE, record_task_evaluati
 
 @task_asset(
     "evaluation",  # after lamp_evaluation: drawn with the evaluation group, so the cfrag group precedes generation
-    deps=[lamp_evaluation, lamp_retrieval_evaluation, cfrag_retrievals],
+    deps=[lamp_evaluation, lamp_retrieval_evaluation, cfrag_retrievals, llm_utility],
     kinds={"duckdb", "mlflow"},
     description="The `cfrag` metrics of lamp_evaluation recorded on every MLflow version of the bundle "
     "cfrag_retrievals used, labelled as the bundle's (tags eval.bundle.<metric> to 4 significant digits with "
     "eval.bundle.n_samples, eval.data_version, eval.bundle; metrics eval.bundle.<metric> on the runs) and in table "
     "cfrag_model_evaluations; and the paired per-sample values of challenger and champion (cfrag vs cfrag@champion: "
-    "the retrieval evaluation on every dev sample, the LLM evaluation where both were generated) in table "
+    "the retrieval evaluation on every dev sample, the LLM utility on the samples planned for it, the LLM evaluation "
+    "where both were generated) in table "
     "cfrag_promotion_evidence: the input of the promotion gate (prag promote).",
 )
 def cfrag_model_evaluation(

@@ -137,9 +137,16 @@ def run_round(settings: Settings, reason: str, launch: Launch) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     span = f"{tasks[0]}...{tasks[-1]}"
-    for task, what in drop_second_week(settings, tasks).items():
-        print(f"[lifecycle] {task}: week 2 in the inbox: {what['documents']} documents; {len(what['grown'])} users "
-              f"write more, {len(what['moved'])} change taste, {len(what['new'])} are new", flush=True)  # fmt: skip
+    from prag_models.data.demo_week import add_relevance
+    from prag_models.storage.store import connect
+
+    changed = drop_second_week(settings, tasks)
+    with connect(settings.duckdb_path) as con:  # the demo's planted truth of the new documents (demo_week.py)
+        relevant = {task: add_relevance(con, task, what["relevance"]) for task, what in changed.items()}
+    for task, what in changed.items():
+        print(f"[lifecycle] {task}: week 2 in the inbox: {what['documents']} documents ({relevant[task]} relevant "
+              f"pairs planted); {len(what['grown'])} users write more, {len(what['moved'])} change taste, "
+              f"{len(what['new'])} are new", flush=True)  # fmt: skip
     for job in ("incremental_update_job", "prag_retrain"):
         code = launch(job, span, None, None)
         if code:

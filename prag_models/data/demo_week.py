@@ -55,23 +55,69 @@ def second_week(
         covered.append(list(world.topics[world.group[donor]][:3]))
     week = replace(world, community=community, style=style, group=group, covered=covered)
     base, records = int(task[5:]) * 100_000 + 90_000, []
+    truth: dict[tuple[int, str], list[str]] = {}
     plan = [(u, 3) for u in grown] + [(u, 6) for u in moved] + [(u, int(rng.integers(*FULL_DOCS))) for u in arrivals]
     for u, n in plan:
         day = WEEK_START + np.timedelta64(int(rng.integers(0, 5)), "D")
         for t in rng.choice(week.covered[u], size=n):
-            fields, _ = _doc_fields(task, rng, week, u, str(t))
-            records.append({"user_id": f"u{u:04d}", "id": str(base + len(records) + 1), "date": str(day), **fields})
+            fields, noisy = _doc_fields(task, rng, week, u, str(t))
+            doc_id = str(base + len(records) + 1)
+            records.append({"user_id": f"u{u:04d}", "id": doc_id, "date": str(day), **fields})
+            if not noisy:  # the planted truth: relevant to the samples of its author's community and topic
+                truth.setdefault((week.community[u], str(t)), []).append(doc_id)
     changed = {"grown": [f"u{u:04d}" for u in grown], "moved": [f"u{u:04d}" for u in moved],
-               "new": [f"u{u:04d}" for u in arrivals], "documents": len(records)}  # fmt: skip
+               "new": [f"u{u:04d}" for u in arrivals], "documents": len(records), "truth": truth}  # fmt: skip
     return records, changed
 
 
 def write_second_week(folder: Path, task: str, settings: Any) -> tuple[Path, dict[str, Any]]:
-    """Write a task's second week for the configured demo as ``folder/<task>-week2.json``; (path, what changed)."""
+    """Write a task's second week for the configured demo as ``folder/<task>-week2.json``; (path, what changed). The
+    demo's planted truth grows with it: each new document is relevant to the samples of its author's (week-two)
+    community and topic, as week one's are (``demo._task_data``); ``changed["relevance"]`` holds those
+    (sample_id, doc_id) pairs, and the demo's manifest lists them, so a later load reads the same truth."""
     d = settings.data
     records, changed = second_week(task, d.demo_users, d.demo_communities, d.demo_dev_samples, d.demo_seed,
                                    d.demo_family)  # fmt: skip
     path = Path(folder) / f"{task_from_name(task)}-week2.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(records, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    changed["relevance"] = extend_manifest(settings, task_from_name(task), changed.pop("truth"))
     return path, changed
+
+
+def extend_manifest(settings: Any, task: str, truth: dict[tuple[int, str], list[str]]) -> list[tuple[str, str]]:
+    """Add the second week's relevant documents to the demo manifest's samples (once: ids already listed are kept);
+    the (sample_id, doc_id) pairs added."""
+    from prag_models.data.source import demo_root
+
+    path = demo_root(settings) / "demo_manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    added = []
+    for sample_id, info in manifest["tasks"][task]["sample_info"].items():
+        listed = info.setdefault("relevant_docs", [])
+        for doc_id in truth.get((int(info["community"]), str(info["topic"])), []):
+            if doc_id not in listed:
+                listed.append(doc_id)
+                added.append((sample_id, doc_id))
+    path.write_text(json.dumps(manifest, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    return added
+
+
+def add_relevance(con: Any, task: str, pairs: list[tuple[str, str]]) -> int:
+    """Append (sample_id, doc_id) pairs to the task's relevance_labels (the evaluation reads the truth there)."""
+    import pandas as pd
+
+    from prag_models.storage.store import table_exists
+
+    if not pairs or not table_exists(con, "relevance_labels"):
+        return 0
+    frame = pd.DataFrame([(task, s, d) for s, d in pairs], columns=["task", "sample_id", "doc_id"])
+    con.register("_week2_relevance", frame)
+    try:
+        added = con.execute(
+            "INSERT INTO relevance_labels BY NAME SELECT * FROM _week2_relevance w WHERE NOT EXISTS (SELECT 1 FROM "
+            "relevance_labels r WHERE r.task = w.task AND r.sample_id = w.sample_id AND r.doc_id = w.doc_id)"
+        ).fetchone()
+    finally:
+        con.unregister("_week2_relevance")
+    return int(added[0]) if added else 0

@@ -32,7 +32,7 @@ UTILITY_TABLE = "llm_utility"
 PLAN_TABLE = "llm_utility_plans"
 UTILITY_METRIC = "utility"  # nats per gold token (higher is better)
 #: generation_cache key suffix of utility values; bump the version when the scored text changes
-UTILITY_KEY = "#utility-v1"
+UTILITY_KEY = "#utility-v2"
 _JSON_KEY = {"LaMP-4": "title", "LaMP-5": "title", "LaMP-7": "tweet"}
 _SEPARATOR = "\n\x1f\x1fgold answer\x1f\x1f\n"
 

@@ -11,6 +11,12 @@ from prag_models.llm.base import GenerationError, Generator, answer_continuation
 from prag_models.llm.gguf_weights import AS_IS, converted_gguf, resolve_weight_type
 from prag_models.llm.packaged import resolve_generator_model
 
+#: llama.cpp's CPU flash attention takes another kernel for a compute step of fewer than 64 tokens (and its tiles
+#: group the KV cache by 64 cells); the kernels round differently, by up to ~0.2 nats a scored answer with bf16
+#: weights. score_answers gives every step at least this many tokens (padding after the sequence, which no scored
+#: position sees), so that its scores are one pass over the sequence whatever was cached before.
+MIN_STEP_TOKENS = 64
+
 
 class LlamaCppGenerator(Generator):
     """Greedy chat completions from a local GGUF file with llama.cpp; prompts run one after another."""
@@ -37,6 +43,7 @@ class LlamaCppGenerator(Generator):
                 model_path=str(self.model_path),
                 n_ctx=settings.n_ctx,
                 n_threads=settings.threads,
+                n_threads_batch=settings.threads,  # llama-cpp-python's default is every core, whatever threads says
                 seed=settings.seed,
                 flash_attn=settings.flash_attention,
                 verbose=False,
@@ -44,6 +51,7 @@ class LlamaCppGenerator(Generator):
         except (ValueError, RuntimeError) as exc:
             raise GenerationError(f"llama.cpp could not load {path}: {exc}") from None
         self._formatters = self._chat_formatters()
+        self._scored: list[int] = []  # the sequence score_answers left in the KV cache (cells = positions)
         self.can_score_choices = self._formatters is not None
 
     def _chat_formatters(self) -> tuple[Any, Any] | None:
@@ -66,6 +74,7 @@ class LlamaCppGenerator(Generator):
         """One greedy completion per prompt, each sent as a single user chat message."""
         if self._llm is None:
             raise GenerationError(f"{self.model_id} is closed")
+        self._scored = []  # generation rewrites the KV cache
         outputs: list[str] = []
         for prompt in prompts:
             try:
@@ -81,7 +90,10 @@ class LlamaCppGenerator(Generator):
         return outputs
 
     def forget(self) -> None:
-        """With generator.fresh_batches, forget the evaluated tokens: the next prompt reuses no cached prefix."""
+        """With generator.fresh_batches, forget the evaluated tokens: the next prompt reuses no cached prefix.
+
+        score_answers keeps its prefix: what it reuses is the same bits as a fresh evaluation (tests/
+        test_answer_scoring.py), so reusing it changes no score."""
         if self._llm is not None and self.settings.fresh_batches:
             self._llm.reset()
 
@@ -94,33 +106,89 @@ class LlamaCppGenerator(Generator):
         return [[total for total, _ in self._score(prompt, choices)] for prompt in prompts]
 
     def score_answers(self, prompts: Sequence[str], answers: Sequence[str]) -> list[tuple[float, int]]:
-        """(log-likelihood, tokens scored) of each answer as the whole assistant reply to its prompt."""
+        """(log-likelihood, tokens scored) of each answer as the whole assistant reply to its prompt.
+
+        Prompt and answer are one sequence, evaluated in one pass with logits only where an answer token is
+        predicted; the prefix it shares with the sequence scored before is reused from the KV cache. A score is the
+        same bits in any batch and any order, and equals one pass over the sequence from an empty cache.
+        """
         if len(prompts) != len(answers):
             raise ValueError(f"{len(prompts)} prompts for {len(answers)} answers")
-        return [self._score(prompt, [answer])[0] for prompt, answer in zip(prompts, answers, strict=True)]
+        out = []
+        for prompt, answer in zip(prompts, answers, strict=True):
+            base, (tokens,) = self._chat_tokens(prompt, [answer])
+            out.append((self._one_pass_log_prob(base + tokens, len(base)), len(tokens)))
+        return out
+
+    def _one_pass_log_prob(self, sequence: list[int], start: int) -> float:
+        """Sum of log P(sequence[p] | sequence[:p]) over p >= start, as one pass over the sequence.
+
+        The KV cells of the prefix shared with the previously scored sequence are kept (cell = position, so the
+        attention groups cells as a fresh pass does); the rest is decoded in steps of n_ubatch tokens, the last
+        padded to at least MIN_STEP_TOKENS, so that every token runs on the kernels of a fresh pass.
+        """
+        import numpy as np
+
+        llm = self._llm
+        step = llm.context_params.n_ubatch
+        reuse = 0
+        limit = min(start - 1, len(self._scored))  # the position before the answer must be evaluated for its logits
+        while reuse < limit and self._scored[reuse] == sequence[reuse]:
+            reuse += 1
+        todo = sequence[reuse:]
+        tail = len(todo) % step
+        todo += [llm.token_eos()] * (MIN_STEP_TOKENS - tail if 0 < tail < MIN_STEP_TOKENS else 0)
+        if reuse + len(todo) > self.settings.n_ctx:
+            raise GenerationError(f"{self.model_id}: {len(sequence)} tokens to score (+ padding to a full compute "
+                                  f"step) exceed n_ctx={self.settings.n_ctx}")  # fmt: skip
+        self._scored = []
+        llm._ctx.kv_cache_seq_rm(-1, reuse, -1)
+        batch, n_vocab, total = llm._batch.batch, llm.n_vocab(), 0.0
+        for first in range(reuse, reuse + len(todo), step):
+            positions = range(first, min(first + step, reuse + len(todo)))
+            targets = []
+            for i, pos in enumerate(positions):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.seq_id[i][0] = todo[pos - reuse], pos, 1, 0
+                batch.logits[i] = start - 1 <= pos < len(sequence) - 1
+                if batch.logits[i]:
+                    targets.append(sequence[pos + 1])
+            batch.n_tokens = len(positions)
+            if llama_decode_failed(llm, batch):
+                raise GenerationError(f"{self.model_id}: llama_decode failed on {len(positions)} tokens")
+            if targets:
+                logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(len(targets), n_vocab))
+                total += float(target_log_probs(np, logits, targets).sum())
+        llm.input_ids[: len(sequence)] = sequence  # the generation context's bookkeeping: these cells are valid
+        llm.n_tokens = len(sequence)
+        self._scored = sequence
+        return total
 
     def _score(self, prompt: str, choices: Sequence[str]) -> list[tuple[float, int]]:
         """(log-likelihood, token count) of each choice after one evaluation of the prompt."""
         import numpy as np
 
-        if self._llm is None or self._formatters is None:
-            raise GenerationError(f"{self.model_id} cannot score choices (closed, or the GGUF has no chat template)")
-        with_prompt, whole = self._formatters
-        user = [{"role": "user", "content": prompt}]
-        prefix = with_prompt(messages=user).prompt
-        base = self._special_tokens(prefix)
-        answers = [
-            self._special_tokens(
-                answer_continuation(prefix, whole(messages=[*user, {"role": "assistant", "content": c}]).prompt, c)
-            )
-            for c in choices
-        ]
+        self._scored = []  # the prefix reuse below may rewrite the KV cache from a few tokens on
+        base, answers = self._chat_tokens(prompt, choices)
         needed = len(base) + max(len(a) for a in answers)
         if needed > self.settings.n_ctx:
             raise GenerationError(f"{self.model_id}: {needed} tokens to score exceed n_ctx={self.settings.n_ctx}")
         self._eval_reusing_prefix(base)
         after_prompt = log_softmax(self._logits(np, 1)[0])
         return [(float(after_prompt[a[0]]) + self._continuation_log_prob(np, len(base), a), len(a)) for a in answers]
+
+    def _chat_tokens(self, prompt: str, answers: Sequence[str]) -> tuple[list[int], list[list[int]]]:
+        """Token ids of the chat-templated prompt (up to the assistant's turn) and of each answer's continuation
+        (the answer and the template's end-of-turn marker)."""
+        if self._llm is None or self._formatters is None:
+            raise GenerationError(f"{self.model_id} cannot score choices (closed, or the GGUF has no chat template)")
+        with_prompt, whole = self._formatters
+        user = [{"role": "user", "content": prompt}]
+        prefix = with_prompt(messages=user).prompt
+        continuations = [
+            answer_continuation(prefix, whole(messages=[*user, {"role": "assistant", "content": a}]).prompt, a)
+            for a in answers
+        ]
+        return self._special_tokens(prefix), [self._special_tokens(c) for c in continuations]
 
     def _eval_reusing_prefix(self, tokens: list[int]) -> None:
         """Evaluate tokens, keeping the KV cache of the longest prefix they share with the last evaluated tokens.
@@ -175,3 +243,18 @@ class LlamaCppGenerator(Generator):
         llm, self._llm = self._llm, None
         if llm is not None and hasattr(llm, "close"):
             llm.close()
+
+
+def llama_decode_failed(llm: Any, batch: Any) -> bool:
+    """One llama_decode of a low-level batch on the Llama's context; True when llama.cpp reports a failure."""
+    import llama_cpp
+
+    return llama_cpp.llama_decode(llm._ctx.ctx, batch) != 0
+
+
+def target_log_probs(np: Any, logits: Any, targets: list[int]) -> Any:
+    """log softmax(logits[i])[targets[i]] for each row i (float32 rows, float64 sums), no log-softmax matrix."""
+    peak = logits.max(axis=1)
+    norm = np.log(np.exp(logits - peak[:, None]).sum(axis=1, dtype=np.float64))
+    picked = logits[np.arange(len(targets)), np.asarray(targets)]
+    return picked.astype(np.float64) - peak.astype(np.float64) - norm

@@ -40,12 +40,14 @@ from prag_models.evaluation.utility import (
 )
 from prag_models.evaluation.verdict import BASELINE, OWN_PROFILE
 from prag_models.generation.answers import lamp_prompt
+from prag_models.methods.cfrag.variants import CHAMPION_METHOD
 from prag_models.stages.generation import retrieved_texts
 from prag_models.storage.store import table_exists
 
 if TYPE_CHECKING:
     from prag_models.llm.base import Generator
 
+CHALLENGER = "cfrag"  # the challenger bundle's full CFRAG; cfrag@champion is the champion bundle's
 UTILITY_COLUMNS = ["task", "method", "sample_id", "phase", "loglik", "tokens", "value", "generator_id"]
 PLAN_COLUMNS = ["task", "evidence", "chosen", "fold_choices", "candidates", "pilot_n", "pilot_gain", "pilot_sd",
                 "seconds_per_prompt", "budget_s", "affordable_n", "planned_n", "test_n", "key"]  # fmt: skip
@@ -155,7 +157,7 @@ def utility_rows(
     rest = order[u.pilot_samples :]
     if u.max_samples:
         rest = rest[: u.max_samples]
-    docs = retrieved_texts(con, task, tuple({*PERSONALIZED, BASELINE, OWN_PROFILE}))
+    docs = retrieved_texts(con, task, tuple({*PERSONALIZED, BASELINE, OWN_PROFILE, CHAMPION_METHOD}))
     if BASELINE not in docs:
         return *empty, {"skipped": f"no {BASELINE} retrievals"}
     scorer = _Scorer(con, task, settings, generator, samples, docs, progress)
@@ -206,10 +208,27 @@ def utility_rows(
     # 3. test
     test_ids = rest[: int(plan.test_n)]
     scorer.score([(m, s) for s in test_ids for m in dict.fromkeys([chosen_of[s], BASELINE, *own])], "test")
+    stats = {**asdict(plan)}
+    if _covered(docs, [CHALLENGER, CHAMPION_METHOD], pilot_ids + rest) == [CHALLENGER, CHAMPION_METHOD]:
+        stats["promotion_test_n"] = _champion_leg(scorer, pilot_ids, rest, budget, u)
     frame = pd.DataFrame(scorer.rows, columns=UTILITY_COLUMNS).drop_duplicates(["method", "sample_id", "phase"])
-    stats = {**asdict(plan), "prompts_computed": scorer.computed, "seconds": round(scorer.seconds, 1)}
+    stats |= {"prompts_computed": scorer.computed, "seconds": round(scorer.seconds, 1)}
     stats.pop("key")
     return frame, pd.DataFrame([asdict(plan)], columns=PLAN_COLUMNS), stats
+
+
+def _champion_leg(scorer: _Scorer, pilot_ids: list[str], rest: list[str], budget: float, u: Any) -> int:
+    """The promotion gate's utility leg: the challenger bundle (``cfrag``) against the champion (``cfrag@champion``)
+    on a pilot and a test planned from it, within what the task's budget has left (phases "promotion pilot" and
+    "promotion"); the test's n."""
+    pilot = scorer.score([(m, s) for s in pilot_ids for m in (CHALLENGER, CHAMPION_METHOD)], "promotion pilot")
+    diffs = np.asarray([pilot[(CHALLENGER, s)] - pilot[(CHAMPION_METHOD, s)] for s in pilot_ids])
+    per_prompt = scorer.seconds / scorer.computed if scorer.computed else 0.0
+    paid = affordable(budget - scorer.seconds, 2, per_prompt) if budget > 0 and per_prompt > 0 else len(rest)
+    # a difference either way decides (promote or keep): plan for its size
+    n = planned_samples(-diffs if np.mean(diffs) < 0 else diffs, u.min_samples, min(len(rest), paid), u.power)
+    scorer.score([(m, s) for s in rest[:n] for m in (CHALLENGER, CHAMPION_METHOD)], "promotion")
+    return n
 
 
 def utility_suite(task: str, settings: Settings) -> list:

@@ -1,9 +1,11 @@
 """The promotion gate's evidence (docs/methods.md §6): the champion bundle retrieves for the same dev samples as the
 challenger (method ``cfrag@champion`` of cfrag_retrievals, with its own user encoder's e_u and the similar users they
 give, on the same documents and tuned knobs), and table ``cfrag_promotion_evidence`` pairs both bundles' per-sample
-values: the retrieval evaluation's primary metric on every dev sample (the primary leg), and the LLM evaluation's
-primary metric where generations exist for both (the LLM leg, deciding from ``data.verdict_min_llm_samples``
-samples on; generation runs the configured ``retrieval.methods``, so the LLM leg needs ``cfrag@champion`` there)."""
+values: the retrieval evaluation's primary metric on every dev sample (the primary leg), the LLM's utility of each
+bundle's documents on the samples the llm_utility stage planned for this comparison (deciding from
+``utility.min_samples`` samples on, docs/methods.md §6.7), and the LLM evaluation's primary metric where generations
+exist for both (deciding from ``data.verdict_min_llm_samples`` samples on; generation runs the configured
+``retrieval.methods``, so that leg needs ``cfrag@champion`` there)."""
 
 from __future__ import annotations
 
@@ -94,6 +96,7 @@ def _paired(scores: pd.DataFrame, challenger: str, champion: str) -> pd.DataFram
 def evidence_rows(con, task: str, challenger_bundle: str, champion_bundle: str, settings: Settings) -> pd.DataFrame:
     """The paired per-sample rows of both legs for ``cfrag`` (the challenger) and ``cfrag@champion``."""
     from prag_models.evaluation.claims import llm_scores
+    from prag_models.evaluation.utility import UTILITY_METRIC, utility_scores
 
     legs = []
     if table_exists(con, "lamp_retrieval_evaluation"):
@@ -104,6 +107,9 @@ def evidence_rows(con, task: str, challenger_bundle: str, champion_bundle: str, 
             scores = con.execute("SELECT method, sample_id, value FROM lamp_retrieval_sample_scores WHERE task = ? "
                                  "AND metric = ?", [task, metric]).df()  # fmt: skip
             legs.append(("retrieval", metric, True, MIN_RETRIEVAL_SAMPLES, scores))
+    utility = utility_scores(con, task, "promotion")
+    if len(utility):  # the LLM's utility of each bundle's documents, on samples planned for the comparison (§6.7)
+        legs.append(("llm utility", UTILITY_METRIC, True, settings.utility.min_samples, utility))
     if table_exists(con, "generations"):
         scores, metric, higher = llm_scores(con, task)
         legs.append(("llm", metric, higher, settings.data.verdict_min_llm_samples, scores))
@@ -132,7 +138,7 @@ def read_evidence(con, task: str, challenger_bundle: str, champion_bundle: str) 
         return []
     rows = con.execute(
         f"SELECT * FROM {EVIDENCE_TABLE} WHERE task = ? AND challenger_bundle = ? AND champion_bundle = ? "
-        "ORDER BY evidence = 'llm', evidence, sample_id", [task, challenger_bundle, champion_bundle]
+        "ORDER BY evidence <> 'retrieval', evidence, sample_id", [task, challenger_bundle, champion_bundle]
     ).df()
     return [
         PairedEvidence(name, str(g["metric"].iloc[0]), bool(g["higher_is_better"].iloc[0]),

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 VOLATILE = {
     "cfrag_models": ("version", "run_id", "aliases", "data_version", "train_seconds", "local_path", "trained_at"),
     "generation_cache": ("created_at",),
+    "llm_utility_plans": ("seconds_per_prompt",),  # the LLM's measured speed
 }
 
 

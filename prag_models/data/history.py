@@ -52,6 +52,7 @@ from prag_models.data.lamp_validation import (
 from prag_models.data.sharing import append_statements
 from prag_models.data.tasks import PROFILE_FIELDS, RENDER_FIELDS, LampDataError, render_document, task_from_name
 from prag_models.storage.hashing import content_hash
+from prag_models.storage.store import transaction
 
 HISTORY_TABLE = "profile_history"
 HISTORY_COLUMNS = (
@@ -197,8 +198,7 @@ def append_history(
     report: list[tuple[str, str, int]] = []
     users: dict[str, None] = {}
     new_users: dict[str, None] = {}
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         seq = con.execute(f"SELECT coalesce(max(seq), 0) FROM {HISTORY_TABLE}").fetchall()[0][0]
         for batch in batches:
             if batch.batch_id in done:
@@ -235,10 +235,6 @@ def append_history(
             append_statements(con, batch.task, batch.docs, stamp, batch.source)  # docs/privacy.md
             done.add(batch.batch_id)
             report.append((batch.source, batch.batch_id, len(rows)))
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
     return IngestResult(tuple(report), tuple(users), tuple(new_users))
 
 

@@ -37,7 +37,7 @@ import pandas as pd
 
 from prag_models.storage.faults import maybe_fail
 from prag_models.storage.hashing import SQL_HASH
-from prag_models.storage.store import table_exists
+from prag_models.storage.store import table_exists, transaction
 
 AUDIT_TABLE = "erasure_audit"
 AUDIT_DDL = (
@@ -268,29 +268,25 @@ def forget_rows(con, erasure: Erasure) -> Erasure:
     ids = _ids(con, tables, user_id, task)
     con.register("_forget_ids", ids)
     try:
-        con.execute("BEGIN TRANSACTION")
-        for table, cols in sorted(tables.items()):
-            conds = [] if table in KEPT_TABLES else _conditions(cols, table)
-            if not conds:
-                continue
-            scope = " AND t.task = $task" if task is not None and "task" in cols else ""
-            sql = f'DELETE FROM "{table}" t WHERE ({" OR ".join(conds)}){scope}'
-            params: dict[str, Any] = {"user": user_id} if "$user" in sql else {}
-            params |= {"task": task} if "$task" in sql else {}
-            n = int(con.execute(sql, params).fetchall()[0][0])
-            if n:
-                erasure.deleted[table] = n
-        con.execute(f"CREATE TABLE IF NOT EXISTS {AUDIT_TABLE} ({AUDIT_DDL})")
-        con.execute(
-            f"INSERT INTO {AUDIT_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [erasure.erasure_id, user_id, task, erasure.erased_at, erasure.rows_deleted, json.dumps(erasure.deleted),
-             json.dumps(erasure.models_flagged)],
-        )
-        maybe_fail("table_write", [AUDIT_TABLE])  # reliability tests: die before the commit
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
+        with transaction(con):
+            for table, cols in sorted(tables.items()):
+                conds = [] if table in KEPT_TABLES else _conditions(cols, table)
+                if not conds:
+                    continue
+                scope = " AND t.task = $task" if task is not None and "task" in cols else ""
+                sql = f'DELETE FROM "{table}" t WHERE ({" OR ".join(conds)}){scope}'
+                params: dict[str, Any] = {"user": user_id} if "$user" in sql else {}
+                params |= {"task": task} if "$task" in sql else {}
+                n = int(con.execute(sql, params).fetchall()[0][0])
+                if n:
+                    erasure.deleted[table] = n
+            con.execute(f"CREATE TABLE IF NOT EXISTS {AUDIT_TABLE} ({AUDIT_DDL})")
+            con.execute(
+                f"INSERT INTO {AUDIT_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [erasure.erasure_id, user_id, task, erasure.erased_at, erasure.rows_deleted,
+                 json.dumps(erasure.deleted), json.dumps(erasure.models_flagged)],
+            )
+            maybe_fail("table_write", [AUDIT_TABLE])  # reliability tests: die before the commit
     finally:
         con.unregister("_forget_ids")
     con.execute("CHECKPOINT")  # deleted rows leave the file's live blocks now, not at some later checkpoint

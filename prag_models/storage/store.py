@@ -348,6 +348,18 @@ def migrate_columns(con: duckdb.DuckDBPyConnection, table: str, incoming: dict[s
             con.execute(f"ALTER TABLE {table} ALTER COLUMN {col} SET DATA TYPE {kind}")
 
 
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """The block's statements in ONE transaction: committed when it ends, rolled back (and re-raised) when it fails."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield con
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+
+
 def replace_many(con: duckdb.DuckDBPyConnection, writes: Sequence[tuple[str, Rows, dict[str, object] | None]]) -> None:
     """Several partition-replacing writes (table, rows, where) in ONE transaction: all of them land, or none."""
     names = []

@@ -26,7 +26,7 @@ import pyarrow as pa
 from prag_models.config.settings import ClusteringSettings
 from prag_models.data.history import HISTORY_TABLE, has_table
 from prag_models.data.lamp import parse_date
-from prag_models.storage.store import column_to_matrix, matrix_to_column
+from prag_models.storage.store import column_to_matrix, matrix_to_column, transaction
 from prag_models.text.embedding_cache import embed_with_cache, lookup_embeddings
 from prag_models.users.clustering import assign_new_users, cluster_users
 from prag_models.users.embeddings import mean_user_embeddings
@@ -319,8 +319,7 @@ def _write(
     """Write the changed users' rows, cluster_state (whole when given, else the changed users' rows) and the update
     log in one transaction."""
     ensure_tables(con)
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         with_users(con, users)
         for table, frame in tables.items():
             (write_user_delta if table in DELTA_TABLES else replace_user_rows)(con, table, frame, task)
@@ -337,10 +336,6 @@ def _write(
             cols = ", ".join(f'"{c}"' for c in frame.columns)
             con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {name}")
             con.unregister(name)
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
 
 
 def clustering_drift(previous: Mapping[str, int], current: Mapping[str, int]) -> dict[str, float | int | None]:

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 import duckdb
 import numpy as np
 
+from prag_models.storage.store import transaction
 from prag_models.users.clustering import Clustering
 
 MODELS_TABLE = "cluster_models"
@@ -36,17 +37,12 @@ def save_model(con: duckdb.DuckDBPyConnection, task: str, version: str, clusteri
     blob = pickle.dumps(clustering, protocol=pickle.HIGHEST_PROTOCOL)
     dims = clustering.projection[1].shape[0] if clustering.projection is not None else None
     con.execute(f"CREATE TABLE IF NOT EXISTS {MODELS_TABLE} ({MODELS_DDL})")
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         con.execute(f"DELETE FROM {MODELS_TABLE} WHERE task = ?", [task])
         con.execute(
             f"INSERT INTO {MODELS_TABLE} VALUES (?, ?, ?, ?, ?, ?)",
             [task, version, datetime.now(UTC).replace(tzinfo=None), len(clustering.labels), dims, blob],
         )
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
 
 
 def load_model(con: duckdb.DuckDBPyConnection, task: str) -> tuple[str, Clustering] | None:

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prag_models.storage.store import column_to_matrix
+from prag_models.storage.store import column_to_matrix, transaction
 from prag_models.users.embeddings import normalize_rows
 from prag_models.users.similar import clustered_user_vectors, neighbour_table
 
@@ -89,20 +89,17 @@ def refresh_similar_users(con: duckdb.DuckDBPyConnection, task: str, k: int, run
     mask = affected_users(ids, vectors, labels, np.isin(ids, changed_ids.to_pylist()), kth, k) | changed
     frame = neighbour_table(task, members, k, mask)
     refreshed = pa.array(ids[mask].tolist(), pa.string())
-    con.execute("BEGIN TRANSACTION")
     try:
-        _in(con, "_inc_refreshed", "user_id", refreshed)
-        con.execute("DELETE FROM similar_users WHERE task = ? AND user_id IN (FROM _inc_refreshed)", [task])
-        con.register("_inc_rows", frame)
-        con.execute("INSERT INTO similar_users (task, user_id, neighbour_id, rank, similarity) SELECT * FROM _inc_rows")
-        con.execute(f"UPDATE {UPDATES_TABLE} SET neighbours_refreshed = true WHERE task = ?", [task])
-        con.execute(REFRESH_DDL)
-        con.execute(f"INSERT INTO {REFRESH_TABLE} SELECT ?, ?, now()::TIMESTAMP, user_id FROM _inc_refreshed",
-                    [task, run_id])  # fmt: skip
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
+        with transaction(con):
+            _in(con, "_inc_refreshed", "user_id", refreshed)
+            con.execute("DELETE FROM similar_users WHERE task = ? AND user_id IN (FROM _inc_refreshed)", [task])
+            con.register("_inc_rows", frame)
+            con.execute("INSERT INTO similar_users (task, user_id, neighbour_id, rank, similarity) "
+                        "SELECT * FROM _inc_rows")
+            con.execute(f"UPDATE {UPDATES_TABLE} SET neighbours_refreshed = true WHERE task = ?", [task])
+            con.execute(REFRESH_DDL)
+            con.execute(f"INSERT INTO {REFRESH_TABLE} SELECT ?, ?, now()::TIMESTAMP, user_id FROM _inc_refreshed",
+                        [task, run_id])  # fmt: skip
     finally:
         con.unregister("_inc_refreshed")
         con.unregister("_inc_rows")

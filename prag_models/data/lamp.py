@@ -29,7 +29,7 @@ from prag_models.data.lamp_validation import (
     _fail,
     _field_text,
     _read_json,
-    _record,
+    _record_id,
     _text,
     check_date,
     text_problem,
@@ -166,13 +166,7 @@ def _question(path: Path, index: int, question: Any, task: str, split: str, unda
               seen: set[str], bad_docs: list[LampRecordError] | None) -> LampSample:  # fmt: skip
     """One validated question (gold None; a kept one's id joins ``seen``); LampRecordError naming its field. With
     ``bad_docs`` (a list) a malformed profile document is left out and its error appended there."""
-    where = _record(question, index)
-    if not isinstance(question, dict):
-        raise _fail(path, where, "<record>", f"must be an object, got {type(question).__name__}")
-    sid = _as_id(question.get("id"))
-    if sid is None:
-        raise _fail(path, where, "id", "is missing" if "id" not in question else f"bad id {question['id']!r}")
-    _text(path, where, "id", sid)
+    where, sid = _record_id(path, question, index)
     if sid in seen:
         raise _fail(path, where, "id", "duplicate sample id")
     if "input" not in question:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prag_models.data.lamp_validation import LampRecordError, _as_id, _fail, _read_json, _record, _text, text_problem
+from prag_models.data.lamp_validation import LampRecordError, _as_id, _fail, _read_json, _record_id, _text, text_problem
 from prag_models.data.set_aside import SETTING_HINT, stop_error
 from prag_models.data.tasks import LABELS, LampDataError, task_from_name
 
@@ -29,13 +29,7 @@ class Golds:
 
 def _gold(path: Path, task: str, i: int, gold: Any, out: dict[str, str]) -> tuple[str, str]:
     """One validated gold record as (id, output); LampRecordError naming its field."""
-    where = _record(gold, i, "gold")
-    if not isinstance(gold, dict):
-        raise _fail(path, where, "<record>", f"must be an object, got {type(gold).__name__}")
-    gid = _as_id(gold.get("id"))
-    if gid is None:
-        raise _fail(path, where, "id", "is missing" if "id" not in gold else f"bad id {gold['id']!r}")
-    _text(path, where, "id", gid)
+    where, gid = _record_id(path, gold, i, "gold")
     if "output" not in gold:
         raise _fail(path, where, "output", "is missing")
     output = gold["output"]

@@ -97,6 +97,18 @@ def _record(obj: Any, index: int, what: str = "record") -> str:
     return f"{what} id '{rid}'" if rid is not None and text_problem(rid) is None else f"{what} #{index}"
 
 
+def _record_id(path: Path, record: Any, index: int, what: str = "record") -> tuple[str, str]:
+    """How error messages refer to a record (:func:`_record`) and its validated id (the record a JSON object with a
+    usable text ``id``); LampRecordError naming the field."""
+    where = _record(record, index, what)
+    if not isinstance(record, dict):
+        raise _fail(path, where, "<record>", f"must be an object, got {type(record).__name__}")
+    rid = _as_id(record.get("id"))
+    if rid is None:
+        raise _fail(path, where, "id", "is missing" if "id" not in record else f"bad id {record['id']!r}")
+    return where, _text(path, where, "id", rid)
+
+
 def _field_text(task: str, name: str, value: Any) -> str | None:
     """A profile field value as text; numbers are accepted for the LaMP-3 score only."""
     if isinstance(value, str):

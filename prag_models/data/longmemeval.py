@@ -81,17 +81,7 @@ def load_longmemeval(path: str | Path) -> tuple[list[RetrievalQuestion], dict[st
             Segment(q_id, sid, session_text(date, sess), "session")
             for sid, date, sess in zip(ids, dates, sessions, strict=True)
         ]
-        answer = rec.get("answer", "")
-        questions.append(
-            RetrievalQuestion(
-                dataset="longmemeval",
-                user=q_id,
-                q_id=q_id,
-                question=str(rec["question"]),
-                gold_sets=[[sid] for sid in gold],
-                category=str(rec.get("question_type", "unknown")),
-                answer=answer if isinstance(answer, str) else json.dumps(answer),
-                extra={"question_date": rec.get("question_date"), "answer_session_ids": rec.get("answer_session_ids")},
-            )
-        )
+        category, golds = str(rec.get("question_type", "unknown")), [[sid] for sid in gold]
+        extra = {"question_date": rec.get("question_date"), "answer_session_ids": rec.get("answer_session_ids")}
+        questions.append(RetrievalQuestion.from_record("longmemeval", q_id, q_id, rec, golds, category, extra))
     return questions, segments

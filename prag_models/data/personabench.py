@@ -50,6 +50,14 @@ class RetrievalQuestion:
     answer: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def from_record(cls, dataset: str, user: str, q_id: str, record: Mapping[str, Any], gold_sets: list[list[str]],
+                    category: str, extra: dict[str, Any]) -> RetrievalQuestion:  # fmt: skip
+        """A question from a dataset's record: its ``question`` field, and its ``answer`` (not text: as JSON)."""
+        answer = record.get("answer", "")
+        return cls(dataset, user, q_id, str(record["question"]), gold_sets, category,
+                   answer if isinstance(answer, str) else json.dumps(answer), extra)  # fmt: skip
+
 
 @dataclass
 class PersonaBenchData:
@@ -226,19 +234,9 @@ def load_personabench(
                 continue
             if q_id not in gold:
                 raise ValueError(f"{gold_path}: no gold segment ids for q_id {q_id!r} (person {name!r})")
-            answer = rec.get("answer", "")
-            questions.append(
-                RetrievalQuestion(
-                    dataset="personabench",
-                    user=name,
-                    q_id=q_id,
-                    question=str(rec["question"]),
-                    gold_sets=gold[q_id],
-                    category=category,
-                    answer=answer if isinstance(answer, str) else json.dumps(answer),
-                    extra={"type": rec["type"], "difficulty": rec.get("difficulty")},
-                )
-            )
+            extra = {"type": rec["type"], "difficulty": rec.get("difficulty")}
+            question = RetrievalQuestion.from_record("personabench", name, q_id, rec, gold[q_id], category, extra)
+            questions.append(question)
     expansions: dict[str, PbrExpansion] = {}
     exp_path = cdir / "eval_info" / EXPANSIONS_FILE
     if with_expansions and exp_path.exists():

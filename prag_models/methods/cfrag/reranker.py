@@ -189,16 +189,8 @@ class PersonalizedReranker(nn.Module):
         b = normalize(normalize(d.reshape(len(u), -1), dim=-1) * self.metric, dim=-1)
         return (a * b).sum(-1)
 
-    def forward(
-        self,
-        queries: Sequence[str],
-        docs: Sequence[str],
-        user_emb: np.ndarray | torch.Tensor,
-        base: np.ndarray | torch.Tensor | None = None,
-        doc_vectors: np.ndarray | torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Same as :meth:`score`."""
-        return self.score(queries, docs, user_emb, base, doc_vectors)
+    #: Calling the module (``reranker(queries, docs, user_emb, ...)``) is :meth:`score`.
+    forward = score
 
 
 @dataclass

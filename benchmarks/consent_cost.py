@@ -12,14 +12,13 @@ samples. The defaults are the default demo's world (144 users in 6 communities, 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from user_similarity import materialize, write_config  # noqa: E402
+from user_similarity import materialize, world_parser, write_config  # noqa: E402
 
 METHODS = ("dense_global", "clusterrag_collaborative", "clusterrag_hybrid", "clusterrag_two_stage",
            "clusterrag_community")  # fmt: skip
@@ -61,13 +60,9 @@ def main() -> None:
 
     from prag_models.config.settings import load_settings
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--users", type=int, default=144)
+    parser = world_parser(__doc__, users=144, dev=96, tasks="LaMP-2")
     parser.add_argument("--communities", type=int, default=6)
-    parser.add_argument("--dev", type=int, default=96)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--tasks", default="LaMP-2")
     parser.add_argument("--family", default="communities")
     parser.add_argument("--share", type=float, default=0.5, help="privacy.consent_cost_share")
     parser.add_argument("--budget", type=float, default=30.0, help="tuning.budget_s")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from user_similarity import materialize, write_config  # noqa: E402
+from user_similarity import materialize, world_parser, write_config  # noqa: E402
 
 TUNED = ("clusterrag_collaborative", "clusterrag_community", "cfrag")
 
@@ -73,11 +73,7 @@ def run_family(out: Path, family: str, args: argparse.Namespace) -> list[str]:
 
 def main() -> None:
     """Run every family and print the table."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--users", type=int, default=64)
-    parser.add_argument("--dev", type=int, default=48)
-    parser.add_argument("--tasks", default="LaMP-2")
+    parser = world_parser(__doc__, users=64, dev=48, tasks="LaMP-2")
     parser.add_argument("--families", default="communities,split_taste,no_community")
     parser.add_argument("--budget", type=float, default=30.0)
     args = parser.parse_args()

@@ -34,6 +34,16 @@ def write_config(path: Path, sections: dict[str, dict]) -> Path:
     return path
 
 
+def world_parser(description: str, users: int, dev: int, tasks: str) -> argparse.ArgumentParser:
+    """A demo-world benchmark's command line with the shared options: --out (folder), --users, --dev and --tasks."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--users", type=int, default=users)
+    parser.add_argument("--dev", type=int, default=dev)
+    parser.add_argument("--tasks", default=tasks)
+    return parser
+
+
 def materialize(config: Path, tasks: list[str], selection) -> None:
     """Materialize a selection for the tasks in-process (raises on a failed step)."""
     import dagster as dg
@@ -158,11 +168,7 @@ def report(table: pd.DataFrame, quality: dict) -> str:
 
 def main() -> None:
     """Run every family and print the comparison."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--users", type=int, default=64)
-    parser.add_argument("--dev", type=int, default=32)
-    parser.add_argument("--tasks", default="LaMP-2,LaMP-4")
+    parser = world_parser(__doc__.splitlines()[0], users=64, dev=32, tasks="LaMP-2,LaMP-4")
     parser.add_argument("--families", default="communities,split_taste,no_community")
     parser.add_argument("--modes", default="taste,blend")
     parser.add_argument("--weight", type=float, default=0.5, help="clustering.taste_weight of the blend")

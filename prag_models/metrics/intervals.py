@@ -47,6 +47,15 @@ class Estimate:
         return self.low > 0.0 or self.high < 0.0
 
 
+@dataclass(frozen=True)
+class Bootstrap:
+    """How an interval resamples the samples: its confidence level, the number of resamples and the seed."""
+
+    confidence: float = CONFIDENCE
+    n_resamples: int = N_RESAMPLES
+    seed: int = SEED
+
+
 def _apply(statistic: str, values: np.ndarray, axis: int = -1) -> np.ndarray | float:
     """The statistic of per-sample values along an axis."""
     mean = np.mean(values, axis=axis)
@@ -58,7 +67,7 @@ def _check(statistic: str) -> None:
         raise ValueError(f"statistic must be one of {STATISTICS}, got {statistic!r}")
 
 
-def _interval(data: tuple[np.ndarray, ...], fn, paired: bool, confidence: float, n_resamples: int, seed: int):
+def _interval(data: tuple[np.ndarray, ...], fn, paired: bool, how: Bootstrap):
     """(low, high) of a percentile bootstrap of fn over the data; the point itself when every value is equal."""
     from scipy.stats import bootstrap
 
@@ -70,20 +79,16 @@ def _interval(data: tuple[np.ndarray, ...], fn, paired: bool, confidence: float,
         fn,
         paired=paired,
         vectorized=True,
-        n_resamples=n_resamples,
-        confidence_level=confidence,
+        n_resamples=how.n_resamples,
+        confidence_level=how.confidence,
         method="percentile",
-        rng=np.random.default_rng(seed),
+        rng=np.random.default_rng(how.seed),
     )
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
 def estimate(
-    values: Sequence[float] | np.ndarray,
-    statistic: str = "mean",
-    confidence: float = CONFIDENCE,
-    n_resamples: int = N_RESAMPLES,
-    seed: int = SEED,
+    values: Sequence[float] | np.ndarray, statistic: str = "mean", bootstrap: Bootstrap = Bootstrap()
 ) -> Estimate:
     """The statistic of per-sample values with its bootstrap interval (NaNs everywhere when there is no sample)."""
     _check(statistic)
@@ -93,7 +98,7 @@ def estimate(
     value = float(_apply(statistic, x))
     if len(x) == 1:
         return Estimate(value, value, value, 1)
-    low, high = _interval((x,), lambda a, axis=-1: _apply(statistic, a, axis), False, confidence, n_resamples, seed)
+    low, high = _interval((x,), lambda a, axis=-1: _apply(statistic, a, axis), False, bootstrap)
     return Estimate(value, min(low, value), max(high, value), len(x))
 
 
@@ -101,9 +106,7 @@ def paired_difference(
     a: Sequence[float] | np.ndarray,
     b: Sequence[float] | np.ndarray,
     statistic: str = "mean",
-    confidence: float = CONFIDENCE,
-    n_resamples: int = N_RESAMPLES,
-    seed: int = SEED,
+    bootstrap: Bootstrap = Bootstrap(),
 ) -> Estimate:
     """statistic(a) − statistic(b) over the same samples (a[i], b[i] belong to sample i), with a paired interval."""
     _check(statistic)
@@ -120,9 +123,9 @@ def paired_difference(
     if len(x) == 1:
         return Estimate(value, value, value, 1)
     if statistic == "mean":  # the mean difference is the mean of differences: resample one array (exact, faster)
-        low, high = _interval((x - y,), lambda d, axis=-1: np.mean(d, axis=axis), False, confidence, n_resamples, seed)
+        low, high = _interval((x - y,), lambda d, axis=-1: np.mean(d, axis=axis), False, bootstrap)
     else:
-        low, high = _interval((x, y), diff, True, confidence, n_resamples, seed)
+        low, high = _interval((x, y), diff, True, bootstrap)
     return Estimate(value, min(low, value), max(high, value), len(x))
 
 

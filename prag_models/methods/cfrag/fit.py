@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from prag_models.config.settings import CfragSettings
-from prag_models.metrics.intervals import paired_difference
+from prag_models.metrics.intervals import Bootstrap, paired_difference
 from prag_models.storage.faults import maybe_fail
 
 ProgressFn = Callable[[int, int], None]
@@ -167,7 +167,7 @@ def significance_gate(
     else:  # the gain is the KL the trained epoch lost: initial minus best, per sample
         a, b = np.asarray(init.val_kl_samples), np.asarray(best.val_kl_samples)
     keep = np.isfinite(a) & np.isfinite(b)
-    est = paired_difference(a[keep], b[keep], confidence=confidence)
+    est = paired_difference(a[keep], b[keep], bootstrap=Bootstrap(confidence=confidence))
     result.gain = (est.value, est.low, est.high, est.n)
     shown = est.n > 1 and est.low > 0
     what = ("held-out truth gain" if held_out is not None else

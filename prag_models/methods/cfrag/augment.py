@@ -72,14 +72,10 @@ def augment(
 
 
 def two_views(
-    seq: Sequence[int],
-    rng: np.random.Generator,
-    mask_id: int,
-    crop_ratio: float = 0.7,
-    mask_ratio: float = 0.3,
-    reorder_ratio: float = 0.3,
+    seq: Sequence[int], rng: np.random.Generator, mask_id: int, **ratios: float
 ) -> tuple[list[int], list[int]]:
-    """The two independently augmented views of one history used as a positive pair (§2.2)."""
-    first = augment(seq, rng, mask_id, crop_ratio, mask_ratio, reorder_ratio)
-    second = augment(seq, rng, mask_id, crop_ratio, mask_ratio, reorder_ratio)
+    """The two independently augmented views of one history used as a positive pair (§2.2); ``ratios`` are
+    :func:`augment`'s (crop_ratio, mask_ratio, reorder_ratio)."""
+    first = augment(seq, rng, mask_id, **ratios)
+    second = augment(seq, rng, mask_id, **ratios)
     return first, second

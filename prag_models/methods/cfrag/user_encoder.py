@@ -150,14 +150,11 @@ def train_user_encoder(
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.Adam(params, lr=settings.lr, weight_decay=settings.weight_decay)
         model.train()
+        ratios = {"crop_ratio": settings.crop_ratio, "mask_ratio": settings.mask_ratio,
+                  "reorder_ratio": settings.reorder_ratio}  # fmt: skip
         for _ in range(settings.epochs):
             for batch in np.array_split(rng.permutation(usable), n_batches):
-                views = [
-                    two_views(
-                        seqs[i], rng, model.mask_id, settings.crop_ratio, settings.mask_ratio, settings.reorder_ratio
-                    )
-                    for i in batch
-                ]
+                views = [two_views(seqs[i], rng, model.mask_id, **ratios) for i in batch]
                 ids = model.pad_batch([v[0] for v in views] + [v[1] for v in views])
                 z = model(ids)
                 loss = info_nce(z[: len(batch)], z[len(batch) :], settings.tau)

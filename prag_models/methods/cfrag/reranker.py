@@ -117,18 +117,13 @@ class PersonalizedReranker(nn.Module):
             zero = zero and not bool(self.personal_weight.detach().any())
         return self.residual and zero
 
+    #: The constructor arguments :meth:`config` stores, each kept as the attribute of that name (not the paths).
+    CONFIG_FIELDS = ("user_dim", "use_user_embedding", "max_length", "source_model", "residual", "pooling",
+                     "user_rank", "personal_dim")  # fmt: skip
+
     def config(self) -> dict[str, Any]:
         """Constructor arguments (except paths), stored next to the weights by the serializer."""
-        return {
-            "user_dim": self.user_dim,
-            "use_user_embedding": self.use_user_embedding,
-            "max_length": self.max_length,
-            "source_model": self.source_model,
-            "residual": self.residual,
-            "pooling": self.pooling,
-            "user_rank": self.user_rank,
-            "personal_dim": self.personal_dim,
-        }
+        return {name: getattr(self, name) for name in self.CONFIG_FIELDS}
 
     def pair_vectors(self, queries: Sequence[str], docs: Sequence[str]) -> torch.Tensor:
         """The cross-encoder's vector (n, hidden) of each (query, doc) pair, pooled by ``pooling``; differentiable."""

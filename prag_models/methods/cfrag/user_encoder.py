@@ -72,16 +72,12 @@ class UserEncoder(nn.Module):
             emb = emb / np.sqrt(np.maximum(squares, 1e-24))[:, None]
         return cls(emb.shape[0], emb.shape[1], doc_weights=torch.from_numpy(np.ascontiguousarray(emb)), **kwargs)
 
+    #: The constructor arguments :meth:`config` stores, each kept as the attribute of that name.
+    CONFIG_FIELDS = ("num_docs", "dim", "max_len", "heads", "dropout", "finetune_doc_embeddings")
+
     def config(self) -> dict[str, Any]:
         """Constructor arguments, stored next to the weights by the serializer."""
-        return {
-            "num_docs": self.num_docs,
-            "dim": self.dim,
-            "max_len": self.max_len,
-            "heads": self.heads,
-            "dropout": self.dropout,
-            "finetune_doc_embeddings": self.finetune_doc_embeddings,
-        }
+        return {name: getattr(self, name) for name in self.CONFIG_FIELDS}
 
     def pad_batch(self, histories: Sequence[Sequence[int]]) -> torch.Tensor:
         """Right-padded id tensor of the last ``max_len`` docs of each history; an empty history becomes [mask]."""

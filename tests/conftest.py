@@ -155,3 +155,14 @@ def _no_models_in_fast_tier(request, monkeypatch):
     for module, name in MODEL_LOADERS:
         monkeypatch.setattr(getattr(importlib.import_module(module), name), "__init__", refuse)
     yield
+
+
+@pytest.fixture(scope="module")
+def llama_generator(request):
+    """The packaged SmolLM2 through llama.cpp for a module's tests, with the module's LLAMA_N_CTX (default 1024)."""
+    from prag_models.config.settings import GeneratorSettings
+    from prag_models.llm.factory import make_generator
+
+    gen = make_generator(GeneratorSettings(backend="llama_cpp", n_ctx=getattr(request.module, "LLAMA_N_CTX", 1024)))
+    yield gen
+    gen.close()

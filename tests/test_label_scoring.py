@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
@@ -138,12 +138,8 @@ def test_calibration_removes_a_fixed_label_preference(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- real packaged SmolLM2 through llama.cpp
 
-
-@pytest.fixture(scope="module")
-def llama_generator() -> Iterator[Generator]:
-    gen = make_generator(GeneratorSettings(backend="llama_cpp", n_ctx=512))
-    yield gen
-    gen.close()
+#: The context of this module's llama_generator (tests/conftest.py): a prompt of 600 words goes beyond it.
+LLAMA_N_CTX = 512
 
 
 def test_llama_cpp_scores_reuse_the_prompt_cache_exactly(llama_generator: Generator) -> None:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import duckdb
@@ -149,14 +149,7 @@ def test_generate_cached_keeps_finished_batches_after_interruption(tmp_path: Pat
     con.close()
 
 
-# ---------------------------------------------------------------- real llama.cpp
-
-
-@pytest.fixture(scope="module")
-def llama_generator() -> Iterator[Generator]:
-    gen = make_generator(GeneratorSettings(backend="llama_cpp", n_ctx=1024))
-    yield gen
-    gen.close()
+# ---------------------------------------------------------------- real llama.cpp (llama_generator: tests/conftest.py)
 
 
 def test_llama_cpp_generates_and_counts_tokens(llama_generator: Generator) -> None:
@@ -267,25 +260,20 @@ def test_transformers_backend_on_packaged_gguf(transformers_generator: Generator
     assert text.startswith(cut) and 0 < gen.count_tokens(cut) <= 5 < gen.count_tokens(text)
 
 
-def test_openai_backend_retries_server_errors_then_answers() -> None:
-    """Two 503s, then an answer: the client's retries carry the request; a 400 is not retried and is named."""
+def _chat_server(reply: Callable[[str], tuple[int, str]]):
+    """A local OpenAI-compatible chat server on a free port, serving from a daemon thread until shut down:
+    ``reply(content)`` gives each request's HTTP status and answer text (any status but 200 answers an error)."""
     import json
     import threading
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
-    from prag_models.llm.openai_backend import OpenAIGenerator
-
-    calls: list[str] = []
-
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            calls.append(body["messages"][0]["content"])
-            bad = body["messages"][0]["content"] == "bad"
-            status = 400 if bad else (503 if len(calls) <= 2 else 200)
+            status, text = reply(body["messages"][0]["content"])
             answer = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
                       "choices": [{"index": 0, "finish_reason": "stop",
-                                   "message": {"role": "assistant", "content": " ok "}}]}  # fmt: skip
+                                   "message": {"role": "assistant", "content": text}}]}  # fmt: skip
             payload = json.dumps(answer if status == 200 else {"error": {"message": f"status {status}"}}).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -298,6 +286,20 @@ def test_openai_backend_retries_server_errors_then_answers() -> None:
 
     server = HTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_openai_backend_retries_server_errors_then_answers() -> None:
+    """Two 503s, then an answer: the client's retries carry the request; a 400 is not retried and is named."""
+    from prag_models.llm.openai_backend import OpenAIGenerator
+
+    calls: list[str] = []
+
+    def reply(content: str) -> tuple[int, str]:
+        calls.append(content)
+        return (400 if content == "bad" else 503 if len(calls) <= 2 else 200), " ok "
+
+    server = _chat_server(reply)
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         gen = OpenAIGenerator(GeneratorSettings(backend="openai", model="m", base_url=url, timeout_s=5), max_retries=3)
@@ -313,34 +315,16 @@ def test_openai_backend_retries_server_errors_then_answers() -> None:
 def test_openai_backend_pool_spreads_requests_and_moves_past_a_failing_server() -> None:
     """generator.base_urls: two local OpenAI-compatible servers share the requests round-robin; when one answers
     503 every request still gets its answer from the other, the failing one is tried once and then passed over."""
-    import json
     import threading
-    from http.server import BaseHTTPRequestHandler, HTTPServer
 
     from prag_models.llm.openai_backend import OpenAIGenerator
 
-    def server(name: str, hits: list[str], failing: threading.Event) -> HTTPServer:
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                hits.append(body["messages"][0]["content"])
-                status = 503 if failing.is_set() else 200
-                answer = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                          "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                              "role": "assistant", "content": f"{name}:{hits[-1]}"}}]}  # fmt: skip
-                payload = json.dumps(answer if status == 200 else {"error": {"message": "overloaded"}}).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+    def server(name: str, hits: list[str], failing: threading.Event):
+        def reply(content: str) -> tuple[int, str]:
+            hits.append(content)
+            return (503 if failing.is_set() else 200), f"{name}:{content}"
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-        httpd = HTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
-        return httpd
+        return _chat_server(reply)
 
     hits: dict[str, list[str]] = {"a": [], "b": []}
     failing = {"a": threading.Event(), "b": threading.Event()}

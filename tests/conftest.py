@@ -7,7 +7,19 @@ import pytest
 
 # Helpers and the session graphs live in their own modules: tests import them from here (`from conftest import
 # write_config`), and pytest registers the fixtures imported here.
-from graph_helpers import ROOT, materialize_graph, partition_metadata, real_data_dir, table_records, write_config  # noqa: F401
+from graph_helpers import (  # noqa: F401
+    ROOT,
+    check_results,
+    cli_env,
+    hold_writer,
+    materialize_graph,
+    partition_metadata,
+    read_tables,
+    real_data_dir,
+    store_copy,
+    table_records,
+    write_config,
+)
 from session_graphs import (  # noqa: F401
     DEMO_TASKS,
     EVALUATED_DEV,

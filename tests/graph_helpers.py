@@ -1,8 +1,13 @@
-"""Helpers of the graph tests: the shared real data, a tiny demo's prag.toml, in-process materialization and the
-metadata it reports (imported through conftest, e.g. ``from conftest import write_config``)."""
+"""Helpers of the graph tests: the shared real data, a tiny demo's prag.toml, in-process materialization, the
+metadata and check results it reports, and a graph's DuckDB store read, copied or held (imported through conftest,
+e.g. ``from conftest import write_config``)."""
 
 import os
 import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import tomli_w
@@ -59,6 +64,13 @@ def _empty_mlflow_db() -> Path:
     return _EMPTY_MLFLOW_DB[0]
 
 
+def cli_env(config: Path, **extra: str) -> dict[str, str]:
+    """The environment of a `prag` subprocess on a prag.toml: no inherited PRAG_/DAGSTER_ variable, the Hub offline,
+    then ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PRAG_", "DAGSTER_"))}
+    return env | {"PRAG_CONFIG": str(config), "HF_HUB_OFFLINE": "1"} | extra
+
+
 def range_tags(tasks: list[str]) -> dict[str, str]:
     """The run tags of one run over a contiguous range of task partitions."""
     return {"dagster/asset_partition_range_start": tasks[0], "dagster/asset_partition_range_end": tasks[-1]}
@@ -92,3 +104,47 @@ def partition_metadata(result, asset: str) -> dict[str, dict]:
 def table_records(value) -> list[dict]:
     """The rows of a Dagster table metadata value as dicts."""
     return [dict(r.data) for r in value.records]
+
+
+def check_results(result) -> dict[str, tuple[bool, str]]:
+    """check name -> (passed, severity) of every check evaluation of a run."""
+    out = {}
+    for e in result.all_events:
+        if e.event_type_value == "ASSET_CHECK_EVALUATION":
+            data = e.event_specific_data
+            name = f"{data.asset_check_key.asset_key.to_user_string()}:{data.check_name}"
+            out[name] = (data.passed, data.severity.value)
+    return out
+
+
+def read_tables(config: Path):
+    """A read-only connection to the DuckDB store of a prag.toml's home."""
+    import duckdb
+
+    from prag_models.config.settings import load_settings
+
+    return duckdb.connect(str(load_settings(config).duckdb_path), read_only=True)
+
+
+@contextmanager
+def store_copy(store: Path, tmp_path: Path) -> Iterator:
+    """A writable connection to a copy of a DuckDB store in tmp_path: a test may change it, the graph's file stays."""
+    import duckdb
+
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(store, copy)
+    with duckdb.connect(str(copy)) as con:
+        yield con
+
+
+def hold_writer(path: Path) -> subprocess.Popen:
+    """Another process holding the DuckDB file for writing (as a run does), until killed."""
+    from prag_models.storage.store import writer_active
+
+    code = ("import sys, time\nfrom prag_models.storage.store import connect\n"
+            "with connect(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(600)\n")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    assert writer_active(path)
+    return proc

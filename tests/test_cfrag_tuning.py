@@ -5,14 +5,13 @@ row stays as cfrag@default; the search never reads dev."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import dagster as dg
 import duckdb
 import pytest
 import yaml
-from conftest import materialize_graph, poison_dev, write_config
+from conftest import materialize_graph, poison_dev, store_copy, write_config
 
 from prag_models.config.settings import load_settings
 from prag_models.evaluation.tuning import tune_cfrag
@@ -99,9 +98,7 @@ def test_the_search_never_reads_dev(graph, tmp_path) -> None:
     """Poisoning every dev sample's relevance and gold leaves CFRAG's search and its scores unchanged."""
     config, home, _ = graph
     settings = load_settings(config)
-    copy = tmp_path / "copy.duckdb"
-    shutil.copy(home / "prag.duckdb", copy)
-    with duckdb.connect(str(copy)) as con:
+    with store_copy(home / "prag.duckdb", tmp_path) as con:
         before_values, before_trials, before = tune_cfrag(con, TASK, settings)
         poison_dev(con, TASK)
         after_values, after_trials, _ = tune_cfrag(con, TASK, settings)

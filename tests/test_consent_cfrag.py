@@ -5,12 +5,10 @@ e_u and documents shape no other user's row."""
 from __future__ import annotations
 
 import json
-import shutil
 
-import duckdb
 import pandas as pd
 import pytest
-from conftest import SERVED_TASK
+from conftest import SERVED_TASK, store_copy
 
 from prag_models.methods.cfrag import serialization
 from prag_models.methods.cfrag.table_rules import retrieval_extra
@@ -43,9 +41,7 @@ def test_with_nobody_opted_out_the_consent_row_is_the_full_row(served_graph, tmp
     exactly cfrag."""
     settings, _, _, _ = served_graph
     settings = with_knobs(settings, {"privacy.consent_cost_share": 0.001})
-    copy = tmp_path / "copy.duckdb"
-    shutil.copy(settings.duckdb_path, copy)
-    with duckdb.connect(str(copy)) as con:
+    with store_copy(settings.duckdb_path, tmp_path) as con:
         frame, _ = cfrag_retrieval_rows(con, TASK, settings, _models(con))
     full = _rows(frame, "cfrag")
     assert len(full)
@@ -59,9 +55,7 @@ def test_opted_out_users_do_not_shape_the_consent_row(served_graph, tmp_path, si
     shares; the CFRAG retrieval check accepts the rows and refuses an opted-out user's document shown to another."""
     settings, _, _, _ = served_graph
     settings = with_knobs(settings, {"clustering.user_similarity": similarity})
-    copy = tmp_path / "copy.duckdb"
-    shutil.copy(settings.duckdb_path, copy)
-    with duckdb.connect(str(copy)) as con:
+    with store_copy(settings.duckdb_path, tmp_path) as con:
         p = settings.privacy
         out = consent_cost_opted_out(con, TASK, p.consent_cost_share, p.consent_cost_seed)
         models = _models(con)

@@ -4,13 +4,11 @@ full-consent row, and z_u, clusters and neighbours computed without the opted-ou
 from __future__ import annotations
 
 import json
-import shutil
 
-import duckdb
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import EVALUATED_TASK
+from conftest import EVALUATED_TASK, store_copy
 
 from prag_models.config.settings import Settings, load_settings
 from prag_models.methods.knobs import with_knobs
@@ -64,9 +62,7 @@ def test_with_nobody_opted_out_the_consent_rows_are_the_tuned_full_rows(evaluate
     its full-consent rows, tuned ones included: the difference between the two rows is consent, not tuning."""
     config, home, _ = evaluated_graph
     settings = _settings(config, share=0.001)
-    copy = tmp_path / "copy.duckdb"
-    shutil.copy(home / "prag.duckdb", copy)
-    with duckdb.connect(str(copy)) as con:
+    with store_copy(home / "prag.duckdb", tmp_path) as con:
         _tune(con)
         assert _opted_out(con, settings) == []
         frame, stats = clusterrag_rows(con, TASK, settings)
@@ -110,9 +106,7 @@ def test_opted_out_users_documents_do_not_shape_the_consent_rows(evaluated_graph
     scenario's neighbours and clusters; the retrieval check accepts the consent rows."""
     config, home, _ = evaluated_graph
     settings = _settings(config, share=0.5, similarity=similarity)
-    copy = tmp_path / "copy.duckdb"
-    shutil.copy(home / "prag.duckdb", copy)
-    with duckdb.connect(str(copy)) as con:
+    with store_copy(home / "prag.duckdb", tmp_path) as con:
         _tune(con, similarity)
         out = _opted_out(con, settings)
         _rebuild_users(con, settings)
@@ -144,9 +138,7 @@ def test_the_consent_scenarios_neighbours_and_clusters_ignore_the_opted_out_docu
 
     config, home, _ = evaluated_graph
     settings = _settings(config, share=0.5, similarity=similarity)
-    copy = tmp_path / "copy.duckdb"
-    shutil.copy(home / "prag.duckdb", copy)
-    with duckdb.connect(str(copy)) as con:
+    with store_copy(home / "prag.duckdb", tmp_path) as con:
         _tune(con, similarity)
         out = task_opted_out(con, TASK, settings)
         assert out == _opted_out(con, settings)

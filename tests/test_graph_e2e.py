@@ -2,9 +2,8 @@
 test, and pytest-xdist keeps a module on one worker)."""
 
 import dagster as dg
-import duckdb
 import pytest
-from conftest import materialize_graph, partition_metadata, write_config
+from conftest import check_results, materialize_graph, partition_metadata, read_tables, write_config
 
 from prag_models.config.settings import ALL_TASKS, load_settings
 
@@ -17,19 +16,6 @@ def _metadata(result, asset: str, key: str):
     return values[-1]
 
 
-def _check_results(result) -> dict[str, tuple[bool, str]]:
-    """check name -> (passed, severity) of every check evaluation of a run."""
-    out = {}
-    for e in result.all_events:
-        if e.event_type_value == "ASSET_CHECK_EVALUATION":
-            data = e.event_specific_data
-            name = f"{data.asset_check_key.asset_key.to_user_string()}:{data.check_name}"
-            out[name] = (data.passed, data.severity.value)
-    return out
-
-
-def _tables(config):
-    return duckdb.connect(str(load_settings(config).duckdb_path), read_only=True)
 
 
 @pytest.mark.slow
@@ -43,12 +29,12 @@ def test_whole_graph_with_real_packaged_models(tmp_path):
                           data={"demo_dev_samples": 3, "llm_eval_samples": 1}, prompt={"max_prompt_tokens": 256})
     result = materialize_graph(config, list(ALL_TASKS))
     assert result.success
-    checks = _check_results(result)
+    checks = check_results(result)
     failed = {name: severity for name, (passed, severity) in checks.items() if not passed}
     # Only a warning may fail: all candidates of every sample scoring alike is possible with a 135M model.
     assert len(checks) >= 20 and set(failed) <= {"feedback_labels:feedback_not_degenerate"}, failed
     assert all(severity == "WARN" for severity in failed.values())
-    with _tables(config) as con:
+    with read_tables(config) as con:
         evaluation = con.execute("SELECT task, method, metric, value FROM lamp_evaluation").df()
         generations = con.execute("SELECT generator_id, answer_mode, output FROM generations").df()
         clusters = con.execute(

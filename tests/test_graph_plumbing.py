@@ -2,7 +2,7 @@
 
 
 import duckdb
-from conftest import materialize_graph, write_config
+from conftest import check_results, materialize_graph, read_tables, write_config
 
 from prag_models.config.settings import load_settings
 
@@ -10,22 +10,9 @@ METHODS = set(load_settings(environ={}).retrieval.methods)
 
 
 def _checks(result) -> dict[str, bool]:
-    return {name: passed for name, (passed, _) in _check_results(result).items()}
+    return {name: passed for name, (passed, _) in check_results(result).items()}
 
 
-def _check_results(result) -> dict[str, tuple[bool, str]]:
-    """check name -> (passed, severity) of every check evaluation of a run."""
-    out = {}
-    for e in result.all_events:
-        if e.event_type_value == "ASSET_CHECK_EVALUATION":
-            data = e.event_specific_data
-            name = f"{data.asset_check_key.asset_key.to_user_string()}:{data.check_name}"
-            out[name] = (data.passed, data.severity.value)
-    return out
-
-
-def _tables(config):
-    return duckdb.connect(str(load_settings(config).duckdb_path), read_only=True)
 
 
 def test_graph_plumbing_with_fake_generator(demo_home):
@@ -38,7 +25,7 @@ def test_graph_plumbing_with_fake_generator(demo_home):
               instance.all_logs(demo_home.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)]  # fmt: skip
     assert instance.get_run_by_id(demo_home.run_id).status == dg.DagsterRunStatus.SUCCESS
     assert checks and all(c.passed for c in checks), [c.check_name for c in checks if not c.passed]
-    with _tables(demo_home.config) as con:
+    with read_tables(demo_home.config) as con:
         n_dev = con.execute("SELECT count(*) FROM lamp_samples WHERE split = 'dev' AND task = 'LaMP-2'").fetchone()[0]
         per_method = con.execute(
             "SELECT method, count(*) FROM generations WHERE task = 'LaMP-2' GROUP BY method").fetchall()
@@ -69,7 +56,7 @@ def test_failing_check_stops_everything_downstream(tiny_config, monkeypatch):
     result = materialize_graph(tiny_config, ["LaMP-2"], raise_on_error=False)
     assert not result.success
     assert _checks(result)["lamp_samples:samples_valid"] is False
-    with _tables(tiny_config) as con:
+    with read_tables(tiny_config) as con:
         tables = {t for (t,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     assert "lamp_samples" in tables
     assert not tables & {"profile_documents", "query_embeddings", "user_clusters", "generations", "lamp_evaluation"}

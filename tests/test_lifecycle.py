@@ -5,13 +5,12 @@ challengers, and promote_cfrag_models decides for the task on the paired interva
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import duckdb
 import pytest
-from conftest import ROOT, write_config
+from conftest import ROOT, cli_env, write_config
 
 from prag_models.config.settings import load_settings
 from prag_models.data.demo_week import second_week
@@ -70,8 +69,7 @@ def test_lifecycle_round_decides_every_task_on_paired_intervals(tmp_path) -> Non
     config = write_config(tmp_path / "prag.toml", home, generator_backend="fake",
                           data={"tasks": [TASK], "llm_eval_samples": 2},
                           cfrag={"epochs": 2, "train_epochs": 2, "reranker_max_length": 32})  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PRAG_", "DAGSTER_"))}
-    env |= {"PRAG_CONFIG": str(config), "HF_HUB_OFFLINE": "1", "USER": "tester"}
+    env = cli_env(config, USER="tester")
     first = _prag(env, "materialize")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     done = _prag(env, "lifecycle")

@@ -1,17 +1,12 @@
 """`prag sql`: a read-only query on the home's DuckDB file, printed as a table, CSV or JSON; no file outside it."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import duckdb
 import pytest
+from conftest import hold_writer
 
 from prag_assets.cli import commands as cli
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -59,16 +54,6 @@ def test_missing_file_and_bad_sql_fail_clearly(tmp_path, home, capsys, monkeypat
     assert "prag materialize" in capsys.readouterr().err
 
 
-def _hold_writer(path: Path) -> subprocess.Popen:
-    """Another process holding the DuckDB file for writing (as a run does), until killed."""
-    code = ("import sys, time\nfrom prag_models.storage.store import connect\n"
-            "with connect(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(600)\n")  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True, env=env)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
-    return proc
-
-
 @pytest.mark.parametrize("held", [False, True], ids=["live file", "snapshot while a run holds the file"])
 def test_no_file_is_written_or_read_outside_the_database(home, tmp_path, capsys, held) -> None:
     """COPY ... TO writes no file and read_csv / read_text read none (issue 39): external access is off on the live
@@ -81,7 +66,7 @@ def test_no_file_is_written_or_read_outside_the_database(home, tmp_path, capsys,
     holder = None
     if held:
         publish_snapshot(home / "prag.duckdb")
-        holder = _hold_writer(home / "prag.duckdb")
+        holder = hold_writer(home / "prag.duckdb")
     try:
         assert cli.main(["sql", f"COPY (SELECT 1 AS x) TO '{written}'"]) == 1
         assert "disabled by configuration" in capsys.readouterr().err and not written.exists()

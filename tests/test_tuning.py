@@ -4,12 +4,11 @@ values reach the retrieval stage, the untuned default stays as its own row, MLfl
 from __future__ import annotations
 
 import json
-import shutil
 
 import duckdb
 import pandas as pd
 import pytest
-from conftest import EVALUATED_DEV, EVALUATED_TASK, poison_dev
+from conftest import EVALUATED_DEV, EVALUATED_TASK, poison_dev, store_copy
 
 from prag_models.config.settings import Settings, load_settings
 from prag_models.evaluation.tuning import read_tuned, tune_task
@@ -74,9 +73,7 @@ def test_the_search_never_reads_dev(graph, tmp_path) -> None:
     """Poisoning every dev sample's relevance and gold leaves the search, its scores and its samples unchanged."""
     config, home, _ = graph
     settings = _settings(config)
-    copy = tmp_path / "copy.duckdb"
-    shutil.copy(home / "prag.duckdb", copy)
-    with duckdb.connect(str(copy)) as con:
+    with store_copy(home / "prag.duckdb", tmp_path) as con:
         before_values, before_trials, before = tune_task(con, TASK, settings)
         dev = con.execute("SELECT sample_id FROM lamp_samples WHERE task = ? AND split = 'dev'", [TASK]).fetchall()
         poison_dev(con, TASK)
@@ -108,9 +105,7 @@ def test_the_time_budget_counts_trials_not_the_user_vectors_computed_once(graph,
         return real(*args, **kwargs)
 
     monkeypatch.setattr(taste, "similarity_vectors", slow)
-    copy = tmp_path / "copy.duckdb"
-    shutil.copy(home / "prag.duckdb", copy)
-    with duckdb.connect(str(copy)) as con:
+    with store_copy(home / "prag.duckdb", tmp_path) as con:
         _, _, stats = tune_task(con, TASK, settings)
     assert {m: s["trials"] for m, s in stats["methods"].items()} == {
         "clusterrag_collaborative": 5, "clusterrag_community": 5}
@@ -121,9 +116,7 @@ def test_tuned_values_reach_the_retrieval_stage(graph, tmp_path) -> None:
     """A tuned neighbour count of 1 changes clusterrag_collaborative's rows and leaves @default the untuned ones."""
     config, home, _ = graph
     settings = _settings(config)
-    copy = tmp_path / "copy.duckdb"
-    shutil.copy(home / "prag.duckdb", copy)
-    with duckdb.connect(str(copy)) as con:
+    with store_copy(home / "prag.duckdb", tmp_path) as con:
         con.execute("DELETE FROM tuned_settings")
         con.execute(
             "INSERT INTO tuned_settings (task, method, knob, value) VALUES "
@@ -155,9 +148,7 @@ def test_a_tuned_minimum_cluster_size_reclusters_for_retrieval_and_its_check(gra
     config, home, _ = graph
     settings = _settings(config)
     assert "clustering.min_cluster_size" in method_space(settings, "clusterrag_community")
-    copy = tmp_path / "copy.duckdb"
-    shutil.copy(home / "prag.duckdb", copy)
-    with duckdb.connect(str(copy)) as con:
+    with store_copy(home / "prag.duckdb", tmp_path) as con:
         space = UserSpace(con, TASK, settings)
         table = dict(con.execute("SELECT user_id, cluster FROM user_clusters WHERE task = ?", [TASK]).fetchall())
         assert space.groups(settings) == table
@@ -188,9 +179,7 @@ def test_the_tuned_settings_check_refuses_values_outside_the_search_space(graph,
 
     config, home, _ = graph
     settings = _settings(config)
-    copy = tmp_path / "copy.duckdb"
-    shutil.copy(home / "prag.duckdb", copy)
-    with duckdb.connect(str(copy)) as con:
+    with store_copy(home / "prag.duckdb", tmp_path) as con:
         rows = con.execute("SELECT * FROM tuned_settings WHERE task = ?", [TASK]).df()
         assert tuned_settings_extra(con, TASK, rows, settings) == []
         bad = rows.copy()

@@ -23,7 +23,7 @@ import dagster as dg
 import duckdb
 import numpy as np
 import pytest
-from conftest import ROOT, materialize_graph, write_config
+from conftest import hold_writer, materialize_graph, write_config
 
 from prag_models.config.settings import load_settings
 from prag_models.data.source import demo_root
@@ -155,19 +155,6 @@ def test_served_model_honours_opt_in(planted, tmp_path, monkeypatch) -> None:
     assert after and never not in {o for _, o, _ in after}
 
 
-def _hold_writer(path: Path) -> subprocess.Popen:
-    """Another process holding the DuckDB file for writing (as a run does), until killed."""
-    from prag_models.storage.store import writer_active
-
-    code = ("import sys, time\nfrom prag_models.storage.store import connect\n"
-            "with connect(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(600)\n")  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True, env=env)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
-    assert writer_active(path)
-    return proc
-
-
 def _release(proc: subprocess.Popen) -> None:
     proc.kill()
     proc.wait(timeout=30)
@@ -193,7 +180,7 @@ def test_withdrawn_consent_is_not_served_while_a_run_holds_the_file(planted, tmp
     (tmp_path / "withdraw.json").write_text(json.dumps([record]), encoding="utf-8")
     monkeypatch.setenv("PRAG_CONFIG", str(config))
     assert main(["ingest", str(tmp_path / "withdraw.json"), "--task", TASK]) == 0
-    holder = _hold_writer(live)
+    holder = hold_writer(live)
     try:
         after = _shown(_records(model.predict(requests)))
     finally:
@@ -204,7 +191,7 @@ def test_withdrawn_consent_is_not_served_while_a_run_holds_the_file(planted, tmp
     (tmp_path / "other.json").write_text(json.dumps([{**record, "user_id": other}]), encoding="utf-8")
     with connect(live) as con:
         ingest_files(con, [tmp_path / "other.json"], TASK)
-    holder = _hold_writer(live)
+    holder = hold_writer(live)
     try:
         with pytest.raises(LookupError, match="predates the consent statement"):
             model.predict(requests)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import time
 from pathlib import Path
 
 import duckdb
+from conftest import cli_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,8 +57,7 @@ def prag_env(home: Path, config_text: str, extra: dict[str, str] | None = None) 
     config = home.parent / f"{home.name}.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(config_text.format(home=home), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PRAG_", "DAGSTER_"))}
-    return env | {"PRAG_CONFIG": str(config), "PRAG_HOME": str(home), "HF_HUB_OFFLINE": "1"} | (extra or {})
+    return cli_env(config, PRAG_HOME=str(home), **(extra or {}))
 
 
 def start_prag(home: Path, config_text: str, *args: str, extra: dict[str, str] | None = None):

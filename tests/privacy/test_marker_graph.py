@@ -5,7 +5,6 @@ holds one, and after `prag forget` no table holds a row of the erased user."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import duckdb
@@ -15,9 +14,9 @@ from conftest import materialize_graph, partition_metadata, write_config
 from prag_models.config.settings import load_settings
 from prag_models.data.source import demo_root
 from prag_models.stages.retrieval import load_task_inputs, run_clusterrag
+from privacy.helpers import MARK, edit_questions, mark
 
 TASK = "LaMP-2"
-MARK = re.compile(r"zqmark(u\d{4})q")
 CFRAG = {"epochs": 2, "reranker_layers": 1, "reranker_max_length": 64}
 
 
@@ -26,29 +25,25 @@ def _plant(root: Path) -> tuple[dict[str, set[str]], set[str]]:
     share but make every second document private (record field ``visibility``, or sharing.json). Every hidden
     document carries its owner's marker. Returns owner -> hidden doc ids, and the non-sharing users."""
     hidden: dict[str, set[str]] = {}
-    side: dict = {"users": {}, "private_documents": []}
-    for split in ("train", "dev"):
-        path = root / "LaMP_2_time" / split / f"{split}_questions.json"
-        questions = json.loads(path.read_text(encoding="utf-8"))
-        for q in questions:
-            user = q["user_id"]
-            n = int(user[1:])
-            if n % 4 not in (0, 1):
-                continue
-            for j, doc in enumerate(q["profile"]):
-                if n % 4 == 0 or j % 2 == 0:
-                    doc["description"] = f"{doc['description']} zqmark{user}q"
-                    hidden.setdefault(user, set()).add(str(doc["id"]))
-                    if n % 4 == 1 and n % 8 == 1:
-                        doc["visibility"] = "private"
-                    elif n % 4 == 1:
-                        side["private_documents"].append({"user_id": user, "id": str(doc["id"])})
-            if n % 8 == 0:
-                q["share"] = False
-            elif n % 4 == 0:
-                side["users"][user] = {"share": False}
-        path.write_text(json.dumps(questions), encoding="utf-8")
-    (root / "sharing.json").write_text(json.dumps(side), encoding="utf-8")
+
+    def edit(q: dict, side: dict) -> None:
+        user = q["user_id"]
+        n = int(user[1:])
+        if n % 4 not in (0, 1):
+            return
+        for j, doc in enumerate(q["profile"]):
+            if n % 4 == 0 or j % 2 == 0:
+                mark(doc, user, hidden)
+                if n % 4 == 1 and n % 8 == 1:
+                    doc["visibility"] = "private"
+                elif n % 4 == 1:
+                    side["private_documents"].append({"user_id": user, "id": str(doc["id"])})
+        if n % 8 == 0:
+            q["share"] = False
+        elif n % 4 == 0:
+            side["users"][user] = {"share": False}
+
+    edit_questions(root, edit)
     return hidden, {u for u in hidden if int(u[1:]) % 4 == 0}
 
 

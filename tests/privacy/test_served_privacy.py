@@ -28,13 +28,13 @@ from conftest import hold_writer, materialize_graph, write_config
 from prag_models.config.settings import load_settings
 from prag_models.data.source import demo_root
 from prag_models.mlops import registry
+from privacy.helpers import MARK, edit_questions, mark
 
 TASK = "LaMP-2"
 CFRAG = {"epochs": 2, "reranker_layers": 1, "reranker_max_length": 64}
 PRIVACY = {"default_share": False}
 CLUSTERING = {"similar_users": 2, "user_similarity": "taste"}
 OPTED, PRIVATE = "u0005", "u0002"
-MARK = re.compile(r"zqmark(u\d{4})q")
 RERANKER = f"models:/{registry.registered_name('reranker', TASK)}@champion"
 
 
@@ -42,21 +42,17 @@ def _plant(root: Path) -> dict[str, set[str]]:
     """Everyone shares (sharing.json) except OPTED; every second document of PRIVATE is private. Hidden documents
     carry their owner's marker. Returns owner -> hidden doc ids."""
     hidden: dict[str, set[str]] = {}
-    side: dict = {"users": {}, "private_documents": []}
-    for split in ("train", "dev"):
-        path = root / "LaMP_2_time" / split / f"{split}_questions.json"
-        questions = json.loads(path.read_text(encoding="utf-8"))
-        for q in questions:
-            user = q["user_id"]
-            side["users"][user] = {"share": user != OPTED}
-            for j, doc in enumerate(q["profile"]):
-                if user == OPTED or (user == PRIVATE and j % 2 == 0):
-                    doc["description"] = f"{doc['description']} zqmark{user}q"
-                    hidden.setdefault(user, set()).add(str(doc["id"]))
-                    if user == PRIVATE:
-                        side["private_documents"].append({"user_id": user, "id": str(doc["id"])})
-        path.write_text(json.dumps(questions), encoding="utf-8")
-    (root / "sharing.json").write_text(json.dumps(side), encoding="utf-8")
+
+    def edit(q: dict, side: dict) -> None:
+        user = q["user_id"]
+        side["users"][user] = {"share": user != OPTED}
+        for j, doc in enumerate(q["profile"]):
+            if user == OPTED or (user == PRIVATE and j % 2 == 0):
+                mark(doc, user, hidden)
+                if user == PRIVATE:
+                    side["private_documents"].append({"user_id": user, "id": str(doc["id"])})
+
+    edit_questions(root, edit)
     return hidden
 
 

@@ -39,3 +39,27 @@ def test_stage_lines_checks_and_time_left() -> None:
     assert lines[1].split() == ["[prag]", "1:40", "feedback_labels", "90.0", "s", "(1/3", "steps)"]
     assert len(lines) == 2 and watcher.summary.checks == 1 and watcher.summary.check_seconds == 2.0
     assert watcher.summary.stages == [("feedback_labels", 90.0)]
+
+
+def test_a_failure_says_its_cause_not_dagsters_wrapper() -> None:
+    """The FAILED line and the closing line carry the user code error under Dagster's wrapper, on one line."""
+    from prag_assets.cli.run_progress import failure_cause
+
+    cause = NS(cls_name="LampRecordError", cause=None,
+               message="prag_models.data.lamp_validation.LampRecordError: /d/dev_questions.json: record id 'd1': "
+                       "field 'profile doc 'd1-2'.tag': 'Comedy' is not a LaMP-2 label ['comedy']\n")  # fmt: skip
+    wrapper = NS(cls_name="DagsterExecutionStepExecutionError", cause=cause,
+                 message='dagster._core.errors.DagsterExecutionStepExecutionError: Error occurred while executing op '
+                         '"lamp_samples":\n')  # fmt: skip
+    expected = ("LampRecordError: /d/dev_questions.json: record id 'd1': field 'profile doc 'd1-2'.tag': 'Comedy' is "
+                "not a LaMP-2 label ['comedy']")  # fmt: skip
+    assert failure_cause(wrapper) == expected
+    assert failure_cause(NS(cls_name="ValueError", cause=None, message="ValueError: two\nlines\n")) == \
+        "ValueError: two lines"  # fmt: skip
+    assert failure_cause(None) == "?"
+    lines: list[str] = []
+    watcher = RunWatcher(None, "token", ["LaMP-2"], out=lines.append, started=0.0)
+    watcher._handle(_event("STEP_START", "lamp_samples", 1.0))  # noqa: SLF001
+    watcher._handle(_event("STEP_FAILURE", "lamp_samples", 2.0, failure=NS(error=wrapper)))  # noqa: SLF001
+    assert lines == [f"[prag]   0:02  FAILED lamp_samples after 1.0 s: {expected}"]
+    assert watcher.summary.failures == [f"lamp_samples: {expected}"]

@@ -45,6 +45,31 @@ class RunSummary:
     run_id: str = ""
 
 
+def failure_cause(error: Any) -> str:
+    """One line saying why a step failed: the innermost error of a Dagster wrapper chain (a user code error's
+    ``cause``, e.g. prag's LampDataError naming the file, record, field and what was expected), its exception class
+    without the module path, the message's lines joined; "?" without an error."""
+    if error is None:
+        return "?"
+    chain = [error]
+    while chain[-1].cause is not None and len(chain) < 20:
+        chain.append(chain[-1].cause)
+    own = [e for e in chain if not _is_dagster(e)]
+    cause = own[0] if own else chain[-1]
+    text = " ".join(part.strip() for part in str(cause.message).strip().splitlines() if part.strip())
+    name = str(getattr(cause, "cls_name", "") or "")
+    if name and text.startswith(f"{name}:"):  # "LampRecordError: <file>: <record>: ..."
+        return text
+    qualified = re.match(r"^[\w.]+\.(\w+): ", text)  # "prag_models.data.tasks.LampDataError: ..." -> its class name
+    return text[qualified.start(1):] if qualified else text or name or "?"
+
+
+def _is_dagster(error: Any) -> bool:
+    """An error Dagster raises around user code (DagsterExecutionStepExecutionError and kin), not its cause."""
+    name = str(getattr(error, "cls_name", "") or "")
+    return name.startswith("Dagster") or "dagster._core.errors." in str(error.message).split(":", 1)[0]
+
+
 class RunWatcher:
     """Follows the run tagged ``prag/launch=<token>`` in a Dagster instance and prints its stages as they finish."""
 
@@ -118,8 +143,7 @@ class RunWatcher:
         info, self.done = self.steps.pop(step), self.done + 1
         seconds = when - info.start
         if failure is not None:
-            error = failure.step_failure_data.error if failure.step_failure_data else None
-            message = (error.message.strip().splitlines() or ["?"])[0] if error else "?"
+            message = failure_cause(failure.step_failure_data.error if failure.step_failure_data else None)
             self.summary.failures.append(f"{step}: {message}")
             self.out(f"[prag] {clock(when - self.started):>6}  FAILED {step} after {seconds:.1f} s: {message}")
             return

@@ -64,8 +64,8 @@ def _run_materialize(settings: Settings, tasks: list[str], select: str, everythi
     summaries = [summary]
     _publish(settings, code)
     if everything and not settings.data.real_data_dir:
-        print("[prag] data.real_data_dir is not set: the PersonaBench / LongMemEval retrieval evaluation is skipped "
-              "(e.g. PRAG__DATA__REAL_DATA_DIR=../shared/data)", flush=True)  # fmt: skip
+        run_summary.say("data.real_data_dir is not set: the PersonaBench / LongMemEval retrieval evaluation is "
+                        "skipped (e.g. PRAG__DATA__REAL_DATA_DIR=../shared/data)")  # fmt: skip
     elif everything:
         evaluation, summary = _launch(settings, f"group:{RETRIEVAL_EVAL_GROUP}", None, tasks, verbose, started,
                                       "prag_retrieval_eval")  # fmt: skip
@@ -91,7 +91,7 @@ def _llm_budget(settings: Settings) -> Settings:
         print(f"[prag] LLM budget: timing the generator on each task's own prompts (about {cap:.0f} s at most)",
               flush=True)  # fmt: skip
     plan, reused = plan_run(settings, path, lambda: make_generator(settings.generator))
-    print(f"[prag] {plan.line()}" + (" [stored plan reused]" if reused else ""), flush=True)
+    run_summary.say(plan.line() + (" [stored plan reused]" if reused else ""))
     return settings.model_copy(update={"data": settings.data.model_copy(update={"llm_eval_samples": plan.chosen})})
 
 

@@ -150,6 +150,7 @@ def _report(args: argparse.Namespace) -> int:
     from prag_models.evaluation.claims import claims_from_store, claims_markdown
     from prag_models.evaluation.report import comparisons_markdown, evaluation_markdown
     from prag_models.evaluation.verdict import verdicts_for, verdicts_markdown
+    from prag_models.evaluation.verdict_view import deciding_text
     from prag_models.storage.store import DuckDBBusyError, read_connection, table_exists
 
     settings = load_settings()
@@ -176,6 +177,8 @@ def _report(args: argparse.Namespace) -> int:
     frames = {t: f[f["task"].isin(tasks)] for t, f in read.items()}
     if len(verdicts):
         print("## Verdict: the best personalized method against non-personalized retrieval (dense_global)\n")
+        print(deciding_text(verdicts) + "\n\nEvery column (Holm across tasks, held-out values, the own profile, "
+              "samples for 80 % power):\n")  # fmt: skip
         print(verdicts_markdown(verdicts) + "\n")
     if "lamp_retrieval_evaluation" in frames:
         print("## Retrieval evaluation, no LLM (every dev sample; 95 % bootstrap intervals)\n")
@@ -196,7 +199,8 @@ def _report(args: argparse.Namespace) -> int:
         print("\n## Retrieval evaluation on real data (PBR, docs/methods.md §4.5; table retrieval_evaluation)\n")
         print(retrieval_md.read_text(encoding="utf-8").rstrip())
     print(f"\nDuckDB file : {settings.duckdb_path}")
-    print(f"Chart       : {settings.home_path / 'reports' / 'lamp_evaluation.png'}")
+    print(f"Charts      : {settings.home_path / 'reports' / 'verdict_gain.png'} (the verdict's gain per task) | "
+          f"{settings.home_path / 'reports' / 'lamp_evaluation.png'} (LLM evaluation)")
     print("Dagster UI  : scripts/ui.sh  (then open http://127.0.0.1:3000)")
     return 0
 

@@ -17,8 +17,11 @@ from prag_models.evaluation.verdict_terms import IS_EVIDENCE, NO_LLM, TOO_FEW
 
 #: The deciding columns, in order.
 DECIDING_HEADERS = ["task", "verdict", "method", "gain [95 % CI]", "n", "LLM evidence"]
-#: Columns that never wrap (the rest wrap at spaces when the table is wider than WIDTH): task, gain, n.
+#: Columns that never wrap: task, gain, n; the others wrap at spaces when the table is wider than WIDTH, in this
+#: order: the LLM evidence (after its decision), the method, and only then the verdict.
 _WHOLE = (0, 3, 4)
+_SHRINK_ORDER = (5, 2, 1)
+NBSP = "\u00a0"
 #: Terminal width the short table fits in.
 WIDTH = 100
 _GAP = "  "
@@ -48,6 +51,14 @@ def _llm(r) -> str:  # noqa: ANN001
     return f"{word}, n={int(r.llm_n_samples)}"
 
 
+def _keep_whole(cell: str, column: int) -> str:
+    """The LLM cell's decision as one unit for wrapping (no-break spaces, made plain again after wrapping)."""
+    if column != 5 or "," not in cell:
+        return cell
+    word, rest = cell.split(",", 1)
+    return word.replace(" ", NBSP) + "," + rest
+
+
 def deciding_rows(table: pd.DataFrame) -> list[list[str]]:
     """One row of DECIDING_HEADERS cells per task of a verdict table (verdict.verdicts_for)."""
     if table.empty:
@@ -59,19 +70,17 @@ def deciding_rows(table: pd.DataFrame) -> list[list[str]]:
 
 
 def _widths(cells: list[list[str]], width: int) -> list[int]:
-    """Column widths that fit ``width`` with the gaps: natural widths, the widest wrappable column narrowed first (never
-    below its longest word)."""
+    """Column widths that fit ``width`` with the gaps: natural widths, narrowed in _SHRINK_ORDER (each column down to
+    its longest unbreakable word before the next is touched)."""
     natural = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
-    floor = [natural[i] if i in _WHOLE else max(len(word) for row in cells for word in row[i].split() or [""])
+    floor = [natural[i] if i in _WHOLE else max(len(word) for row in cells for word in row[i].split(" ") or [""])
              for i in range(len(natural))]  # fmt: skip
     widths = list(natural)
-    budget = width - len(_GAP) * (len(widths) - 1)
-    while sum(widths) > budget:
-        shrinkable = [i for i in range(len(widths)) if widths[i] > floor[i]]
-        if not shrinkable:
-            break
-        widest = max(shrinkable, key=lambda i: widths[i])
-        widths[widest] -= 1
+    over = sum(widths) + len(_GAP) * (len(widths) - 1) - width
+    for i in _SHRINK_ORDER:
+        cut = min(max(over, 0), widths[i] - floor[i])
+        widths[i] -= cut
+        over -= cut
     return widths
 
 
@@ -81,13 +90,15 @@ def deciding_text(table: pd.DataFrame, width: int = WIDTH) -> str:
     rows = deciding_rows(table)
     if not rows:
         return "no evaluation with a personalized method and dense_global: nothing to decide"
+    rows = [[_keep_whole(cell, i) for i, cell in enumerate(row)] for row in rows]
     widths = _widths([DECIDING_HEADERS, *rows], width)
     lines = []
     for row in [DECIDING_HEADERS, ["-" * w for w in widths], *rows]:
-        wrapped = [textwrap.wrap(cell, w, break_long_words=False) or [""] for cell, w in zip(row, widths, strict=True)]
+        wrapped = [textwrap.wrap(cell, w, break_long_words=False, break_on_hyphens=False) or [""]
+                   for cell, w in zip(row, widths, strict=True)]  # fmt: skip
         for k in range(max(len(cell) for cell in wrapped)):
             parts = [(cell[k] if k < len(cell) else "").ljust(w) for cell, w in zip(wrapped, widths, strict=True)]
-            lines.append(_GAP.join(parts).rstrip())
+            lines.append(_GAP.join(parts).rstrip().replace(NBSP, " "))
     return "\n".join(lines)
 
 

@@ -1,5 +1,5 @@
-"""PBR retrieval on the real PersonaBench community 1 (replayed expansions) and the LongMemEval sample
-(docs/methods.md §4).
+"""PBR retrieval on a real PersonaBench community (the one --data names, else community_1; replayed expansions) and
+the LongMemEval sample (docs/methods.md §4).
 
     python benchmarks/pbr_personabench.py --data ../shared/data [--theta 0.5 0.75 --k2 5] [--generate] [--tune]
 
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from prag_models.config.settings import EmbedderSettings, PbrSettings, load_settings  # noqa: E402
 from prag_models.data.longmemeval import load_longmemeval  # noqa: E402
-from prag_models.data.personabench import CATEGORIES, load_personabench  # noqa: E402
+from prag_models.data.personabench import CATEGORIES, community_dir, load_personabench  # noqa: E402
 from prag_models.methods.pbr_eval import EmbeddingCache, build_pbr_expansions, evaluate_retrieval  # noqa: E402
 
 METHOD_LABELS = {"base": "Base", "pbr": "PBR", "pbr_wo_anchor": "w/o P-Anchor", "pbr_wo_prf": "w/o P-PRF"}
@@ -62,16 +62,28 @@ def _counts(df: pd.DataFrame, categories: list[str]) -> str:
     return ", ".join(f"{c} {n[c]}" for c in categories if c in n)
 
 
+def community_read(data: Path) -> str:
+    """The PersonaBench community load_personabench reads for --data: the community folder itself when --data names
+    one (e.g. .../personabench/community_0), else community_1 under it."""
+    return community_dir(data).name
+
+
+def title(data: Path, theta: float, k2: int, seconds: float, noise: str = "0.0") -> str:
+    """The heading of the PersonaBench tables, naming the community actually read."""
+    return (f"## PersonaBench {community_read(data)} (noise {noise}) — theta={theta}, k2={k2}, replayed expansions "
+            f"({seconds:.0f} s)")
+
 def personabench(data: Path, embedder: EmbeddingCache, theta: float, k2: int, k1: int) -> pd.DataFrame:
-    """PersonaBench community 1 with the authors' cached expansions; prints the tables, returns the results."""
+    """One PersonaBench community (the one --data names, else community_1) with the authors' cached expansions;
+    prints the tables, returns the results."""
     pb = load_personabench(data)
+    community = community_read(data)
     settings = PbrSettings(k1=k1, theta=theta, k2=k2, top_k=10)
     methods = list(METHOD_LABELS)
     start = time.perf_counter()
     df = evaluate_retrieval(pb.questions, pb.segments_by_user, embedder, methods, pb.expansions, settings)
     cats = [*CATEGORIES, "Overall"]
-    print(f"\n## PersonaBench community_1 (noise 0.0) — theta={theta}, k2={k2}, replayed expansions "
-          f"({time.perf_counter() - start:.0f} s)\n")
+    print(f"\n{title(data, theta, k2, time.perf_counter() - start)}\n")
     print(f"{len(pb.questions)} questions ({_counts(df, cats)}); skipped {pb.skipped}; "
           f"{sum(len(s) for s in pb.segments_by_user.values())} segments over {len(pb.segments_by_user)} persons\n")
     for metric, label in (("recall", "R"), ("ndcg", "N")):
@@ -84,7 +96,7 @@ def personabench(data: Path, embedder: EmbeddingCache, theta: float, k2: int, k1
         lines.append(f"| {METHOD_LABELS[m]} | " + " | ".join(f"{v:.4f}" for v in vals) + " |")
     print("**Overall vs paper Table 1 (all-MiniLM-L6-v2)**\n\n" + "\n".join(lines) + "\n")
     print("The paper's rows (and METHODS' reference figures) average communities 0 and 1 together: the authors' "
-          "eval_rag_PBR.py appends both communities' results before scoring. Only community 1 is available here.\n")
+          f"eval_rag_PBR.py appends both communities' results before scoring. Only {community} is read here.\n")
     if theta in REPLAY_REFERENCE:
         r, n = REPLAY_REFERENCE[theta]
         print(f"docs/methods.md §4.2 replay reference for PBR at theta={theta}: R@5 ≈ {r} / N@5 ≈ {n}\n")
@@ -92,8 +104,8 @@ def personabench(data: Path, embedder: EmbeddingCache, theta: float, k2: int, k1
 
 
 def tuned(data: Path, embedder: EmbeddingCache, folds: int, trials: int, budget_s: float) -> None:
-    """PBR's knobs tuned cross-fitted over the persons of community 1 (docs/methods.md §4.7): per fold the values
-    chosen on the other persons and the held-out N@5 against the authors' settings, then the paired gain."""
+    """PBR's knobs tuned cross-fitted over the persons of the community read (docs/methods.md §4.7): per fold the
+    values chosen on the other persons and the held-out N@5 against the authors' settings, then the paired gain."""
     from prag_models.config.settings import TuningSettings
     from prag_models.evaluation.pbr_tuning import tune_pbr
     from prag_models.stages.pbr_tuning import pbr_vectors

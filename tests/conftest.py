@@ -106,7 +106,7 @@ FILE_SECONDS = {
     "evaluated_graph": 55, "served_graph": 38, "test_served_privacy.py": 35, "test_taste.py": 27,
     "test_marker_graph.py": 15, "test_feedback_probe.py": 15, "test_readme_commands.py": 12, "test_claims.py": 12,
     "test_lifecycle.py": 120,
-    "test_answer_scoring.py": 30,
+    "test_answer_scoring.py": 30, "test_failure_output.py": 25,
 }  # fmt: skip
 
 

@@ -96,10 +96,16 @@ def test_retrieval_evaluation_partition_shows_only_its_task(demo_home) -> None:
 
 
 def test_report_opens_with_the_verdict_then_the_compact_table_then_the_chart(demo_home) -> None:
-    """lamp_evaluation_report: the verdict table (typed columns) first, the method x task table, then the chart."""
+    """lamp_evaluation_report: the verdict's deciding columns first (the terminal's short table, as markdown), every
+    column of the verdict (typed), the chart of the verdict's gain per task, then the method x task table."""
+    from prag_models.evaluation.verdict_view import DECIDING_HEADERS
+
     metadata = _latest(demo_home.instance(), "lamp_evaluation_report")
-    assert list(metadata)[:3] == ["verdict", "primary_metric", "chart"]
-    verdict = metadata["verdict"].value
+    assert list(metadata)[:4] == ["verdict", "verdict_all_columns", "chart", "primary_metric"]
+    short = metadata["verdict"].value.splitlines()
+    assert short[0] == "| " + " | ".join(DECIDING_HEADERS) + " |"
+    assert [row.split(" | ")[0].strip("| ") for row in short[2:]] == sorted(DEMO_TASKS)
+    verdict = metadata["verdict_all_columns"].value
     kinds = {c.name: c.type for c in verdict.schema.columns}
     assert list(kinds)[:3] == ["task", "verdict", "method"] and kinds["gain"] == "float" and kinds["n_samples"] == "int"
     assert {r.data["task"] for r in verdict.records} == set(DEMO_TASKS)
@@ -107,4 +113,5 @@ def test_report_opens_with_the_verdict_then_the_compact_table_then_the_chart(dem
     assert [c.name for c in compact.schema.columns][:2] == ["method", "role"]
     assert any(c.name.startswith("LaMP-3 ") for c in compact.schema.columns)
     assert "data:image/png;base64," in metadata["chart"].value
+    assert metadata["chart_path"].value.endswith("verdict_gain.png")
     assert "table" not in metadata  # the long format stays in DuckDB

@@ -113,3 +113,24 @@ def test_forget_makes_a_batch_independent_of_the_prompts_before_it() -> None:
     finally:
         fresh.close()
         gen.close()
+
+
+def test_converting_and_loading_print_nothing(tmp_path: Path) -> None:
+    """Issue 42: the demo's terminal showed llama.cpp's model-loader dump (GGUF metadata, `llama_model_loader:`
+    lines) and a line per converted tensor (272) when the packaged model was converted and loaded; a first
+    conversion into an empty cache and the load print nothing, on stdout or stderr (file descriptors included)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from prag_models.config.settings import GeneratorSettings\n"
+            "from prag_models.llm.llamacpp_backend import LlamaCppGenerator\n"
+            "g = LlamaCppGenerator(GeneratorSettings(llama_cpp_weights='q8_0', threads=1))\n"
+            "g.generate(['Say hi'], 2)\n"
+            "g.close()\n")  # fmt: skip
+    env = os.environ | {"PRAG_MODEL_CACHE": str(tmp_path / "gguf")}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert list((tmp_path / "gguf").glob("*.q8_0-*.gguf"))  # it did convert
+    printed = (proc.stdout + proc.stderr).strip()
+    assert not printed, printed[:3000]

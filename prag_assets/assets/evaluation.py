@@ -15,7 +15,8 @@ from prag_assets.resources.settings import PragSettingsResource
 from prag_assets.task_table import CODE_VERSION, task_asset
 from prag_models.evaluation.llm import compare_with_baselines, evaluate_generations
 from prag_models.evaluation.report import comparisons_markdown, primary_by_task, write_evaluation_report
-from prag_models.evaluation.verdict import verdicts_for
+from prag_models.evaluation.verdict import verdicts_for, verdicts_markdown
+from prag_models.evaluation.verdict_view import deciding_markdown, verdict_chart
 from prag_models.storage.store import read_rows, replace_many
 
 GROUP = "evaluation"
@@ -79,28 +80,38 @@ def verdict_table(verdicts: pd.DataFrame) -> dg.MetadataValue:
     pool=DUCKDB_POOL,
     kinds={"duckdb"},
     code_version=CODE_VERSION,
-    description="The answer first: the verdict per task (which method to ship, its gain over dense_global with a "
-    "95 % interval), then each method's primary metric ± interval per task (oracle_community as the reference "
-    "ceiling), then the chart; the long format stays in tables lamp_evaluation and lamp_retrieval_evaluation.",
+    description="The answer first: the verdict's deciding columns per task (which method to ship, its gain over "
+    "dense_global with a 95 % interval and n, what the LLM evaluation says), then every column of the verdict, the "
+    "chart of that gain per task, then each method's primary metric ± interval per task (oracle_community as the "
+    "reference ceiling); the long format stays in tables lamp_evaluation and lamp_retrieval_evaluation.",
 )
 def lamp_evaluation_report(
     context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
 ) -> dg.MaterializeResult:
-    """Summarise the evaluation across tasks: verdict, compact table, chart (markdown + PNG under the prag home)."""
+    """Summarise the evaluation across tasks: verdict (short, then every column), its chart, the compact table (markdown
+    + PNGs under the prag home)."""
     settings = prag_settings.get()
+    folder = settings.home_path / "reports"
     with duckdb.connect() as con:
-        table, _, chart = write_evaluation_report(con, settings.data.tasks, settings.home_path / "reports")
+        table, _, llm_chart = write_evaluation_report(con, settings.data.tasks, folder)
         verdicts = verdicts_for(con, settings)
+    verdicts = verdicts[verdicts["task"].isin(list(settings.data.tasks))] if len(verdicts) else verdicts
+    short = deciding_markdown(verdicts)
+    (folder / "verdict.md").write_text(f"{short}\n\nEvery column:\n\n{verdicts_markdown(verdicts)}\n", encoding="utf-8")
+    chart = verdict_chart(verdicts, folder / "verdict_gain.png")
     image = base64.b64encode(chart.read_bytes()).decode()
-    context.log.info(f"evaluation table written to {chart.parent / 'lamp_evaluation.md'}")
+    context.log.info(f"verdict written to {folder / 'verdict.md'}, evaluation table to {folder / 'lamp_evaluation.md'}")
     return dg.MaterializeResult(
         metadata={  # in the order the UI shows them: the answer first
-            "verdict": verdict_table(verdicts),
-            "primary_metric": frame_table(primary_by_task(table)),
-            "chart": dg.MetadataValue.md(f"![primary metric per task and method, 95 % intervals]"
+            "verdict": dg.MetadataValue.md(short),
+            "verdict_all_columns": verdict_table(verdicts),
+            "chart": dg.MetadataValue.md(f"![the verdict's gain over dense_global per task, 95 % interval, n]"
                                          f"(data:image/png;base64,{image})"),  # fmt: skip
+            "primary_metric": frame_table(primary_by_task(table)),
             "chart_path": dg.MetadataValue.path(str(chart)),
-            "report_path": dg.MetadataValue.path(str(chart.parent / "lamp_evaluation.md")),
+            "llm_chart_path": dg.MetadataValue.path(str(llm_chart)),
+            "verdict_path": dg.MetadataValue.path(str(folder / "verdict.md")),
+            "report_path": dg.MetadataValue.path(str(folder / "lamp_evaluation.md")),
             "tasks": len(table["task"].unique()),
         }
     )

@@ -64,8 +64,8 @@ def _run_materialize(settings: Settings, tasks: list[str], select: str, everythi
     summaries = [summary]
     _publish(settings, code)
     if everything and not settings.data.real_data_dir:
-        print("[prag] data.real_data_dir is not set: the PersonaBench / LongMemEval retrieval evaluation is skipped "
-              "(e.g. PRAG__DATA__REAL_DATA_DIR=../shared/data)", flush=True)  # fmt: skip
+        run_summary.say("data.real_data_dir is not set: the PersonaBench / LongMemEval retrieval evaluation is "
+                        "skipped (e.g. PRAG__DATA__REAL_DATA_DIR=../shared/data)")  # fmt: skip
     elif everything:
         evaluation, summary = _launch(settings, f"group:{RETRIEVAL_EVAL_GROUP}", None, tasks, verbose, started,
                                       "prag_retrieval_eval")  # fmt: skip
@@ -91,7 +91,7 @@ def _llm_budget(settings: Settings) -> Settings:
         print(f"[prag] LLM budget: timing the generator on each task's own prompts (about {cap:.0f} s at most)",
               flush=True)  # fmt: skip
     plan, reused = plan_run(settings, path, lambda: make_generator(settings.generator))
-    print(f"[prag] {plan.line()}" + (" [stored plan reused]" if reused else ""), flush=True)
+    run_summary.say(plan.line() + (" [stored plan reused]" if reused else ""))
     return settings.model_copy(update={"data": settings.data.model_copy(update={"llm_eval_samples": plan.chosen})})
 
 
@@ -150,6 +150,7 @@ def _report(args: argparse.Namespace) -> int:
     from prag_models.evaluation.claims import claims_from_store, claims_markdown
     from prag_models.evaluation.report import comparisons_markdown, evaluation_markdown
     from prag_models.evaluation.verdict import verdicts_for, verdicts_markdown
+    from prag_models.evaluation.verdict_view import deciding_text
     from prag_models.storage.store import DuckDBBusyError, read_connection, table_exists
 
     settings = load_settings()
@@ -176,6 +177,8 @@ def _report(args: argparse.Namespace) -> int:
     frames = {t: f[f["task"].isin(tasks)] for t, f in read.items()}
     if len(verdicts):
         print("## Verdict: the best personalized method against non-personalized retrieval (dense_global)\n")
+        print(deciding_text(verdicts) + "\n\nEvery column (Holm across tasks, held-out values, the own profile, "
+              "samples for 80 % power):\n")  # fmt: skip
         print(verdicts_markdown(verdicts) + "\n")
     if "lamp_retrieval_evaluation" in frames:
         print("## Retrieval evaluation, no LLM (every dev sample; 95 % bootstrap intervals)\n")
@@ -196,7 +199,8 @@ def _report(args: argparse.Namespace) -> int:
         print("\n## Retrieval evaluation on real data (PBR, docs/methods.md §4.5; table retrieval_evaluation)\n")
         print(retrieval_md.read_text(encoding="utf-8").rstrip())
     print(f"\nDuckDB file : {settings.duckdb_path}")
-    print(f"Chart       : {settings.home_path / 'reports' / 'lamp_evaluation.png'}")
+    print(f"Charts      : {settings.home_path / 'reports' / 'verdict_gain.png'} (the verdict's gain per task) | "
+          f"{settings.home_path / 'reports' / 'lamp_evaluation.png'} (LLM evaluation)")
     print("Dagster UI  : scripts/ui.sh  (then open http://127.0.0.1:3000)")
     return 0
 

@@ -14,6 +14,11 @@ from typing import Any
 #: "what: done/total ..." progress messages of the stages (prag_assets.common.progress_logger, the feedback loop)
 _PROGRESS = re.compile(r"^(?P<what>[^{}:]{1,80}): (?P<done>\d+)/(?P<total>\d+)\b")
 _TASK = re.compile(r"^(LaMP-\d)\b")
+#: Failed checks printed as they come; later ones are only counted (the closing summary names the first few).
+SHOWN_CHECK_FAILURES = 3
+#: After this many "... running for" lines the interval between them grows by progress_every each time (a slow
+#: machine's hour-long run stays a screenful: about 15 lines in the first 15 minutes, 7 in the next 15, ...).
+PROGRESS_LINES_PER_STEP = 15
 
 
 def clock(seconds: float) -> str:
@@ -45,6 +50,31 @@ class RunSummary:
     run_id: str = ""
 
 
+def failure_cause(error: Any) -> str:
+    """One line saying why a step failed: the innermost error of a Dagster wrapper chain (a user code error's
+    ``cause``, e.g. prag's LampDataError naming the file, record, field and what was expected), its exception class
+    without the module path, the message's lines joined; "?" without an error."""
+    if error is None:
+        return "?"
+    chain = [error]
+    while chain[-1].cause is not None and len(chain) < 20:
+        chain.append(chain[-1].cause)
+    own = [e for e in chain if not _is_dagster(e)]
+    cause = own[0] if own else chain[-1]
+    text = " ".join(part.strip() for part in str(cause.message).strip().splitlines() if part.strip())
+    name = str(getattr(cause, "cls_name", "") or "")
+    if name and text.startswith(f"{name}:"):  # "LampRecordError: <file>: <record>: ..."
+        return text
+    qualified = re.match(r"^[\w.]+\.(\w+): ", text)  # "prag_models.data.tasks.LampDataError: ..." -> its class name
+    return text[qualified.start(1):] if qualified else text or name or "?"
+
+
+def _is_dagster(error: Any) -> bool:
+    """An error Dagster raises around user code (DagsterExecutionStepExecutionError and kin), not its cause."""
+    name = str(getattr(error, "cls_name", "") or "")
+    return name.startswith("Dagster") or "dagster._core.errors." in str(error.message).split(":", 1)[0]
+
+
 class RunWatcher:
     """Follows the run tagged ``prag/launch=<token>`` in a Dagster instance and prints its stages as they finish."""
 
@@ -55,6 +85,7 @@ class RunWatcher:
         self.started = time.time() if started is None else started
         self.summary, self.cursor, self.steps, self.planned = RunSummary(), None, {}, 0
         self.done = 0
+        self.progress_lines, self.last_progress = 0, float("-inf")  # "... running for" lines of the whole run
 
     def _find_run(self) -> bool:
         """The run's id once the child process has created it."""
@@ -107,7 +138,10 @@ class RunWatcher:
             if not data.passed:
                 name = f"{data.asset_check_key.asset_key.to_user_string()}:{data.check_name}"
                 self.summary.checks_failed.append(name)
-                self.out(f"[prag]   check failed: {name}")
+                if len(self.summary.checks_failed) <= SHOWN_CHECK_FAILURES:
+                    self.out(f"[prag]   check failed: {name}")
+                elif len(self.summary.checks_failed) == SHOWN_CHECK_FAILURES + 1:
+                    self.out("[prag]   (more checks failed: counted, named in the closing summary and the UI)")
         elif kind in ("STEP_SUCCESS", "STEP_FAILURE") and step in self.steps:
             self._finished(step, entry.timestamp, event if kind == "STEP_FAILURE" else None)
         elif kind == "STEP_SKIPPED":
@@ -118,8 +152,7 @@ class RunWatcher:
         info, self.done = self.steps.pop(step), self.done + 1
         seconds = when - info.start
         if failure is not None:
-            error = failure.step_failure_data.error if failure.step_failure_data else None
-            message = (error.message.strip().splitlines() or ["?"])[0] if error else "?"
+            message = failure_cause(failure.step_failure_data.error if failure.step_failure_data else None)
             self.summary.failures.append(f"{step}: {message}")
             self.out(f"[prag] {clock(when - self.started):>6}  FAILED {step} after {seconds:.1f} s: {message}")
             return
@@ -140,19 +173,28 @@ class RunWatcher:
         info.latest = (what, done, total, when)
 
     def _progress(self, now: float) -> None:
-        """A line for each stage that has run progress_every seconds since its last line."""
-        for step, info in self.steps.items():
-            if info.check and not info.asset or now - info.last_print < self.progress_every:
-                continue
-            info.last_print = now
-            line = f"[prag] {clock(now - self.started):>6}  ... {step} running for {clock(now - info.start)}"
-            if info.latest:
-                what, done, total, _ = info.latest
-                line += f": {what} {done}/{total}"
-                left = self._time_left(info, now)
-                if left is not None:
-                    line += f", about {clock(left)} left"
-            self.out(line)
+        """A line for the stage (of those running) whose last line is oldest, once it has run progress_every seconds
+        since then; at most one such line a progress_every in the whole run, the interval growing after
+        PROGRESS_LINES_PER_STEP lines."""
+        interval = self.progress_every * (1 + self.progress_lines // PROGRESS_LINES_PER_STEP)
+        if now - self.last_progress < interval:
+            return
+        due = [(info.last_print, step) for step, info in self.steps.items()
+               if not (info.check and not info.asset) and now - info.last_print >= interval]  # fmt: skip
+        if not due:
+            return
+        step = min(due)[1]
+        info = self.steps[step]
+        info.last_print = self.last_progress = now
+        self.progress_lines += 1
+        line = f"[prag] {clock(now - self.started):>6}  ... {step} running for {clock(now - info.start)}"
+        if info.latest:
+            what, done, total, _ = info.latest
+            line += f": {what} {done}/{total}"
+            left = self._time_left(info, now)
+            if left is not None:
+                line += f", about {clock(left)} left"
+        self.out(line)
 
     def _time_left(self, info: _Step, now: float) -> float | None:
         """Seconds left: the current part at its own rate, then each later task of the run at the stage's mean time

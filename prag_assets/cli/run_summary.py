@@ -15,6 +15,16 @@ from prag_models.config.settings import Settings
 
 #: Stages listed by name in the closing table; the rest are summed on one line.
 SHOWN_STAGES = 12
+#: Width the prose lines wrap at (a path longer than that stays whole).
+WIDTH = 100
+
+
+def say(text: str) -> None:
+    """Print one message as "[prag] ..." lines wrapped at WIDTH columns."""
+    import textwrap
+
+    print("\n".join(textwrap.wrap(text, WIDTH, initial_indent="[prag] ", subsequent_indent="[prag]   ",
+                                   break_long_words=False, break_on_hyphens=False)), flush=True)  # fmt: skip
 
 
 def watch(settings: Settings, cmd: list[str], env: dict[str, str], log: Path, token: str, tasks: list[str],
@@ -87,13 +97,15 @@ def print_summary(settings: Settings, summaries: list[RunSummary], wall: float, 
     lines = ["", *stage_table(summaries, wall)]
     failures = [f for s in summaries for f in s.failures] + [f"check {c}" for s in summaries for c in s.checks_failed]
     if code or failures:
-        lines.append(f"[prag] the run FAILED (exit code {code}): " + ("; ".join(failures[:5]) or "see the log"))
+        more = f" (and {len(failures) - 5} more)" if len(failures) > 5 else ""
+        lines.append(f"[prag] the run FAILED (exit code {code}): " + ("; ".join(failures[:5]) + more or "see the log"))
     if not code:
         lines += [f"[prag] {line}" for line in set_aside_note(settings)]
     lines += [
-        "[prag] next: `prag report` (every table with its intervals, the seeds' claims) | scripts/ui.sh (Dagster UI: "
-        "runs, event logs, lineage)",
-        f"[prag]       logs: {settings.home_path / 'dagster' / 'logs'} | tables: {settings.duckdb_path}",
+        "[prag] next: `prag report` (every table with its intervals, the seeds' claims)",
+        "[prag]       scripts/ui.sh (Dagster UI: runs, event logs, lineage)",
+        f"[prag]       logs: {settings.home_path / 'dagster' / 'logs'}",
+        f"[prag]       tables: {settings.duckdb_path}",
     ]
     print("\n".join(lines), flush=True)
     if verdict and not code:
@@ -101,8 +113,10 @@ def print_summary(settings: Settings, summaries: list[RunSummary], wall: float, 
 
 
 def verdict_text(settings: Settings) -> str:
-    """The verdict table of the configured tasks (prag_models.evaluation.verdict), read from the store."""
-    from prag_models.evaluation.verdict import verdicts_for, verdicts_markdown
+    """The verdict's deciding columns for the configured tasks (prag_models.evaluation.verdict_view), read from the
+    store, at most 100 columns wide: the last thing the run prints; every column is in `prag report`."""
+    from prag_models.evaluation.verdict import verdicts_for
+    from prag_models.evaluation.verdict_view import deciding_text
     from prag_models.storage.store import DuckDBBusyError, read_connection
 
     try:
@@ -111,8 +125,9 @@ def verdict_text(settings: Settings) -> str:
     except (FileNotFoundError, DuckDBBusyError) as exc:
         return f"[prag] no verdict: {exc}"
     table = table[table["task"].isin(list(settings.data.tasks))] if len(table) else table
-    title = "## Verdict: the best personalized method against non-personalized retrieval (dense_global)"
-    return f"{title}\n\n{verdicts_markdown(table)}"
+    title = ("## Verdict: the best personalized method against non-personalized retrieval (dense_global)\n"
+             "(Holm across tasks, held-out values, the own profile, samples for 80 % power: `prag report`)")
+    return f"{title}\n\n{deciding_text(table)}"
 
 
 def set_aside_note(settings: Settings) -> list[str]:

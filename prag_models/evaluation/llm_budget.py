@@ -70,10 +70,10 @@ class LlmPlan:
         limit = "all" if self.limit <= 0 else str(self.limit)
         cut = f"cut from {limit}" if self.cut else f"the configured {limit} fit"
         kind = "the tasks' own prompts" if t.realistic else "synthetic prompts of the maximal length"
-        return (f"LLM budget: {self.budget_s:.0f} s for generated outputs and P-PRF (run.llm_budget_s after the "
-                f"utility's share); {t.prompt_tokens_per_s:,.0f} prompt tokens/s, {t.scored_s:.2f} s a scored, "
-                f"{t.generated_s:.2f} s a generated, {t.pbr_s:.2f} s a P-PRF prompt ({kind}, timed in "
-                f"{t.measured_in_s:.1f} s) -> {self.chosen} samples per task ({cut})")  # fmt: skip
+        return (f"LLM budget: {self.chosen} samples per task ({cut}) for {self.budget_s:.0f} s of generated outputs "
+                f"and P-PRF (run.llm_budget_s after the utility's share); {t.prompt_tokens_per_s:,.0f} prompt "
+                f"tokens/s, {t.scored_s:.2f} s a scored, {t.generated_s:.2f} s a generated, {t.pbr_s:.2f} s a P-PRF "
+                f"prompt ({kind}, timed in {t.measured_in_s:.1f} s)")  # fmt: skip
 
     def metadata(self) -> dict[str, Any]:
         """The plan as a JSON-able dict."""

@@ -249,7 +249,7 @@ def _job_result(job, config, op: str, **values):
 def test_promotion_jobs_record_and_fail_on_refusal(tiny_config, model_dir, monkeypatch) -> None:
     import duckdb
 
-    from prag_assets.promotion_jobs import promote_cfrag_models, rollback_cfrag_models
+    from prag_assets.automation.promotion_jobs import promote_cfrag_models, rollback_cfrag_models
     from prag_models.config.settings import load_settings
 
     settings = load_settings(tiny_config)

@@ -8,12 +8,13 @@ import pandas as pd
 from prag_assets.assets.cfrag_training import cfrag_reranker, cfrag_retriever
 from prag_assets.assets.cfrag_users import GROUP, cfrag_similar_users
 from prag_assets.assets.users import user_embeddings
-from prag_assets.cfrag_registry import load_challenger, load_champion_bundle, load_registered_model
-from prag_assets.common import report_partitions, task_run
+from prag_assets.builders.cfrag_registry import load_challenger, load_champion_bundle, load_registered_model
+from prag_assets.builders.task_table import task_asset
+from prag_assets.execution import task_run
+from prag_assets.metadata import report_partitions
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.mlflow_registry import MlflowResource
 from prag_assets.resources.settings import PragSettingsResource
-from prag_assets.task_table import task_asset
 from prag_models.stages.cfrag_evaluation import BUNDLE_TABLE
 from prag_models.stages.cfrag_retrieval import cfrag_retrieval_rows
 from prag_models.stages.promotion_evidence import CHAMPION_TABLE, champion_retrieval_rows

@@ -7,11 +7,12 @@ from prag_assets.assets.cfrag import cfrag_retrievals
 from prag_assets.assets.evaluation import lamp_evaluation
 from prag_assets.assets.retrieval_evaluation import lamp_retrieval_evaluation
 from prag_assets.assets.utility import llm_utility
-from prag_assets.common import report_partitions, task_run
+from prag_assets.builders.task_table import task_asset
+from prag_assets.execution import task_run
+from prag_assets.metadata import report_partitions
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.mlflow_registry import MlflowResource
 from prag_assets.resources.settings import PragSettingsResource
-from prag_assets.task_table import task_asset
 from prag_models.stages.cfrag_evaluation import EVAL_TABLE, record_task_evaluation
 
 

@@ -8,13 +8,13 @@ from dagster_ray import RayResource
 from prag_assets.assets.cfrag_users import GROUP, cfrag_similar_users, cfrag_user_embeddings
 from prag_assets.assets.lamp_data import lamp_samples
 from prag_assets.assets.users import user_embeddings
-from prag_assets.cfrag_registry import training_asset
-from prag_assets.common import keyed_table, report_partitions, task_run
+from prag_assets.builders.cfrag_registry import training_asset
+from prag_assets.builders.task_table import task_asset
+from prag_assets.execution import fill_stage, task_run
+from prag_assets.metadata import keyed_table, report_partitions
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.models import ModelsResource
-from prag_assets.resources.ray_cluster import fill_stage
 from prag_assets.resources.settings import PragSettingsResource
-from prag_assets.task_table import task_asset
 from prag_models.methods.cfrag.feedback import FEEDBACK_TABLE, label_task
 from prag_models.methods.cfrag.training import train_task_rerankers, train_task_retriever
 from prag_models.methods.cfrag.tuning import tuned_cfrag_settings

@@ -1,15 +1,16 @@
 """CFRAG stage 1 (docs/methods.md §2.1–2.3): contrastive user encoder, CFRAG user embeddings, top-m similar users.
 
 The training and table logic is prag_models.methods.cfrag (training, tables); MLflow registration is
-prag_assets.cfrag_registry."""
+prag_assets.builders.cfrag_registry."""
 
 import dagster as dg
 
 from prag_assets.assets.embeddings import document_embeddings, query_embeddings
 from prag_assets.assets.users import user_embeddings
-from prag_assets.cfrag_registry import load_registered_model, training_asset
-from prag_assets.common import progress_logger
-from prag_assets.task_table import TaskStep, task_table_asset
+from prag_assets.builders.cfrag_registry import load_registered_model, training_asset
+from prag_assets.builders.task_table import task_table_asset
+from prag_assets.execution import TaskStep
+from prag_assets.metadata import progress_logger
 from prag_models.methods.cfrag.tables import cfrag_similar_user_rows, cfrag_user_embedding_rows
 from prag_models.methods.cfrag.training import train_task_user_encoder
 from prag_models.stages.tuning import cfrag_tuned_rows, tuning_markdown

@@ -3,8 +3,9 @@
 from collections.abc import Callable
 
 from prag_assets.assets.lamp_data import lamp_samples, profile_documents
-from prag_assets.common import progress_logger
-from prag_assets.task_table import TaskStep, task_table_asset
+from prag_assets.builders.task_table import task_table_asset
+from prag_assets.execution import TaskStep
+from prag_assets.metadata import progress_logger
 from prag_models.stages import embeddings as stage
 
 GROUP = "embeddings"

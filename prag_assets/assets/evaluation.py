@@ -8,11 +8,12 @@ import pandas as pd
 from prag_assets.assets.generation import generations
 from prag_assets.assets.retrieval_evaluation import lamp_retrieval_evaluation
 from prag_assets.assets.utility import llm_utility
-from prag_assets.common import evaluation_table_metadata, frame_table, report_partitions, task_run
+from prag_assets.builders.task_table import CODE_VERSION, task_asset
+from prag_assets.execution import task_run
+from prag_assets.metadata import evaluation_table_metadata, frame_table, report_partitions
 from prag_assets.partitions import DUCKDB_POOL, single_run
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.settings import PragSettingsResource
-from prag_assets.task_table import CODE_VERSION, task_asset
 from prag_models.evaluation.llm import compare_with_baselines, evaluate_generations
 from prag_models.evaluation.report import comparisons_markdown, primary_by_task, write_evaluation_report
 from prag_models.evaluation.verdict import verdicts_for

@@ -5,8 +5,9 @@ from prag_assets.assets.cfrag import cfrag_retrievals
 from prag_assets.assets.lamp_data import lamp_samples
 from prag_assets.assets.pbr_lamp import pbr_lamp_retrievals
 from prag_assets.assets.retrieval import baseline_retrievals, clusterrag_retrievals
-from prag_assets.common import progress_logger
-from prag_assets.task_table import TaskStep, task_table_asset
+from prag_assets.builders.task_table import task_table_asset
+from prag_assets.execution import TaskStep
+from prag_assets.metadata import progress_logger
 from prag_models.generation.answers import answer_mode
 from prag_models.stages.generation import generation_rows
 

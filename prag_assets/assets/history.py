@@ -10,12 +10,13 @@ import dagster as dg
 import pandas as pd
 
 from prag_assets.assets.users import similar_users, user_clusters, user_embeddings
-from prag_assets.common import preview, report_partitions, run_tasks
+from prag_assets.builders.task_table import CODE_VERSION
+from prag_assets.execution import run_tasks
+from prag_assets.metadata import preview, report_partitions
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.models import ModelsResource
 from prag_assets.resources.settings import PragSettingsResource
-from prag_assets.task_table import CODE_VERSION
 from prag_models.data.history import ensure_history_table, has_table
 from prag_models.data.sharing import newest_statement
 from prag_models.privacy.rules import publish_if_consent_changed, sharing_rule

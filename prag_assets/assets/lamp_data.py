@@ -2,11 +2,12 @@
 
 import dagster as dg
 
-from prag_assets.common import preview, report_partitions, run_tasks
+from prag_assets.builders.task_table import CODE_VERSION
+from prag_assets.execution import run_tasks
+from prag_assets.metadata import preview, report_partitions
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.settings import PragSettingsResource
-from prag_assets.task_table import CODE_VERSION
 from prag_models.data.lamp import undated_documents
 from prag_models.data.set_aside import SET_ASIDE_TABLE, SetAside, set_aside_frame
 from prag_models.data.sharing import SHARING_TABLE, VISIBILITY_TABLE, task_sharing

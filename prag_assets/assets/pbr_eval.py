@@ -15,13 +15,13 @@ from collections.abc import Iterator
 import dagster as dg
 import pandas as pd
 
-from prag_assets.common import frame_table, keyed_table, preview, progress_logger, table_metadata
+from prag_assets.builders.task_table import CODE_VERSION
+from prag_assets.metadata import frame_table, keyed_table, preview, progress_logger, table_metadata
 from prag_assets.partitions import DUCKDB_POOL, single_run
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.mlflow_registry import MlflowResource
 from prag_assets.resources.models import ModelsResource
 from prag_assets.resources.settings import PragSettingsResource
-from prag_assets.task_table import CODE_VERSION
 from prag_models.config.settings import Settings
 from prag_models.methods.pbr_report import retrieval_markdown
 from prag_models.mlops.tuning_log import log_tuning

@@ -18,12 +18,12 @@ import pandas as pd
 from dagster_ray import RayResource
 
 from prag_assets.assets.embeddings import document_embeddings, query_embeddings
-from prag_assets.common import keyed_table, progress_logger, report_partitions, run_tasks
+from prag_assets.builders.task_table import task_asset
+from prag_assets.execution import fill_stage, run_tasks
+from prag_assets.metadata import keyed_table, progress_logger, report_partitions
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.models import ModelsResource
-from prag_assets.resources.ray_cluster import fill_stage
 from prag_assets.resources.settings import PragSettingsResource
-from prag_assets.task_table import task_asset
 from prag_models.data.source import llm_eval_sample_ids
 from prag_models.stages.pbr_lamp import (
     DDL,

@@ -4,7 +4,7 @@ prag_models.stages.retrieval."""
 from prag_assets.assets.embeddings import document_embeddings, query_embeddings
 from prag_assets.assets.tuning import tuned_settings
 from prag_assets.assets.users import similar_users
-from prag_assets.task_table import task_table_asset
+from prag_assets.builders.task_table import task_table_asset
 from prag_models.stages.retrieval import (  # noqa: F401 - names other modules and the lead's code use from here
     BASELINE_METHODS,
     CLUSTERRAG_METHODS,

@@ -6,10 +6,11 @@ import pandas as pd
 from prag_assets.assets.cfrag import cfrag_retrievals
 from prag_assets.assets.pbr_lamp import pbr_lamp_retrievals
 from prag_assets.assets.retrieval import baseline_retrievals, clusterrag_retrievals
-from prag_assets.common import evaluation_table_metadata, frame_table, report_partitions, run_tasks
+from prag_assets.builders.task_table import task_asset
+from prag_assets.execution import run_tasks
+from prag_assets.metadata import evaluation_table_metadata, frame_table, report_partitions
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.settings import PragSettingsResource
-from prag_assets.task_table import task_asset
 from prag_models.evaluation import retrieval as rev
 from prag_models.evaluation.report import primary_by_task
 from prag_models.stages.retrieval_evaluation import retrieval_evaluation_tables

@@ -5,7 +5,7 @@ import dagster as dg
 
 from prag_assets.assets.embeddings import query_embeddings
 from prag_assets.assets.users import similar_users
-from prag_assets.task_table import task_table_asset
+from prag_assets.builders.task_table import task_table_asset
 from prag_models.stages.tuning import tuned_settings_rows, tuning_markdown
 
 GROUP = "retrieval"

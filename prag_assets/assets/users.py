@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 
 from prag_assets.assets.embeddings import document_embeddings, query_embeddings
-from prag_assets.task_table import task_table_asset
+from prag_assets.builders.task_table import task_table_asset
 from prag_models.stages import users as stage
 
 GROUP = "users"

@@ -8,11 +8,12 @@ from prag_assets.assets.lamp_data import lamp_samples
 from prag_assets.assets.pbr_lamp import pbr_lamp_retrievals
 from prag_assets.assets.retrieval import baseline_retrievals, clusterrag_retrievals
 from prag_assets.assets.retrieval_evaluation import lamp_retrieval_evaluation
-from prag_assets.common import progress_logger, report_partitions, task_run
+from prag_assets.builders.task_table import task_asset
+from prag_assets.execution import task_run
+from prag_assets.metadata import progress_logger, report_partitions
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.models import ModelsResource
 from prag_assets.resources.settings import PragSettingsResource
-from prag_assets.task_table import task_asset
 from prag_models.evaluation.utility import PLAN_TABLE, UTILITY_TABLE
 from prag_models.stages.llm_utility import utility_rows
 from prag_models.storage.store import replace_many

@@ -9,12 +9,13 @@ from typing import Any
 import dagster as dg
 import numpy as np
 
-from prag_assets.common import report_partitions, task_run
+from prag_assets.builders.task_table import task_asset
+from prag_assets.execution import TaskStep, task_run
+from prag_assets.metadata import report_partitions
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.mlflow_registry import MlflowResource
 from prag_assets.resources.models import ModelsResource
 from prag_assets.resources.settings import PragSettingsResource
-from prag_assets.task_table import TaskStep, task_asset
 from prag_models.config.settings import Settings
 from prag_models.methods.cfrag.probes import loss_trend, probe_scores
 from prag_models.methods.cfrag.tables import MODELS_TABLE, load_probe, model_dir, model_row, models_row

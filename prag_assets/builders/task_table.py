@@ -3,41 +3,27 @@
 Every asset built here is partitioned by task (one run covers a task range), takes a slot of the DuckDB pool, writes
 each task's rows of its table in one transaction and reports, on each task partition, that task's
 `dagster/row_count`, `dagster/column_schema` and statistics; its code version is derived in
-prag_assets/code_versions.py.
+prag_assets/builders/code_versions.py.
 """
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
 import pandas as pd
 from dagster_ray import RayResource
 
-from prag_assets.common import keyed_table, report_partitions, stats_metadata, task_run
+from prag_assets.execution import TaskStep, fill_stage, task_run
+from prag_assets.metadata import keyed_table, report_partitions, stats_metadata
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.mlflow_registry import MlflowResource
 from prag_assets.resources.models import ModelsResource
-from prag_assets.resources.ray_cluster import fill_stage
 from prag_assets.resources.settings import PragSettingsResource
-from prag_models.config.settings import Settings
 from prag_models.storage.store import replace_rows
 
-#: The placeholder version; prag_assets/definitions.py derives each asset's own (prag_assets/code_versions.py).
+#: The placeholder version; prag_assets/definitions.py derives each asset's own (prag_assets/builders/code_versions.py).
 CODE_VERSION = "1"
-
-
-@dataclass
-class TaskStep:
-    """What one task's build gets: the run's context, the open DuckDB connection, the task, settings, models, MLflow."""
-
-    context: dg.AssetExecutionContext
-    con: Any
-    task: str
-    settings: Settings
-    models: ModelsResource
-    mlflow: MlflowResource
 
 
 #: (one task's step) -> (the task's rows of the table, the task's statistics for the metadata).

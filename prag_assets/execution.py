@@ -1,16 +1,18 @@
-"""How the assets run a stage over the tasks of a run: which tasks the run covers, the engine of the heavy stages
-(in-process, or the Ray cluster), the caches filled before a stage, and one step per task."""
+"""How the assets run a stage over the tasks of a run (run_stage): which tasks the run covers, the engine of the heavy
+stages (in-process, or the Ray cluster) that fills their caches first, one step per task in one DuckDB connection, and
+each task partition's metadata. A user-shard run fills its shard's caches on the same engine (fill_user_shard)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from dagster_ray import RayResource
 
+from prag_assets.metadata import keyed_table, report_partitions
 from prag_models.config.settings import Settings
 
 if TYPE_CHECKING:
@@ -21,7 +23,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class TaskStep:
-    """What one task's build gets: the run's context, the open DuckDB connection, the task, settings, models, MLflow."""
+    """What one task's build gets: the run's context, the open DuckDB connection, the task, settings, models, MLflow;
+    `shown`: extra metadata entries of the task's partition the step adds beside its statistics."""
 
     context: dg.AssetExecutionContext
     con: Any
@@ -29,6 +32,11 @@ class TaskStep:
     settings: Settings
     models: ModelsResource
     mlflow: MlflowResource
+    shown: dict[str, Any] = field(default_factory=dict)
+
+
+#: One task's step: its statistics (its partition's metadata), or None when the task has nothing to report.
+Step = Callable[[TaskStep], Mapping[str, Any] | None]
 
 
 def run_tasks(context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext, settings: Settings) -> list[str]:
@@ -65,7 +73,7 @@ def compute_engine(context: Any, settings: Settings, ray: RayResource) -> Engine
     return RayEngine(settings.compute)
 
 
-def fill_stage(context: dg.AssetExecutionContext, con: Any, stage: str, tasks: list[str], settings: Settings,
+def _fill_stage(context: dg.AssetExecutionContext, con: Any, stage: str, tasks: list[str], settings: Settings,
                models: Any, ray: RayResource) -> dict[str, Any]:  # fmt: skip
     """Before a heavy stage: shards of user-shard runs loaded, and on Ray every missing item computed there."""
     from prag_models.stages.cache_work import fill_caches
@@ -73,3 +81,65 @@ def fill_stage(context: dg.AssetExecutionContext, con: Any, stage: str, tasks: l
     stats = fill_caches(con, stage, tasks, settings, models, compute_engine(context, settings, ray))
     context.log.info(f"{stage} caches before the stage: {stats}")
     return stats
+
+
+def run_stage(
+    context: dg.AssetExecutionContext,
+    step: Step,
+    *,
+    settings: Settings,
+    duckdb: Any,
+    table: str | None,
+    models: Any = None,
+    mlflow: Any = None,
+    ray: RayResource | None = None,
+    fill: str | None = None,
+    prepare: Callable[[Any], None] | None = None,
+    finish: Callable[[Any, dict[str, dict[str, Any]]], None] | None = None,
+) -> dict[str, Any]:
+    """Run one stage over the tasks of the run in one DuckDB connection: fill the caches of the prag_models.stages.
+    cache_work stage `fill` first (user-shard Parquet loaded; on Ray every missing item computed there), then
+    prepare(con), `step` once per task, finish(con, each reported task's extra metadata) and each task partition's
+    own metadata (its rows of `table`, its statistics, its extra entries). Returns the run's metadata: the cache fill
+    (`run_cache_fill`, a step of the whole run) when there was one."""
+    tasks = run_tasks(context, settings)
+    stats: dict[str, Mapping[str, Any]] = {}
+    shown: dict[str, dict[str, Any]] = {}
+    with duckdb.connect() as con:
+        filled = _fill_stage(context, con, fill, tasks, settings, models, ray) if fill else None
+        if prepare is not None:
+            prepare(con)
+        for task in tasks:
+            task_step = TaskStep(context, con, task, settings, models, mlflow)
+            result = step(task_step)
+            if result is not None:
+                stats[task], shown[task] = result, task_step.shown
+        if finish is not None:
+            finish(con, shown)
+        report_partitions(context, con, table, stats, shown)
+    return {"run_cache_fill": keyed_table({"run": filled}, "scope")} if fill else {}
+
+
+def fill_user_shard(
+    context: dg.AssetExecutionContext,
+    duckdb: Any,
+    stages: tuple[str, ...],
+    task: str,
+    shard: tuple[int, int],
+    settings: Settings,
+    models: Any,
+    ray: RayResource,
+) -> dict[str, Any]:
+    """A user-shard run: the cache misses of each stage for one task's shard (i, n), computed on the run's engine (the
+    Ray cluster, else in-process with the run's models) and left as finished Parquet folders, on a read-only DuckDB
+    connection. Returns the engine's name, the shard's users, which file was read and each stage's statistics."""
+    from prag_models.compute.engines import LocalEngine
+    from prag_models.stages.cache_work import fill_caches, shard_users
+
+    engine = compute_engine(context, settings, ray) or LocalEngine(
+        lambda work: models.embedder() if work.kind == "embed" else models.generator()
+    )
+    with duckdb.read_connection() as (con, source):
+        users = shard_users(con, task, shard)
+        stats = {s: fill_caches(con, s, [task], settings, models, engine, shard, load=False) for s in stages}
+    return {"engine": engine.name, "users": users, "source": source, "stats": stats}

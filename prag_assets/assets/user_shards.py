@@ -21,13 +21,12 @@ from typing import Any
 import dagster as dg
 from dagster_ray import RayResource
 
-from prag_assets.execution import compute_engine
+from prag_assets.execution import fill_user_shard
 from prag_assets.metadata import keyed_table
 from prag_assets.partitions import task_partitions
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.models import ModelsResource
 from prag_assets.resources.settings import PragSettingsResource
-from prag_models.compute.engines import LocalEngine
 from prag_models.config.settings import ConfigError, load_settings
 
 GROUP = "user_shards"
@@ -91,8 +90,6 @@ def shard_asset(name: str, n: int) -> dg.AssetsDefinition:
         models: ModelsResource,
         ray: RayResource,
     ) -> dg.MaterializeResult:
-        from prag_models.stages.cache_work import fill_caches, shard_users
-
         keys = context.partition_key.keys_by_dimension  # type: ignore[union-attr]
         task, shard = keys["task"], int(keys[SHARD])
         settings = prag_settings.get()
@@ -101,19 +98,15 @@ def shard_asset(name: str, n: int) -> dg.AssetsDefinition:
                 f"compute.user_shards is {settings.compute.user_shards} for this run but the definitions were loaded "
                 f"with {n} user shards: reload the code location (the shards of a run must match its partition keys)"
             )
-        engine = compute_engine(context, settings, ray) or LocalEngine(
-            lambda work: models.embedder() if work.kind == "embed" else models.generator()
-        )
-        with duckdb.read_connection() as (con, source):
-            users = shard_users(con, task, (shard, n))
-            stats = {s: fill_caches(con, s, [task], settings, models, engine, (shard, n), load=False) for s in stages}
+        filled = fill_user_shard(context, duckdb, stages, task, (shard, n), settings, models, ray)
+        users, source, stats = filled["users"], filled["source"], filled["stats"]
         context.log.info(f"{task} user shard {shard} of {n} ({len(users)} users, read {source}): {stats}")
         return dg.MaterializeResult(
             metadata={
                 "task": task,
                 "user_shard": f"{shard} of {n}",
                 "users": len(users),
-                "engine": engine.name,
+                "engine": filled["engine"],
                 "computed": sum(s["computed"] for s in stats.values()),
                 "per_stage": keyed_table(stats, "stage"),
             },

@@ -1,7 +1,9 @@
-"""One factory for the task-table skeleton: per task of the run, read, call one prag_models function, write, report.
+"""The factories of the task-partitioned assets: task_asset (the decorator every such asset shares), stage_asset (an
+asset whose whole body is one stage run over the run's tasks: the decorated function is one task's step) and
+task_table_asset (a stage writing the table of its name: the decorated function builds one task's rows).
 
-Every asset built here is partitioned by task (one run covers a task range), takes a slot of the DuckDB pool, writes
-each task's rows of its table in one transaction and reports, on each task partition, that task's
+Every asset built here is partitioned by task (one run covers a task range), takes a slot of the DuckDB pool, runs
+its tasks through prag_assets.execution.run_stage and reports, on each task partition, that task's
 `dagster/row_count`, `dagster/column_schema` and statistics; its code version is derived in
 prag_assets/builders/code_versions.py.
 """
@@ -11,15 +13,10 @@ from typing import Any
 
 import dagster as dg
 import pandas as pd
-from dagster_ray import RayResource
 
-from prag_assets.execution import TaskStep, fill_stage, task_run
-from prag_assets.metadata import keyed_table, report_partitions, stats_metadata
+from prag_assets.execution import Step, TaskStep, run_stage
+from prag_assets.metadata import stats_metadata
 from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
-from prag_assets.resources.duckdb_file import DuckDBResource
-from prag_assets.resources.mlflow_registry import MlflowResource
-from prag_assets.resources.models import ModelsResource
-from prag_assets.resources.settings import PragSettingsResource
 from prag_models.storage.store import replace_rows
 
 #: The placeholder version; prag_assets/definitions.py derives each asset's own (prag_assets/builders/code_versions.py).
@@ -31,52 +28,75 @@ TaskBuild = Callable[[TaskStep], tuple[pd.DataFrame, dict[str, Any]]]
 
 
 def task_asset(group: str, **kwargs: Any) -> Callable[..., dg.AssetsDefinition]:
-    """`dg.asset` for a task-partitioned stage: one run per task range, a DuckDB pool slot, the code version."""
+    """`dg.asset` for a task-partitioned stage: one run per task range, a DuckDB pool slot, the code version (kinds:
+    duckdb unless given)."""
     kwargs.setdefault("code_version", CODE_VERSION)
+    kwargs.setdefault("kinds", {"duckdb"})
     return dg.asset(
         group_name=group, partitions_def=task_partitions, backfill_policy=single_run, pool=DUCKDB_POOL, **kwargs
     )
 
 
-def task_table_asset(
-    *,
-    name: str,
+def stage_asset(
     group: str,
+    *,
+    table: str,
+    uses: Sequence[str] = (),
+    fill: str | None = None,
+    prepare: Callable[[Any], None] | None = None,
+    about: Callable[[Any], dict[str, Any]] | None = None,
+    **kwargs: Any,
+) -> Callable[[Step], dg.AssetsDefinition]:
+    """Decorator: the task-partitioned asset of the step's name that runs the step on every task of the run
+    (run_stage) and reports each task partition's rows of `table` (uses: the resources the step needs beside
+    settings and DuckDB — models, mlflow, ray; fill: the cache_work stage whose caches are filled first; prepare: run
+    on the connection before the tasks; about: the run's own metadata, from the resources, before the stage runs;
+    kwargs: task_asset's)."""
+
+    def decorate(step: Step) -> dg.AssetsDefinition:
+        @task_asset(group, name=step.__name__, required_resource_keys={"prag_settings", "duckdb", *uses}, **kwargs)
+        def _asset(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+            resources = context.resources
+            used = {key: getattr(resources, key) if key in uses else None for key in ("models", "mlflow", "ray")}
+            settings, duckdb = resources.prag_settings.get(), resources.duckdb
+            metadata = about(resources) if about else {}
+            metadata |= run_stage(context, step, settings=settings, duckdb=duckdb, table=table, fill=fill,
+                                  prepare=prepare, **used)  # fmt: skip
+            return dg.MaterializeResult(metadata=metadata)
+
+        return _asset
+
+    return decorate
+
+
+def task_table_asset(
+    group: str,
+    *,
     deps: Sequence[Any],
     description: str,
-    build: TaskBuild,
     kinds: Sequence[str] = ("duckdb",),
-    code_version: str = CODE_VERSION,
     summary: Callable[[dict[str, dict]], dict[str, Any]] | None = None,
     fill: str | None = None,
-) -> dg.AssetsDefinition:
-    """A task-partitioned asset writing the table of its name from `build` per task (summary: extra metadata of
-    one task partition, called with that task's statistics alone;
-    fill: the prag_models.stages.cache_work stage whose caches are filled first — user-shard Parquet loaded, and
-    on the Ray engine every missing item computed on the cluster)."""
-    table = name
+) -> Callable[[TaskBuild], dg.AssetsDefinition]:
+    """Decorator: the task-partitioned asset writing the table of the build's name from the build per task (summary:
+    extra metadata of one task partition, called with that task's statistics alone; fill: the
+    prag_models.stages.cache_work stage whose caches are filled first — user-shard Parquet loaded, and on the Ray
+    engine every missing item computed on the cluster)."""
 
-    @task_asset(group, name=name, deps=list(deps), kinds=set(kinds), code_version=code_version, description=description)
-    def _asset(
-        context: dg.AssetExecutionContext,
-        prag_settings: PragSettingsResource,
-        duckdb: DuckDBResource,
-        models: ModelsResource,
-        mlflow: MlflowResource,
-        ray: RayResource,
-    ) -> dg.MaterializeResult:
-        stats: dict[str, dict] = {}
-        filled: dict[str, Any] = {}
-        with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
-            if fill:
-                filled = fill_stage(context, con, fill, tasks, settings, models, ray)
-            for task in tasks:
-                frame, stats[task] = build(TaskStep(context, con, task, settings, models, mlflow))
-                replace_rows(con, table, frame, {"task": task})
-                context.log.info(f"{task}: {len(frame)} rows of {table}, {stats[task]}")
-            extra = {task: stats_metadata(summary({task: stats[task]})) for task in stats} if summary else None
-            report_partitions(context, con, table, stats, extra)
-        # the cache fill is one step of the whole run (all its tasks): said so by its name
-        return dg.MaterializeResult(metadata={"run_cache_fill": keyed_table({"run": filled}, "scope")} if fill else {})
+    def decorate(build: TaskBuild) -> dg.AssetsDefinition:
+        table = build.__name__
 
-    return _asset
+        def step(step: TaskStep) -> dict[str, Any]:
+            """Build one task's rows, write them in one transaction, log."""
+            frame, stats = build(step)
+            replace_rows(step.con, table, frame, {"task": step.task})
+            step.context.log.info(f"{step.task}: {len(frame)} rows of {table}, {stats}")
+            if summary:
+                step.shown.update(stats_metadata(summary({step.task: stats})))
+            return stats
+
+        step.__name__ = table
+        return stage_asset(group, table=table, uses=("models", "mlflow", "ray"), fill=fill, deps=list(deps),
+                           kinds=set(kinds), description=description)(step)  # fmt: skip
+
+    return decorate

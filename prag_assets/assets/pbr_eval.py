@@ -75,11 +75,13 @@ def _expansions(run: DatasetRun) -> dict:
     gen: list = []
 
     def prepare(con) -> None:
+        """The table, and the run's generator (loaded only when an expansion is generated)."""
         ensure_table(con, "query_expansions")
         gen.append(build.LazyGenerator(con, run.models.generator, run.settings.generator.batch_size,
                                        progress_logger(run.context, "expansion generation")))  # fmt: skip
 
     def rows(con, dataset: str):
+        """One dataset's expansions."""
         frame, stats = build.expansion_rows(con, dataset, run.settings, run.models.embedder, gen[0], qe_methods,
                                             run.context.log.warning)  # fmt: skip
         run.context.log.info(f"{dataset}: {stats}")

@@ -22,17 +22,17 @@ from prag_assets.assets import (
     users,
     utility,
 )
+from prag_assets.automation.demo_job import demo_job, retrain_job, retrieval_eval_job
+from prag_assets.automation.promotion_jobs import promotion_jobs
+from prag_assets.automation.sensors import jobs, schedules, sensors
+from prag_assets.builders.code_versions import versioned
 from prag_assets.checks.cfrag_checks import cfrag_checks
 from prag_assets.checks.history_checks import history_checks
 from prag_assets.checks.lamp_checks import lamp_checks
 from prag_assets.checks.pbr_checks import pbr_checks
 from prag_assets.checks.promotion_checks import promotion_checks
 from prag_assets.checks.retrieval_eval_checks import retrieval_eval_checks
-from prag_assets.code_versions import versioned
-from prag_assets.demo_job import demo_job, retrain_job, retrieval_eval_job
-from prag_assets.promotion_jobs import promotion_jobs
 from prag_assets.resources.resource_set import default_resources
-from prag_assets.sensors import jobs, schedules, sensors
 from prag_models.config.settings import Settings, load_settings
 
 # pbr_lamp: PBR as a LaMP retrieval option (group retrieval); pbr_eval: real-data retrieval evaluation (retrieval_eval).
@@ -50,7 +50,7 @@ def _settings() -> Settings | None:
 
 
 SETTINGS = _settings()
-# Code versions hash each asset's stage source and settings sections (prag_assets/code_versions.py).
+# Code versions hash each asset's stage source and settings sections (prag_assets/builders/code_versions.py).
 lamp_assets = versioned(dg.load_assets_from_modules(ASSET_MODULES), ASSET_MODULES, SETTINGS)
 
 # In-process: models load once per run and DuckDB sees one writer; the pool also guards multi-process setups.

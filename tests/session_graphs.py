@@ -62,8 +62,8 @@ def build_demo_home(root: Path) -> str:
     """Run the job prag_demo (the main pipeline, fake generator) over DEMO_TASKS into root; returns the run id."""
     import dagster as dg
 
+    from prag_assets.automation.demo_job import PRAG_DEMO_JOB, demo_job
     from prag_assets.definitions import defs
-    from prag_assets.demo_job import PRAG_DEMO_JOB, demo_job
     from prag_assets.resources.resource_set import default_resources
     from prag_models.config.settings import load_settings
 

@@ -5,13 +5,13 @@ from functools import cache
 import pytest
 
 import prag_assets.assets.users as users_assets
-from prag_assets.code_versions import GROUP_SECTIONS, code_version, settings_sections, stage_modules, versioned
-from prag_assets.demo_job import DEMO_SELECTION, PRAG_DEMO_JOB, demo_run_tags
+from prag_assets.automation.demo_job import DEMO_SELECTION, PRAG_DEMO_JOB, demo_run_tags
+from prag_assets.builders.code_versions import GROUP_SECTIONS, code_version, settings_sections, stage_modules, versioned
 from prag_models.config.settings import Settings, load_settings
 
 #: The spec: the settings sections each group's rows depend on (a change must make its assets stale), and no other
 #: (mlflow, compute: where models are registered and work runs; run only where the utility reads its budget).
-#: Why each: prag_assets/code_versions.py GROUP_SECTIONS.
+#: Why each: prag_assets/builders/code_versions.py GROUP_SECTIONS.
 MUST_CHANGE: dict[str, set[str]] = {
     "lamp_data": {"data", "privacy"},
     "embeddings": {"embedder"},
@@ -96,7 +96,7 @@ def _asset_versions(change: tuple[str, str] | None = None) -> dict[str, tuple[st
     for asset in versioned(dg.load_assets_from_modules(ASSET_MODULES), ASSET_MODULES, settings):
         for key, spec in asset.specs_by_key.items():
             out[key.to_user_string()] = (spec.group_name, spec.code_version)
-    # prag_assets.shard_definitions: one version for the group's assets
+    # prag_assets.automation.shard_definitions: one version for the group's assets
     out["user_shards"] = ("user_shards", code_version(user_shards, settings_sections(settings, GROUP_SECTIONS[
         "user_shards"])))  # fmt: skip
     return out

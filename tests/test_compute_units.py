@@ -105,7 +105,8 @@ def test_unreachable_ray_address_is_named(tmp_path) -> None:
 
     import dagster as dg
 
-    from prag_assets.resources.ray_cluster import PragRay, RayConnectError, compute_engine
+    from prag_assets.execution import compute_engine
+    from prag_assets.resources.ray_cluster import PragRay, RayConnectError
     from prag_assets.resources.settings import PragSettingsResource
 
     with socket.socket() as s:

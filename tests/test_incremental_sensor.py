@@ -12,15 +12,15 @@ import pandas as pd
 import pytest
 from conftest import materialize_graph, write_config
 
-from prag_assets.resources.resource_set import default_resources
-from prag_assets.resources.settings import PragSettingsResource
-from prag_assets.sensors import (
+from prag_assets.automation.sensors import (
     RANGE_END,
     RANGE_START,
     full_reclustering_schedule,
     incremental_update_job,
     profile_history_sensor,
 )
+from prag_assets.resources.resource_set import default_resources
+from prag_assets.resources.settings import PragSettingsResource
 from prag_models.config.settings import ClusteringSettings, load_settings
 from prag_models.data.history import inbox_dir, ingest_files
 from prag_models.stages.users import similar_user_rows

@@ -90,7 +90,7 @@ def _assert_named_and_tagged(home, config) -> None:
     import dagster as dg
     from dagster._core.instance.ref import InstanceRef
 
-    from prag_assets.demo_job import code_commit, settings_hash
+    from prag_assets.automation.demo_job import code_commit, settings_hash
 
     with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home / "dagster"))) as instance:
         runs = instance.get_runs()

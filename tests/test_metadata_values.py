@@ -4,7 +4,7 @@ compact method x task table (oracle_community as the reference, never the best).
 import dagster as dg
 import pandas as pd
 
-from prag_assets.common import keyed_table, stats_metadata
+from prag_assets.metadata import keyed_table, stats_metadata
 from prag_models.evaluation.report import evaluation_markdown, primary_by_task
 
 

@@ -8,7 +8,7 @@ import json
 
 import torch
 
-from prag_assets.cfrag_registry import model_metadata
+from prag_assets.builders.cfrag_registry import model_metadata
 from prag_models.methods.cfrag.retriever import PersonalizedRetriever
 from prag_models.methods.cfrag.serialization import save_model
 from prag_models.methods.cfrag.training import Trained

@@ -2,18 +2,15 @@
 and the ablations of paper Table 3 — into a table shaped like the other retrieval tables; the retrieval is
 prag_models.stages.cfrag_retrieval."""
 
-import dagster as dg
 import pandas as pd
 
 from prag_assets.assets.cfrag_training import cfrag_reranker, cfrag_retriever
 from prag_assets.assets.cfrag_users import GROUP, cfrag_similar_users
 from prag_assets.assets.users import user_embeddings
-from prag_assets.cfrag_registry import load_challenger, load_champion_bundle, load_registered_model
-from prag_assets.common import report_partitions, task_run
-from prag_assets.resources.duckdb_file import DuckDBResource
+from prag_assets.builders.cfrag_registry import load_challenger, load_champion_bundle, load_registered_model
+from prag_assets.builders.task_table import stage_asset
+from prag_assets.execution import TaskStep
 from prag_assets.resources.mlflow_registry import MlflowResource
-from prag_assets.resources.settings import PragSettingsResource
-from prag_assets.task_table import task_asset
 from prag_models.stages.cfrag_evaluation import BUNDLE_TABLE
 from prag_models.stages.cfrag_retrieval import cfrag_retrieval_rows
 from prag_models.stages.promotion_evidence import CHAMPION_TABLE, champion_retrieval_rows
@@ -21,8 +18,8 @@ from prag_models.stages.retrieval import RETRIEVAL_COLUMNS
 from prag_models.storage.store import replace_many
 
 
-@task_asset(
-    GROUP,
+@stage_asset(
+    GROUP, table="cfrag_retrievals", uses=("mlflow",),
     deps=[cfrag_retriever, cfrag_reranker, cfrag_similar_users, user_embeddings],
     kinds={"duckdb", "pytorch", "mlflow"},
     description="CFRAG retrieval for every dev sample with the registered models (loaded from MLflow by alias "
@@ -31,36 +28,27 @@ from prag_models.storage.store import replace_many
     "champion bundle differs, it retrieves for the same samples too (method cfrag@champion, versions in "
     "cfrag_champion_models): the paired evidence of the promotion gate.",
 )
-def cfrag_retrievals(
-    context: dg.AssetExecutionContext,
-    prag_settings: PragSettingsResource,
-    duckdb: DuckDBResource,
-    mlflow: MlflowResource,
-) -> dg.MaterializeResult:
-    """Retrieve documents with CFRAG and its ablations."""
-    stats = {}
-    with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
-        for task in tasks:
-            loaded, versions = {}, {}
-            # the encoder behind cfrag_user_embeddings (the consent-cost row encodes the opted-out users' empty history)
-            loaded["user_encoder"], encoder = load_registered_model(con, mlflow, task, "user_encoder")
-            used = {"user_encoder": {"registered_name": encoder["registered_name"], "version": int(encoder["version"]),
-                                     "loaded_by": "cfrag_models version (user embeddings)"}}  # fmt: skip
-            for kind in ("retriever", "reranker", "reranker_no_eu"):
-                loaded[kind], used[kind] = load_challenger(con, mlflow, task, kind)
-                versions[kind] = f"{used[kind]['registered_name']}/{used[kind]['version']}"
-            frame, task_stats = cfrag_retrieval_rows(con, task, settings, loaded)
-            bundle = pd.DataFrame([{"task": task, "kind": k, **u} for k, u in used.items()])
-            frame, champion = _with_champion(con, mlflow, settings, task, frame, used)
-            replace_many(con, [("cfrag_retrievals", frame, {"task": task}), (BUNDLE_TABLE, bundle, {"task": task}),
-                               (CHAMPION_TABLE, champion, {"task": task})])  # fmt: skip
-            stats[task] = {"models": versions, "loaded_by": {k: u["loaded_by"] for k, u in used.items()}, **task_stats}
-            if len(champion):
-                stats[task]["champion_models"] = {r.kind: f"{r.registered_name}/{r.version}"
-                                                  for r in champion.itertuples()}  # fmt: skip
-            context.log.info(f"{task} CFRAG retrieval: {stats[task]}")
-        report_partitions(context, con, "cfrag_retrievals", stats)
-    return dg.MaterializeResult()
+def cfrag_retrievals(step: TaskStep) -> dict:
+    """One task's CFRAG retrieval and ablations with the registered models, and the champion's when it differs."""
+    con, mlflow, task = step.con, step.mlflow, step.task
+    loaded, versions = {}, {}
+    # the encoder behind cfrag_user_embeddings (the consent-cost row encodes the opted-out users' empty history)
+    loaded["user_encoder"], encoder = load_registered_model(con, mlflow, task, "user_encoder")
+    used = {"user_encoder": {"registered_name": encoder["registered_name"], "version": int(encoder["version"]),
+                             "loaded_by": "cfrag_models version (user embeddings)"}}  # fmt: skip
+    for kind in ("retriever", "reranker", "reranker_no_eu"):
+        loaded[kind], used[kind] = load_challenger(con, mlflow, task, kind)
+        versions[kind] = f"{used[kind]['registered_name']}/{used[kind]['version']}"
+    frame, task_stats = cfrag_retrieval_rows(con, task, step.settings, loaded)
+    bundle = pd.DataFrame([{"task": task, "kind": k, **u} for k, u in used.items()])
+    frame, champion = _with_champion(con, mlflow, step.settings, task, frame, used)
+    replace_many(con, [("cfrag_retrievals", frame, {"task": task}), (BUNDLE_TABLE, bundle, {"task": task}),
+                       (CHAMPION_TABLE, champion, {"task": task})])  # fmt: skip
+    stats = {"models": versions, "loaded_by": {k: u["loaded_by"] for k, u in used.items()}, **task_stats}
+    if len(champion):
+        stats["champion_models"] = {r.kind: f"{r.registered_name}/{r.version}" for r in champion.itertuples()}
+    step.context.log.info(f"{task} CFRAG retrieval: {stats}")
+    return stats
 
 
 def _with_champion(con, mlflow: MlflowResource, settings, task: str, frame: pd.DataFrame,

@@ -1,22 +1,20 @@
 """CFRAG model evaluation for promotion: the `cfrag` rows of ``lamp_evaluation`` attached to the MLflow versions of the
 bundle ``cfrag_retrievals`` used (the challengers), so ``prag promote`` can compare challenger and champion."""
 
-import dagster as dg
 
 from prag_assets.assets.cfrag import cfrag_retrievals
 from prag_assets.assets.evaluation import lamp_evaluation
 from prag_assets.assets.retrieval_evaluation import lamp_retrieval_evaluation
 from prag_assets.assets.utility import llm_utility
-from prag_assets.common import report_partitions, task_run
-from prag_assets.resources.duckdb_file import DuckDBResource
-from prag_assets.resources.mlflow_registry import MlflowResource
-from prag_assets.resources.settings import PragSettingsResource
-from prag_assets.task_table import task_asset
+from prag_assets.builders.task_table import stage_asset
+from prag_assets.execution import TaskStep
 from prag_models.stages.cfrag_evaluation import EVAL_TABLE, record_task_evaluation
 
 
-@task_asset(
+@stage_asset(
     "evaluation",  # after lamp_evaluation: drawn with the evaluation group, so the cfrag group precedes generation
+    table=EVAL_TABLE,
+    uses=("mlflow",),
     deps=[lamp_evaluation, lamp_retrieval_evaluation, cfrag_retrievals, llm_utility],
     kinds={"duckdb", "mlflow"},
     description="The `cfrag` metrics of lamp_evaluation recorded on every MLflow version of the bundle "
@@ -27,20 +25,11 @@ from prag_models.stages.cfrag_evaluation import EVAL_TABLE, record_task_evaluati
     "where both were generated) in table "
     "cfrag_promotion_evidence: the input of the promotion gate (prag promote).",
 )
-def cfrag_model_evaluation(
-    context: dg.AssetExecutionContext,
-    prag_settings: PragSettingsResource,
-    duckdb: DuckDBResource,
-    mlflow: MlflowResource,
-) -> dg.MaterializeResult:
-    """Record the challenger bundle's evaluation on its model versions."""
-    stats: dict[str, dict] = {}
-    with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
-        for task in tasks:
-            stats[task] = record_task_evaluation(con, task, mlflow.target(), settings)
-            if "skipped" in stats[task]:
-                context.log.warning(f"{task}: {stats[task]['skipped']}: nothing recorded")
-                continue
-            context.log.info(f"{task}: recorded {stats[task]['metrics']} on {list(stats[task]['versions'].values())}")
-        report_partitions(context, con, EVAL_TABLE, stats)
-    return dg.MaterializeResult()
+def cfrag_model_evaluation(step: TaskStep) -> dict:
+    """Record one task's challenger bundle evaluation on its model versions."""
+    stats = record_task_evaluation(step.con, step.task, step.mlflow.target(), step.settings)
+    if "skipped" in stats:
+        step.context.log.warning(f"{step.task}: {stats['skipped']}: nothing recorded")
+    else:
+        step.context.log.info(f"{step.task}: recorded {stats['metrics']} on {list(stats['versions'].values())}")
+    return stats

@@ -8,11 +8,12 @@ import pandas as pd
 from prag_assets.assets.generation import generations
 from prag_assets.assets.retrieval_evaluation import lamp_retrieval_evaluation
 from prag_assets.assets.utility import llm_utility
-from prag_assets.common import evaluation_table_metadata, frame_table, report_partitions, task_run
+from prag_assets.builders.task_table import CODE_VERSION, stage_asset
+from prag_assets.execution import TaskStep
+from prag_assets.metadata import evaluation_table_metadata, frame_table
 from prag_assets.partitions import DUCKDB_POOL, single_run
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.settings import PragSettingsResource
-from prag_assets.task_table import CODE_VERSION, task_asset
 from prag_models.evaluation.llm import compare_with_baselines, evaluate_generations
 from prag_models.evaluation.report import comparisons_markdown, primary_by_task, write_evaluation_report
 from prag_models.evaluation.verdict import verdicts_for, verdicts_markdown
@@ -22,30 +23,23 @@ from prag_models.storage.store import read_rows, replace_many
 GROUP = "evaluation"
 
 
-@task_asset(
-    GROUP,
+@stage_asset(
+    GROUP, table="lamp_evaluation",
     deps=[generations],
-    kinds={"duckdb"},
     description="One row per (task, method, metric) with LaMP's official metric semantics, n and a 95 % bootstrap "
     "interval; table lamp_evaluation_comparisons holds each method's paired difference against random and "
     "dense_global (same transaction).",
 )
-def lamp_evaluation(
-    context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
-) -> dg.MaterializeResult:
-    """Score the generations of each task (each task partition shows its own rows)."""
-    with task_run(context, prag_settings, duckdb) as (_, con, tasks):
-        shown = {}
-        for task in tasks:
-            gens = read_rows(con, "generations", {"task": task})
-            frame, comparison = evaluate_generations(task, gens), compare_with_baselines(task, gens)
-            where = {"task": task}
-            replace_many(con, [("lamp_evaluation", frame, where), ("lamp_evaluation_comparisons", comparison, where)])
-            shown[task] = {"primary_metric": frame_table(primary_by_task(frame)),
-                           "table": evaluation_table_metadata(frame),
-                           "comparisons": dg.MetadataValue.md(comparisons_markdown(comparison))}  # fmt: skip
-        report_partitions(context, con, "lamp_evaluation", {task: {} for task in shown}, shown)
-    return dg.MaterializeResult()
+def lamp_evaluation(step: TaskStep) -> dict:
+    """Score one task's generations; its partition shows its primary metric, rows and comparisons."""
+    gens = read_rows(step.con, "generations", {"task": step.task})
+    frame, comparison = evaluate_generations(step.task, gens), compare_with_baselines(step.task, gens)
+    where = {"task": step.task}
+    replace_many(step.con, [("lamp_evaluation", frame, where), ("lamp_evaluation_comparisons", comparison, where)])
+    step.shown.update({"primary_metric": frame_table(primary_by_task(frame)),
+                       "table": evaluation_table_metadata(frame),
+                       "comparisons": dg.MetadataValue.md(comparisons_markdown(comparison))})  # fmt: skip
+    return {}
 
 
 #: What the verdict table's columns say (prag_models/evaluation/verdict.py, docs/methods.md §6.5).

@@ -2,11 +2,11 @@
 
 import dagster as dg
 
-from prag_assets.common import preview, report_partitions, run_tasks
-from prag_assets.partitions import DUCKDB_POOL, single_run, task_partitions
+from prag_assets.builders.task_table import stage_asset, task_asset
+from prag_assets.execution import TaskStep, run_tasks
+from prag_assets.metadata import preview, report_partitions
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.settings import PragSettingsResource
-from prag_assets.task_table import CODE_VERSION
 from prag_models.data.lamp import undated_documents
 from prag_models.data.set_aside import SET_ASIDE_TABLE, SetAside, set_aside_frame
 from prag_models.data.sharing import SHARING_TABLE, VISIBILITY_TABLE, task_sharing
@@ -24,13 +24,8 @@ from prag_models.storage.store import read_rows, replace_many, replace_rows
 GROUP = "lamp_data"
 
 
-@dg.asset(
-    group_name=GROUP,
-    partitions_def=task_partitions,
-    backfill_policy=single_run,
-    pool=DUCKDB_POOL,
-    kinds={"duckdb"},
-    code_version=CODE_VERSION,
+@task_asset(
+    GROUP,
     description="LaMP questions and golds of the train and dev splits (demo or LaMP folder), validated on load "
     "(every task's files before anything is written), each user's sharing consent and the documents' visibility "
     "(tables user_sharing, document_visibility; docs/privacy.md); for the demo also its planted truth (tables "
@@ -94,27 +89,14 @@ def lamp_samples(
                                           "malformed_policy": settings.data.malformed})  # fmt: skip
 
 
-@dg.asset(
-    group_name=GROUP,
+@stage_asset(
+    GROUP, table="profile_documents",
     deps=[lamp_samples],
-    partitions_def=task_partitions,
-    backfill_policy=single_run,
-    pool=DUCKDB_POOL,
-    kinds={"duckdb"},
-    code_version=CODE_VERSION,
     description="One row per (user, profile document) in date order, with the text as the seeds render it and a "
     "content hash (the embedding cache key).",
 )
-def profile_documents(
-    context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
-) -> dg.MaterializeResult:
-    """Publish the users' profile documents of each task."""
-    settings = prag_settings.get()
-    stats = {}
-    with duckdb.connect() as con:
-        for task in run_tasks(context, settings):
-            frame = user_profiles(read_rows(con, "lamp_sample_profiles", {"task": task}))
-            replace_rows(con, "profile_documents", frame, {"task": task})
-            stats[task] = {"documents": len(frame), "users": int(frame["user_id"].nunique())}
-        report_partitions(context, con, "profile_documents", stats)
-    return dg.MaterializeResult()
+def profile_documents(step: TaskStep) -> dict:
+    """Publish one task's profile documents."""
+    frame = user_profiles(read_rows(step.con, "lamp_sample_profiles", {"task": step.task}))
+    replace_rows(step.con, "profile_documents", frame, {"task": step.task})
+    return {"documents": len(frame), "users": int(frame["user_id"].nunique())}

@@ -10,19 +10,13 @@ first and writes them in one transaction.
 """
 
 import json
-from collections.abc import Iterator
 
 import dagster as dg
 import pandas as pd
 
-from prag_assets.common import frame_table, keyed_table, preview, progress_logger, table_metadata
-from prag_assets.partitions import DUCKDB_POOL, single_run
-from prag_assets.resources.duckdb_file import DuckDBResource
-from prag_assets.resources.mlflow_registry import MlflowResource
-from prag_assets.resources.models import ModelsResource
-from prag_assets.resources.settings import PragSettingsResource
-from prag_assets.task_table import CODE_VERSION
-from prag_models.config.settings import Settings
+from prag_assets.builders.dataset_table import DatasetRun, dataset_asset, per_dataset
+from prag_assets.builders.dataset_table import run_datasets as run_datasets  # the checks' datasets of a run
+from prag_assets.metadata import frame_table, preview, progress_logger
 from prag_models.methods.pbr_report import retrieval_markdown
 from prag_models.mlops.tuning_log import log_tuning
 from prag_models.stages import real_data_build as build
@@ -31,124 +25,90 @@ from prag_models.stages.pbr_tuning import empty_rows, ensure_tuned_table
 from prag_models.stages.real_data import ensure_table
 from prag_models.storage.store import replace_many
 
-GROUP = "retrieval_eval"
-_COMMON = dict(group_name=GROUP, backfill_policy=single_run, pool=DUCKDB_POOL, output_required=False,
-               code_version=CODE_VERSION)
 
-
-def run_datasets(context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext, settings: Settings) -> list[str]:
-    """Configured datasets found under data.real_data_dir; [] (logged) when it is not set; ValueError if none."""
-    return build.configured_datasets(settings, context.log.warning)
-
-
-def _written(duckdb: DuckDBResource, table: str) -> dict[str, dg.MetadataValue]:
-    """Row count and column schema of a retrieval_eval table (every dataset)."""
-    with duckdb.connect() as con:
-        return table_metadata(con, table, None)
-
-
-@dg.asset(kinds={"duckdb"}, description="Each person's (PersonaBench) or question's (LongMemEval) segments and the "
-          "questions with gold segment ids and category, from data.real_data_dir (docs/methods.md §4.5).", **_COMMON)
-def personal_corpora(
-    context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
-) -> Iterator[dg.MaterializeResult]:
+def _corpora(run: DatasetRun) -> dict:
     """Load the real datasets into tables personal_segments and personal_questions."""
-    settings = prag_settings.get()
-    datasets = run_datasets(context, settings)
-    if not datasets:  # not configured: no materialization, downstream steps skip
-        return
     writes, stats, questions = [], {}, pd.DataFrame()
-    for dataset in datasets:  # every file read and parsed before anything is written
-        segments, questions, stats[dataset] = build.corpora_rows(settings, dataset)
+    for dataset in run.datasets:  # every file read and parsed before anything is written
+        segments, questions, stats[dataset] = build.corpora_rows(run.settings, dataset)
         writes += [("personal_segments", segments, {"dataset": dataset}),
                    ("personal_questions", questions, {"dataset": dataset})]
-        context.log.info(f"{dataset}: {stats[dataset]}")
-    with duckdb.connect() as con:
+        run.context.log.info(f"{dataset}: {stats[dataset]}")
+    with run.duckdb.connect() as con:
         replace_many(con, writes)
-    yield dg.MaterializeResult(metadata={**_written(duckdb, "personal_segments"),
-                                         "per_dataset": keyed_table(stats, "dataset"),
-                                         "root": str(build.real_data_root(settings)),
-                                         "questions_preview": preview(questions.drop(columns="gold_json"))})
+    return {**per_dataset(stats), "root": str(build.real_data_root(run.settings)),
+            "questions_preview": preview(questions.drop(columns="gold_json"))}  # fmt: skip
 
 
-@dg.asset(deps=[personal_corpora], kinds={"duckdb", "pytorch"}, description="Unit-norm embedding of every segment "
-          "through embedding_cache (model id + content hash), shared with the LaMP graph.", **_COMMON)
-def segment_embeddings(
-    context: dg.AssetExecutionContext,
-    prag_settings: PragSettingsResource,
-    duckdb: DuckDBResource,
-    models: ModelsResource,
-) -> Iterator[dg.MaterializeResult]:
+personal_corpora = dataset_asset(
+    name="personal_corpora",
+    table="personal_segments",
+    description="Each person's (PersonaBench) or question's (LongMemEval) segments and the questions with gold "
+    "segment ids and category, from data.real_data_dir (docs/methods.md §4.5).",
+    run=_corpora,
+)
+
+
+def _segment_embeddings(run: DatasetRun) -> dict:
     """Embed the segments of every dataset (cached by content hash)."""
-    settings = prag_settings.get()
-    datasets = run_datasets(context, settings)
-    if not datasets:  # not configured: no materialization, downstream steps skip
-        return
-    writes, stats = [], {}
-    with duckdb.connect() as con:
-        for dataset in datasets:
-            progress = progress_logger(context, f"embedding {dataset} segments")
-            frame, stats[dataset] = build.segment_embedding_rows(con, dataset, settings, models.embedder, progress)
-            writes.append(("segment_embeddings", frame, {"dataset": dataset}))
-        replace_many(con, writes)
-    yield dg.MaterializeResult(metadata={**_written(duckdb, "segment_embeddings"),
-                                         "per_dataset": keyed_table(stats, "dataset"),
-                                         "newly_embedded": sum(s["newly_embedded"] for s in stats.values()),
-                                         "embedder": settings.embedder.model})
+    stats = run.write_each("segment_embeddings", lambda con, dataset: build.segment_embedding_rows(
+        con, dataset, run.settings, run.models.embedder, progress_logger(run.context, f"embedding {dataset} segments")))
+    return {**per_dataset(stats), "newly_embedded": sum(s["newly_embedded"] for s in stats.values()),
+            "embedder": run.settings.embedder.model}  # fmt: skip
 
 
-@dg.asset(deps=[segment_embeddings], kinds={"duckdb"}, description="P-PRF pseudo utterances + reasoning (replayed "
-          "from the PBR authors' PersonaBench file, or generated) and the QE baselines' expansions (generated only "
-          "with pbr.expansion_source = generate or pbr.generate_qe); generations go through generation_cache.",
-          **_COMMON)
-def query_expansions(
-    context: dg.AssetExecutionContext,
-    prag_settings: PragSettingsResource,
-    duckdb: DuckDBResource,
-    models: ModelsResource,
-) -> Iterator[dg.MaterializeResult]:
+segment_embeddings = dataset_asset(
+    name="segment_embeddings",
+    table="segment_embeddings",
+    deps=[personal_corpora],
+    kinds=("duckdb", "pytorch"),
+    uses=("models",),
+    description="Unit-norm embedding of every segment through embedding_cache (model id + content hash), shared with "
+    "the LaMP graph.",
+    run=_segment_embeddings,
+)
+
+
+def _expansions(run: DatasetRun) -> dict:
     """Write table query_expansions keyed by (dataset, q_id, method, source); generated texts via generation_cache."""
-    settings = prag_settings.get()
-    datasets = run_datasets(context, settings)
-    if not datasets:  # not configured: no materialization, downstream steps skip
-        return
-    qe_methods = build.qe_methods_to_run(settings, context.log.warning)
-    writes, stats = [], {}
-    with duckdb.connect() as con:
+    qe_methods = build.qe_methods_to_run(run.settings, run.context.log.warning)
+    gen: list = []
+
+    def prepare(con) -> None:
+        """The table, and the run's generator (loaded only when an expansion is generated)."""
         ensure_table(con, "query_expansions")
-        gen = build.LazyGenerator(con, models.generator, settings.generator.batch_size,
-                                  progress_logger(context, "expansion generation"))
-        for dataset in datasets:
-            frame, stats[dataset] = build.expansion_rows(con, dataset, settings, models.embedder, gen, qe_methods,
-                                                         context.log.warning)
-            writes.append(("query_expansions", frame, {"dataset": dataset}))
-            context.log.info(f"{dataset}: {stats[dataset]}")
-        replace_many(con, writes)
-    yield dg.MaterializeResult(metadata={**_written(duckdb, "query_expansions"),
-                                         "per_dataset": keyed_table(stats, "dataset"), "generator": gen.model_id,
-                                         "generated_now": sum(s["generated_now"] for s in stats.values())})
+        gen.append(build.LazyGenerator(con, run.models.generator, run.settings.generator.batch_size,
+                                       progress_logger(run.context, "expansion generation")))  # fmt: skip
+
+    def rows(con, dataset: str):
+        """One dataset's expansions."""
+        frame, stats = build.expansion_rows(con, dataset, run.settings, run.models.embedder, gen[0], qe_methods,
+                                            run.context.log.warning)  # fmt: skip
+        run.context.log.info(f"{dataset}: {stats}")
+        return frame, stats
+
+    stats = run.write_each("query_expansions", rows, prepare)
+    return {**per_dataset(stats), "generator": gen[0].model_id,
+            "generated_now": sum(s["generated_now"] for s in stats.values())}  # fmt: skip
 
 
-@dg.asset(deps=[query_expansions], kinds={"duckdb", "optuna"}, description="PBR's knobs (θ, k2 and the three fusion "
-          "weights) tuned per dataset by an Optuna search, cross-fitted over folds of persons (of communities when "
-          "several are pooled): each fold's questions are ranked with the values chosen on the other folds, so no "
-          "question is scored by knobs chosen on it (docs/methods.md §4.7). Logged to MLflow (run "
-          "pbr-tuning-<dataset>); fold 'all' holds the values for data not seen yet.", **_COMMON)
-def pbr_tuned_settings(
-    context: dg.AssetExecutionContext,
-    prag_settings: PragSettingsResource,
-    duckdb: DuckDBResource,
-    models: ModelsResource,
-    mlflow: MlflowResource,
-) -> Iterator[dg.MaterializeResult]:
+query_expansions = dataset_asset(
+    name="query_expansions",
+    table="query_expansions",
+    deps=[segment_embeddings],
+    uses=("models",),
+    description="P-PRF pseudo utterances + reasoning (replayed from the PBR authors' PersonaBench file, or generated) "
+    "and the QE baselines' expansions (generated only with pbr.expansion_source = generate or pbr.generate_qe); "
+    "generations go through generation_cache.",
+    run=_expansions,
+)
+
+
+def _tune(run: DatasetRun) -> dict:
     """Write table pbr_tuned_settings (dataset, fold, knob, value, default_value, train scores) for every dataset."""
-    settings = prag_settings.get()
-    datasets = run_datasets(context, settings)
-    if not datasets:  # not configured: no materialization, downstream steps skip
-        return
-    with duckdb.connect() as con:
+    with run.duckdb.connect() as con:
         ensure_tuned_table(con)
-        results = {d: build.pbr_tuning(con, d, settings, models.embedder) for d in datasets}
+        results = {d: build.pbr_tuning(con, d, run.settings, run.models.embedder) for d in run.datasets}
         replace_many(con, [(TUNED_TABLE, r.rows if r else empty_rows(), {"dataset": d}) for d, r in results.items()])
     stats = {}
     for dataset, result in results.items():
@@ -157,62 +117,69 @@ def pbr_tuned_settings(
             continue
         summary = {k: v for k, v in result.stats.items() if isinstance(v, float | int)}
         chosen = result.rows.assign(method="fold-" + result.rows["fold"])
-        run_id = log_tuning(mlflow.target(), dataset, chosen, result.trials.assign(method="fold-" + result.trials[
+        run_id = log_tuning(run.mlflow.target(), dataset, chosen, result.trials.assign(method="fold-" + result.trials[
             "fold"]), name="pbr-tuning", summary=summary)  # fmt: skip
         stats[dataset] = {**result.stats, "deployed": json.dumps(result.stats["deployed"]), "mlflow_run": run_id}
-        context.log.info(f"{dataset}: PBR tuned on {result.stats['folds']} folds, held-out {result.stats['metric']} "
-                         f"{result.stats['held_out_tuned']:.4f} vs the authors' {result.stats['held_out_default']:.4f}")
-    yield dg.MaterializeResult(metadata={**_written(duckdb, TUNED_TABLE), "per_dataset": keyed_table(stats, "dataset")})
+        run.context.log.info(f"{dataset}: PBR tuned on {result.stats['folds']} folds, held-out "
+                             f"{result.stats['metric']} {result.stats['held_out_tuned']:.4f} vs the authors' "
+                             f"{result.stats['held_out_default']:.4f}")  # fmt: skip
+    return per_dataset(stats)
 
 
-@dg.asset(deps=[query_expansions, pbr_tuned_settings], kinds={"duckdb"}, description="Per method and question, the "
-          "top pbr.top_k segments of the asking user's own corpus (inner product, FAISS), docs/methods.md §4.3; pbr "
-          "with the knobs tuned without the question's fold, pbr@default with the authors' settings (§4.7).",
-          **_COMMON)
-def retrieval_runs(
-    context: dg.AssetExecutionContext,
-    prag_settings: PragSettingsResource,
-    duckdb: DuckDBResource,
-    models: ModelsResource,
-) -> Iterator[dg.MaterializeResult]:
+pbr_tuned_settings = dataset_asset(
+    name="pbr_tuned_settings",
+    table=TUNED_TABLE,
+    deps=[query_expansions],
+    kinds=("duckdb", "optuna"),
+    uses=("models", "mlflow"),
+    description="PBR's knobs (θ, k2 and the three fusion weights) tuned per dataset by an Optuna search, cross-fitted "
+    "over folds of persons (of communities when several are pooled): each fold's questions are ranked with the "
+    "values chosen on the other folds, so no question is scored by knobs chosen on it (docs/methods.md §4.7). Logged "
+    "to MLflow (run pbr-tuning-<dataset>); fold 'all' holds the values for data not seen yet.",
+    run=_tune,
+)
+
+
+def _rank(run: DatasetRun) -> dict:
     """Rank every question's segments with every method whose expansions are available."""
-    settings = prag_settings.get()
-    datasets = run_datasets(context, settings)
-    if not datasets:  # not configured: no materialization, downstream steps skip
-        return
-    writes, stats = [], {}
-    with duckdb.connect() as con:
-        ensure_table(con, "retrieval_runs")
-        for dataset in datasets:
-            frame, stats[dataset] = build.retrieval_run_rows(con, dataset, settings, models.embedder,
-                                                             context.log.warning)
-            writes.append(("retrieval_runs", frame, {"dataset": dataset}))
-        replace_many(con, writes)
-    yield dg.MaterializeResult(metadata={**_written(duckdb, "retrieval_runs"),
-                                         "per_dataset": keyed_table(stats, "dataset")})
+    return per_dataset(run.write_each("retrieval_runs", lambda con, dataset: build.retrieval_run_rows(
+        con, dataset, run.settings, run.models.embedder, run.context.log.warning),
+        lambda con: ensure_table(con, "retrieval_runs")))  # fmt: skip
 
 
-@dg.asset(deps=[retrieval_runs], kinds={"duckdb"}, description="R@K (PersonaBench best-combination recall, "
-          "LongMemEval recall_any) and NDCG@K for K = 1, 3, 5, 10 per dataset, method and category, plus Overall.",
-          **_COMMON)
-def retrieval_evaluation(
-    context: dg.AssetExecutionContext, prag_settings: PragSettingsResource, duckdb: DuckDBResource
-) -> Iterator[dg.MaterializeResult]:
+retrieval_runs = dataset_asset(
+    name="retrieval_runs",
+    table="retrieval_runs",
+    deps=[query_expansions, pbr_tuned_settings],
+    uses=("models",),
+    description="Per method and question, the top pbr.top_k segments of the asking user's own corpus (inner "
+    "product, FAISS), docs/methods.md §4.3; pbr with the knobs tuned without the question's fold, pbr@default with "
+    "the authors' settings (§4.7).",
+    run=_rank,
+)
+
+
+def _score(run: DatasetRun) -> dict:
     """Score the rankings of retrieval_runs; markdown table in metadata and <home>/reports/retrieval_evaluation.md."""
-    settings = prag_settings.get()
-    datasets = run_datasets(context, settings)
-    if not datasets:  # not configured: no materialization, downstream steps skip
-        return
-    with duckdb.connect() as con:
+    with run.duckdb.connect() as con:
         ensure_table(con, "retrieval_evaluation")
-        frames = {dataset: build.evaluation_rows(con, dataset, settings) for dataset in datasets}
+        frames = {dataset: build.evaluation_rows(con, dataset, run.settings) for dataset in run.datasets}
         replace_many(con, [("retrieval_evaluation", frame, {"dataset": d}) for d, frame in frames.items()])
     table = pd.concat(frames.values(), ignore_index=True)
     markdown = retrieval_markdown(table)
-    report = settings.home_path / "reports" / "retrieval_evaluation.md"
+    report = run.settings.home_path / "reports" / "retrieval_evaluation.md"
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text(markdown + "\n", encoding="utf-8")
-    context.log.info(f"retrieval evaluation: {len(table)} rows, table in {report}")
-    yield dg.MaterializeResult(metadata={**_written(duckdb, "retrieval_evaluation"), "table": frame_table(table),
-                                         "markdown": dg.MetadataValue.md(markdown),
-                                         "report_path": dg.MetadataValue.path(str(report))})
+    run.context.log.info(f"retrieval evaluation: {len(table)} rows, table in {report}")
+    return {"table": frame_table(table), "markdown": dg.MetadataValue.md(markdown),
+            "report_path": dg.MetadataValue.path(str(report))}  # fmt: skip
+
+
+retrieval_evaluation = dataset_asset(
+    name="retrieval_evaluation",
+    table="retrieval_evaluation",
+    deps=[retrieval_runs],
+    description="R@K (PersonaBench best-combination recall, LongMemEval recall_any) and NDCG@K for K = 1, 3, 5, 10 "
+    "per dataset, method and category, plus Overall.",
+    run=_score,
+)

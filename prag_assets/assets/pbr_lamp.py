@@ -18,12 +18,12 @@ import pandas as pd
 from dagster_ray import RayResource
 
 from prag_assets.assets.embeddings import document_embeddings, query_embeddings
-from prag_assets.common import keyed_table, progress_logger, report_partitions, run_tasks
+from prag_assets.builders.task_table import task_asset
+from prag_assets.execution import TaskStep, run_stage
+from prag_assets.metadata import progress_logger
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.models import ModelsResource
-from prag_assets.resources.ray_cluster import fill_stage
 from prag_assets.resources.settings import PragSettingsResource
-from prag_assets.task_table import task_asset
 from prag_models.data.source import llm_eval_sample_ids
 from prag_models.stages.pbr_lamp import (
     DDL,
@@ -44,7 +44,6 @@ GROUP = "retrieval"
 @task_asset(
     GROUP,
     deps=[document_embeddings, query_embeddings],
-    kinds={"duckdb"},
     description="PBR query side over the user's own profile: pbr (P-PRF via the configured LLM + P-Anchor fusion) "
     "and pbr_anchor_only (q + g, no LLM); top-k by inner product; pbr on the LLM-evaluation samples "
     "(data.llm_eval_samples), pbr_anchor_only on every dev sample.",
@@ -53,8 +52,8 @@ def pbr_lamp_retrievals(
     context: dg.AssetExecutionContext,
     prag_settings: PragSettingsResource,
     duckdb: DuckDBResource,
-    models: ModelsResource,
     ray: RayResource,
+    models: ModelsResource,
 ) -> dg.MaterializeResult:
     """Retrieve with the PBR methods configured in retrieval.methods (P-PRF generations cached in DuckDB; on Ray
     computed there first)."""
@@ -63,38 +62,41 @@ def pbr_lamp_retrievals(
     # P-PRF (pbr) runs only when asked for, on the LLM-evaluation samples
     methods = [m for m in LAMP_METHODS if m == "pbr_anchor_only" or m in settings.retrieval.methods]
     pbr = lamp_pbr_settings(settings.pbr)
-    stats = {}
-    with duckdb.connect() as con:
+    run: dict = {"gen": None}
+
+    def prepare(con) -> None:
+        """The table, the P-PRF generator (when pbr runs) and the cached embedder of the run."""
         con.execute(DDL)
-        filled = fill_stage(context, con, "pbr", run_tasks(context, settings), settings, models, ray)
-        gen = None
         if "pbr" in methods:
-            gen = CachedGenerator(
-                models.generator(), con, settings.generator.batch_size, progress_logger(context, "PBR P-PRF generation")
-            )
-        emb = CachedEmbedder(con, models.embedder, settings.embedder.model)
-        for task in run_tasks(context, settings):
-            index, samples, _ = load_task_inputs(con, task, False, default_share=settings.privacy.default_share)
-            before = gen.generated if gen else 0
-            # P-PRF costs 2 generations per sample: only the LLM-evaluation samples; anchor-only runs on all
-            subset = samples[samples["sample_id"].isin(llm_eval_sample_ids(samples["sample_id"], settings))]
-            expansions = lamp_expansions(index, subset, pbr, gen) if gen else {}
-            k, rest = settings.retrieval.k, [m for m in methods if m != "pbr"]
-            rows = pbr_lamp_rows(task, index, subset, [m for m in methods if m == "pbr"], pbr, k, expansions, emb.embed)
-            rows += pbr_lamp_rows(task, index, samples, rest, pbr, k, {}, emb.embed) if rest else []
-            frame = pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)
-            replace_rows(con, TABLE, frame, {"task": task})
-            stats[task] = {
-                "samples": len(samples),
-                "pbr_samples": len(subset),
-                "rows": len(frame),
-                "methods": methods,
-                "p_prf_prompts": 2 * len(expansions),
-                "generated_now": (gen.generated if gen else 0) - before,
-                "parse_fallbacks": dict(Counter(e.parse_fallback for e in expansions.values())),
-            }
-            context.log.info(f"{task}: {stats[task]}")
-        report_partitions(context, con, TABLE, stats)
-    return dg.MaterializeResult(
-        metadata={"generator": gen.model_id if gen else "none", "run_cache_fill": keyed_table({"run": filled}, "scope")}
-    )
+            run["gen"] = CachedGenerator(models.generator(), con, settings.generator.batch_size,
+                                         progress_logger(context, "PBR P-PRF generation"))  # fmt: skip
+        run["emb"] = CachedEmbedder(con, models.embedder, settings.embedder.model)
+
+    def retrieve(step: TaskStep) -> dict:
+        """One task's PBR rows, written in one transaction."""
+        gen, emb, task = run["gen"], run["emb"], step.task
+        index, samples, _ = load_task_inputs(step.con, task, False, default_share=settings.privacy.default_share)
+        before = gen.generated if gen else 0
+        # P-PRF costs 2 generations per sample: only the LLM-evaluation samples; anchor-only runs on all
+        subset = samples[samples["sample_id"].isin(llm_eval_sample_ids(samples["sample_id"], settings))]
+        expansions = lamp_expansions(index, subset, pbr, gen) if gen else {}
+        k, rest = settings.retrieval.k, [m for m in methods if m != "pbr"]
+        rows = pbr_lamp_rows(task, index, subset, [m for m in methods if m == "pbr"], pbr, k, expansions, emb.embed)
+        rows += pbr_lamp_rows(task, index, samples, rest, pbr, k, {}, emb.embed) if rest else []
+        frame = pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)
+        replace_rows(step.con, TABLE, frame, {"task": task})
+        stats = {
+            "samples": len(samples),
+            "pbr_samples": len(subset),
+            "rows": len(frame),
+            "methods": methods,
+            "p_prf_prompts": 2 * len(expansions),
+            "generated_now": (gen.generated if gen else 0) - before,
+            "parse_fallbacks": dict(Counter(e.parse_fallback for e in expansions.values())),
+        }
+        context.log.info(f"{task}: {stats}")
+        return stats
+
+    filled = run_stage(context, retrieve, settings=settings, duckdb=duckdb, table=TABLE, models=models, ray=ray,
+                       fill="pbr", prepare=prepare)  # fmt: skip
+    return dg.MaterializeResult(metadata={"generator": run["gen"].model_id if run["gen"] else "none", **filled})

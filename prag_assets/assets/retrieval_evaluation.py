@@ -6,10 +6,11 @@ import pandas as pd
 from prag_assets.assets.cfrag import cfrag_retrievals
 from prag_assets.assets.pbr_lamp import pbr_lamp_retrievals
 from prag_assets.assets.retrieval import baseline_retrievals, clusterrag_retrievals
-from prag_assets.common import evaluation_table_metadata, frame_table, report_partitions, run_tasks
+from prag_assets.builders.task_table import task_asset
+from prag_assets.execution import TaskStep, run_stage
+from prag_assets.metadata import evaluation_table_metadata, frame_table
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.settings import PragSettingsResource
-from prag_assets.task_table import task_asset
 from prag_models.evaluation import retrieval as rev
 from prag_models.evaluation.report import primary_by_task
 from prag_models.stages.retrieval_evaluation import retrieval_evaluation_tables
@@ -21,7 +22,6 @@ GROUP = "evaluation"
 @task_asset(
     GROUP,
     deps=[baseline_retrievals, clusterrag_retrievals, cfrag_retrievals, pbr_lamp_retrievals],
-    kinds={"duckdb"},
     description="Every retrieval path scored with no LLM on every dev sample it ran on: R@k (capped), NDCG@k, MRR "
     "against the demo's relevance labels, label-hit@k for LaMP-1/2/3; n, 95 % bootstrap intervals and paired "
     "differences against random and dense_global.",
@@ -31,27 +31,27 @@ def lamp_retrieval_evaluation(
 ) -> dg.MaterializeResult:
     """Score the retrieval tables of each task (tables lamp_retrieval_{evaluation,comparisons,sample_scores})."""
     settings = prag_settings.get()
-    k = settings.retrieval.k
-    summaries, comparisons, stats, shown = [], [], {}, {}
-    tasks = run_tasks(context, settings)
-    with duckdb.connect() as con:
-        for task in tasks:
-            scored, task_stats = retrieval_evaluation_tables(con, task, k)
-            if scored is None:
-                context.log.warning(f"{task}: no relevance labels and no document labels: nothing to score")
-                continue
-            scores, summary, comparison = scored
-            where = {"task": task}
-            replace_many(con, [("lamp_retrieval_sample_scores", scores, where),
-                               ("lamp_retrieval_evaluation", summary, where),
-                               ("lamp_retrieval_comparisons", comparison, where)])  # fmt: skip
-            summaries.append(summary)
-            comparisons.append(comparison)
-            stats[task] = task_stats
-            shown[task] = {"primary_metric": frame_table(primary_by_task(summary)),
+    summaries, comparisons = [], []
+
+    def score(step: TaskStep) -> dict | None:
+        """Score one task's retrievals (nothing without labels); its partition shows its tables."""
+        scored, task_stats = retrieval_evaluation_tables(step.con, step.task, settings.retrieval.k)
+        if scored is None:
+            context.log.warning(f"{step.task}: no relevance labels and no document labels: nothing to score")
+            return None
+        scores, summary, comparison = scored
+        where = {"task": step.task}
+        replace_many(step.con, [("lamp_retrieval_sample_scores", scores, where),
+                                ("lamp_retrieval_evaluation", summary, where),
+                                ("lamp_retrieval_comparisons", comparison, where)])  # fmt: skip
+        summaries.append(summary)
+        comparisons.append(comparison)
+        step.shown.update({"primary_metric": frame_table(primary_by_task(summary)),
                            "table": evaluation_table_metadata(summary),
-                           "markdown": dg.MetadataValue.md(rev.summary_markdown(summary, comparison))}  # fmt: skip
-        report_partitions(context, con, "lamp_retrieval_evaluation", stats, shown)
+                           "markdown": dg.MetadataValue.md(rev.summary_markdown(summary, comparison))})  # fmt: skip
+        return task_stats
+
+    run_stage(context, score, settings=settings, duckdb=duckdb, table="lamp_retrieval_evaluation")
     summary = pd.concat(summaries) if summaries else pd.DataFrame(columns=rev.SUMMARY_COLUMNS)
     comparison = pd.concat(comparisons) if comparisons else pd.DataFrame(columns=rev.COMPARISON_COLUMNS)
     report = settings.home_path / "reports" / "lamp_retrieval_evaluation.md"

@@ -1,8 +1,8 @@
-"""Group user_shards (code location prag_shards, prag_assets/shard_definitions.py): the heavy stages' cache misses
-of one task x user shard, computed on the configured engine and written as Parquet shards — never into DuckDB. The
-LLM stages take the samples of the users with sha256(user_id) mod compute.user_shards = shard; the embedding stage
-takes every n-th of the batches the unsharded stage would embed (an encoder's batch pads its texts: only those
-batches give its vectors bit for bit).
+"""Group user_shards (code location prag_shards, prag_assets/automation/shard_definitions.py): the heavy stages' cache
+misses of one task x user shard, computed on the configured engine and written as Parquet shards — never into
+DuckDB. The LLM stages take the samples of the users with sha256(user_id) mod compute.user_shards = shard; the
+embedding stage takes every n-th of the batches the unsharded stage would embed (an encoder's batch pads its texts:
+only those batches give its vectors bit for bit).
 
 A backfill of these partitions spreads one task over many workers (each run reads DuckDB read-only); the task
 assets (document_embeddings, query_embeddings, feedback_labels, pbr_lamp_retrievals, generations) then load every
@@ -11,8 +11,8 @@ tables equal the unsharded run's. The order follows the data: embedding_shards b
 feedback and PBR shards once the CFRAG neighbours and the embeddings exist, generation_shards once the retrievals do.
 Their own code location keeps the task-partitioned graph's `--select '*'` runs free of a second partitioning; the
 UI draws their dependencies across the two locations. A single machine gains nothing from them: the location holds
-them only when compute.engine = "ray" (prag_assets/shard_definitions.py), and a catalog that shows them expects most
-partitions unmaterialized until a backfill runs.
+them only when compute.engine = "ray" (prag_assets/automation/shard_definitions.py), and a catalog that shows them
+expects most partitions unmaterialized until a backfill runs.
 """
 
 
@@ -21,13 +21,12 @@ from typing import Any
 import dagster as dg
 from dagster_ray import RayResource
 
-from prag_assets.common import keyed_table
+from prag_assets.execution import fill_user_shard
+from prag_assets.metadata import keyed_table
 from prag_assets.partitions import task_partitions
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.models import ModelsResource
-from prag_assets.resources.ray_cluster import compute_engine
 from prag_assets.resources.settings import PragSettingsResource
-from prag_models.compute.engines import LocalEngine
 from prag_models.config.settings import ConfigError, load_settings
 
 GROUP = "user_shards"
@@ -91,8 +90,6 @@ def shard_asset(name: str, n: int) -> dg.AssetsDefinition:
         models: ModelsResource,
         ray: RayResource,
     ) -> dg.MaterializeResult:
-        from prag_models.stages.cache_work import fill_caches, shard_users
-
         keys = context.partition_key.keys_by_dimension  # type: ignore[union-attr]
         task, shard = keys["task"], int(keys[SHARD])
         settings = prag_settings.get()
@@ -101,19 +98,15 @@ def shard_asset(name: str, n: int) -> dg.AssetsDefinition:
                 f"compute.user_shards is {settings.compute.user_shards} for this run but the definitions were loaded "
                 f"with {n} user shards: reload the code location (the shards of a run must match its partition keys)"
             )
-        engine = compute_engine(context, settings, ray) or LocalEngine(
-            lambda work: models.embedder() if work.kind == "embed" else models.generator()
-        )
-        with duckdb.read_connection() as (con, source):
-            users = shard_users(con, task, (shard, n))
-            stats = {s: fill_caches(con, s, [task], settings, models, engine, (shard, n), load=False) for s in stages}
+        filled = fill_user_shard(context, duckdb, stages, task, (shard, n), settings, models, ray)
+        users, source, stats = filled["users"], filled["source"], filled["stats"]
         context.log.info(f"{task} user shard {shard} of {n} ({len(users)} users, read {source}): {stats}")
         return dg.MaterializeResult(
             metadata={
                 "task": task,
                 "user_shard": f"{shard} of {n}",
                 "users": len(users),
-                "engine": engine.name,
+                "engine": filled["engine"],
                 "computed": sum(s["computed"] for s in stats.values()),
                 "per_stage": keyed_table(stats, "stage"),
             },

@@ -6,7 +6,8 @@ from typing import Any
 import numpy as np
 
 from prag_assets.assets.embeddings import document_embeddings, query_embeddings
-from prag_assets.task_table import task_table_asset
+from prag_assets.builders.task_table import task_table_asset
+from prag_assets.execution import TaskStep
 from prag_models.stages import users as stage
 
 GROUP = "users"
@@ -18,32 +19,37 @@ def _cluster_summary(stats: dict[str, dict]) -> dict[str, Any]:
     return {"mean_silhouette": float(np.mean(sil)) if sil else None}
 
 
-user_embeddings = task_table_asset(
-    name="user_embeddings",
-    group=GROUP,
+@task_table_asset(
+    GROUP,
     deps=[document_embeddings, query_embeddings],
     description="z_u = mean of the user's unit document embeddings that may be shared (private documents and "
     "non-sharing users' documents never shape others' clusters, docs/privacy.md); a user with none gets the mean of "
     "its query embeddings (cold start, docs/methods.md §3.6).",
-    build=lambda step: stage.user_embedding_rows(step.con, step.task, step.settings.privacy.default_share),
 )
+def user_embeddings(step: TaskStep):
+    """One task's z_u rows."""
+    return stage.user_embedding_rows(step.con, step.task, step.settings.privacy.default_share)
 
-user_clusters = task_table_asset(
-    name="user_clusters",
-    group=GROUP,
+
+@task_table_asset(
+    GROUP,
     deps=[user_embeddings],
     description="Every user in exactly one cluster: HDBSCAN (noise users form one extra cluster) or k-means, over the "
     "vectors of clustering.user_similarity (content | taste | blend, docs/methods.md §3.8); silhouette score and, on "
     "the demo, adjusted Rand index and cluster pool precision against the planted communities in metadata.",
-    build=lambda step: stage.user_cluster_rows(step.con, step.task, step.settings),
     summary=_cluster_summary,
 )
+def user_clusters(step: TaskStep):
+    """One task's cluster of every user."""
+    return stage.user_cluster_rows(step.con, step.task, step.settings)
 
-similar_users = task_table_asset(
-    name="similar_users",
-    group=GROUP,
+
+@task_table_asset(
+    GROUP,
     deps=[user_clusters],
     description="Top-k most similar members of each user's own cluster (cosine of the clustering.user_similarity "
     "vectors, self excluded); on the demo, the pool precision of the neighbours' documents in metadata.",
-    build=lambda step: stage.similar_user_rows(step.con, step.task, step.settings),
 )
+def similar_users(step: TaskStep):
+    """One task's intra-cluster neighbours of every user."""
+    return stage.similar_user_rows(step.con, step.task, step.settings)

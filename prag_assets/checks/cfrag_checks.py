@@ -7,7 +7,7 @@ import numpy as np
 from prag_assets.assets import cfrag, cfrag_training, cfrag_users
 from prag_assets.checks.lamp_checks import table_check
 from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report, task_check
-from prag_assets.common import task_run
+from prag_assets.execution import task_run
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.mlflow_registry import MlflowResource
 from prag_assets.resources.models import ModelsResource

@@ -9,7 +9,7 @@ import dagster as dg
 
 from prag_assets.assets import history
 from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report, task_check
-from prag_assets.common import task_run
+from prag_assets.execution import task_run
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.settings import PragSettingsResource
 from prag_models.config.settings import Settings

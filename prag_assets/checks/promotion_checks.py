@@ -7,7 +7,7 @@ import pandas as pd
 
 from prag_assets.assets.cfrag_promotion import cfrag_model_evaluation
 from prag_assets.checks.per_task import CheckEvents, TaskOutcome, report, task_check
-from prag_assets.common import task_run
+from prag_assets.execution import task_run
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.mlflow_registry import MlflowResource
 from prag_assets.resources.settings import PragSettingsResource

@@ -17,7 +17,7 @@ from prag_models.config.settings import ALL_TASKS, PROJECT_ROOT, Settings, load_
 
 #: Asset group of the real-data retrieval evaluation (prag_assets/assets/pbr_eval.py), run in its own run.
 RETRIEVAL_EVAL_GROUP = "retrieval_eval"
-#: The job the history sensor launches (prag_assets/sensors.py), also `prag ingest --apply`'s.
+#: The job the history sensor launches (prag_assets/automation/sensors.py), also `prag ingest --apply`'s.
 INCREMENTAL_JOB = "incremental_update_job"
 
 
@@ -101,7 +101,7 @@ def _launch(settings: Settings, select: str, partition_range: str | None, tasks:
     """One run (of the named job, else of the selection) in a child process, tagged with the command, the settings
     hash and the code's commit, its output in a log file under the home (on the terminal too with --verbose), its
     stages printed as they finish (prag_assets/cli/run_progress.py)."""
-    from prag_assets.demo_job import launch_tags
+    from prag_assets.automation.demo_job import launch_tags
 
     token = uuid.uuid4().hex
     cmd = run_command(select, partition_range, token, job=job, tags=launch_tags(settings, command, PROJECT_ROOT))
@@ -247,7 +247,7 @@ def _ingest(args: argparse.Namespace) -> int:
         token = uuid.uuid4().hex
         log = settings.home_path / "dagster" / "logs" / f"ingest-{time.strftime('%Y%m%d-%H%M%S')}-{token[:6]}.log"
         print(f"[prag] materialize group:history for {task} (log: {log})", flush=True)
-        from prag_assets.demo_job import launch_tags
+        from prag_assets.automation.demo_job import launch_tags
 
         tags = launch_tags(settings, "prag ingest --apply", PROJECT_ROOT)
         cmd = run_command("group:history", None, token, partition=task, job=INCREMENTAL_JOB, tags=tags)

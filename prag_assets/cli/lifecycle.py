@@ -58,9 +58,9 @@ def add_lifecycle_command(sub: argparse._SubParsersAction, helpers: LifecycleHel
 def lifecycle(reason: str, helpers: LifecycleHelpers) -> int:
     """`prag lifecycle`: the round under the home's lock, each run launched as `prag materialize` launches its own
     (a child process, its stages printed, tagged with the command, the settings hash and the code's commit)."""
+    from prag_assets.automation.demo_job import launch_tags
     from prag_assets.cli import run_summary
     from prag_assets.cli.doctor import exclusive
-    from prag_assets.demo_job import launch_tags
 
     settings, started = load_settings(), time.time()
     tasks = [t for t in ALL_TASKS if t in settings.data.tasks]

@@ -32,23 +32,13 @@ class MlflowResource(dg.ConfigurableResource):
         artifacts = "" if s.mlflow.tracking_uri else str(s.mlflow_artifacts_path)
         return MlflowTarget(tracking_uri=s.mlflow_uri, experiment=s.mlflow.experiment, artifact_location=artifacts)
 
-    def log_and_register(
-        self,
-        model_dir: str | Path,
-        name: str,
-        params: Mapping[str, Any],
-        loss_curve: Sequence[float],
-        data_version: str,
-        tags: Mapping[str, str] | None = None,
-        epoch_metrics: Mapping[str, Sequence[float]] | None = None,
-        run_id: str = "",
-        lineage: Lineage | None = None,
-        dataset: tuple[Any, str] | None = None,
-        settings: Any = None,
-    ) -> RegisteredVersion:
-        """Log a saved model folder with its training record (in run ``run_id`` when the fit opened one) and register
-        it as a new version of ``name``: a pyfunc model when ``tags`` name the task and a CFRAG model kind, serving
-        with ``settings`` (the task's, CFRAG's tuned knobs included; the resource's settings when None)."""
+    def log_and_register(self, model_dir: str | Path, name: str, params: Mapping[str, Any], loss_curve: Sequence[float],
+                         data_version: str, tags: Mapping[str, str] | None = None, settings: Any = None,
+                         **record: Any) -> RegisteredVersion:  # fmt: skip
+        """Log a saved model folder with its training record (``record``: prag_models.mlops.registry.log_and_register's
+        epoch_metrics, run_id — the run the fit opened —, lineage, dataset) and register it as a new version of
+        ``name``: a pyfunc model when ``tags`` name the task and a CFRAG model kind, serving with ``settings`` (the
+        task's, CFRAG's tuned knobs included; the resource's settings when None)."""
         from functools import partial
 
         from prag_models.mlops import pyfunc as serving_pyfunc
@@ -62,18 +52,7 @@ class MlflowResource(dg.ConfigurableResource):
             )
             package = partial(serving_pyfunc.save_pyfunc, weights=model_dir, config=config)
         return log_and_register(
-            target,
-            model_dir,
-            name,
-            params,
-            loss_curve,
-            data_version,
-            tags,
-            epoch_metrics=epoch_metrics,
-            package=package,
-            run_id=run_id,
-            lineage=lineage,
-            dataset=dataset,
+            target, model_dir, name, params, loss_curve, data_version, tags, package=package, **record
         )
 
     def tracker(self, task: str, lineage: Lineage) -> RunTracker:

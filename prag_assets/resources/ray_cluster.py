@@ -1,5 +1,6 @@
 """The Ray side of the asset layer: dagster-ray's resource for prag (a local Ray cluster, or an existing one by
-address; a KubeRay cluster resource can take its place) and the engine the heavy assets hand to prag_models.
+address; a KubeRay cluster resource can take its place); prag_assets/execution.py turns it into the engine the heavy
+stages run on.
 
 The resource connects lazily: with compute.engine = local (the default) it never imports Ray; with ray, the first
 asset that needs the engine connects (ray.init) and the resource disconnects when the run ends.
@@ -9,19 +10,15 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
-import dagster as dg
 from dagster_ray import Lifecycle, RayResource
 from dagster_ray.configs import RayDataExecutionOptions
 from pydantic import Field
 
 from prag_assets.resources.settings import PragSettingsResource
 from prag_models.config.settings import Settings
-
-if TYPE_CHECKING:
-    from prag_models.compute.engines import Engine
 
 #: Environment variables the Ray workers get from the run (offline model loading, tokenizer threads).
 WORKER_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM")
@@ -118,25 +115,3 @@ class PragRay(RayResource):
         self.data_execution_options.apply()
         context.log.info(f"connected to the {self.name} (resources: {ray.cluster_resources()})")
         return self._context
-
-
-def compute_engine(context: Any, settings: Settings, ray: RayResource) -> Engine | None:
-    """The engine of the run's heavy stages: None for compute.engine = local (the stages compute in-process),
-    a RayEngine on the connected cluster for ray."""
-    if settings.compute.engine != "ray":
-        return None
-    from prag_models.compute.ray_engine import RayEngine
-
-    if not ray.connected:
-        ray.connect(context)
-    return RayEngine(settings.compute)
-
-
-def fill_stage(context: dg.AssetExecutionContext, con: Any, stage: str, tasks: list[str], settings: Settings,
-               models: Any, ray: RayResource) -> dict[str, Any]:  # fmt: skip
-    """Before a heavy stage: shards of user-shard runs loaded, and on Ray every missing item computed there."""
-    from prag_models.stages.cache_work import fill_caches
-
-    stats = fill_caches(con, stage, tasks, settings, models, compute_engine(context, settings, ray))
-    context.log.info(f"{stage} caches before the stage: {stats}")
-    return stats

@@ -1,17 +1,16 @@
-"""MLflow tracking and model registry for the CFRAG models: log, register and load safetensors model folders.
-
-A trained model is saved with ``prag_models.methods.cfrag.serialization.save_model`` (``config.json`` +
-``model.safetensors``, never a pickle). :func:`log_and_register` ends the run opened around the fit (:func:`tracker`,
-``mlops.runs``; else a new run): params, the loss curve as metric ``loss`` by step, ``final_loss``, the data version
-and the Dagster lineage as tags, the training rows as dataset input; the model folder is logged as the run's MLflow
-LoggedModel (the experiment's Models tab) and registered as a new version of a registered model. Given a
-``package`` (``mlops.pyfunc.save_pyfunc``), that folder is an MLflow pyfunc model (``MLmodel``, signature, input
-example) holding the weights under ``artifacts/``. Registered models get a description and ``task`` / ``kind`` tags;
-versions a short description with the key figures (4 significant digits), the rest as tags. The experiment gets tag
-``mlflow.experimentKind = custom_model_development`` (MLflow < 3.17; 3.17's UI chooses by its workflow switch, which
-``runs.experiment_url`` sets to machine learning). New versions get alias ``challenger``; the first version of a
-model that has no ``champion`` yet also becomes ``champion`` (promotion rules live elsewhere). :func:`load_registered`
-downloads a version's folder and loads its weights with ``load_model`` (safetensors only).
+"""MLflow tracking and model registry for the CFRAG models: log, register and load safetensors model folders. A trained
+model is saved with ``prag_models.methods.cfrag.serialization.save_model`` (``config.json`` + ``model.safetensors``,
+never a pickle). :func:`log_and_register` ends the run opened around the fit (:func:`tracker`, ``mlops.runs``; else a
+new run): params, the loss curve as metric ``loss`` by step, ``final_loss``, the data version and the Dagster lineage
+as tags, the training rows as dataset input; the model folder is logged as the run's MLflow LoggedModel (the
+experiment's Models tab) and registered as a new version of a registered model. Given a ``package``
+(``mlops.pyfunc.save_pyfunc``), that folder is an MLflow pyfunc model (``MLmodel``, signature, input example) holding
+the weights under ``artifacts/``. Registered models get a description (``mlops.descriptions``) and ``task`` /
+``kind`` tags; versions a short description with the key figures (4 significant digits), the rest as tags. The
+experiment gets tag ``mlflow.experimentKind = custom_model_development`` (MLflow < 3.17; 3.17's UI chooses by its
+workflow switch, which ``runs.experiment_url`` sets to machine learning). New versions get alias ``challenger``; the
+first version of a model that has no ``champion`` yet also becomes ``champion`` (promotion rules live elsewhere).
+:func:`load_registered` downloads a version's folder and loads its weights with ``load_model`` (safetensors only).
 
 Every call goes through an explicit ``MlflowClient`` (no global tracking URI is set). mlflow and torch are imported
 inside the functions, so importing this module is cheap.
@@ -28,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prag_models.mlops.descriptions import model_description, version_description
 from prag_models.mlops.runs import (
     Lineage,
     RunTracker,
     log_training_dataset,
     run_url,
-    sig,
     source_tags,
     start_run,
     version_url,
@@ -55,18 +54,6 @@ MODEL_NAMES: dict[str, str] = {
     "retriever": "prag-retriever",
     "reranker": "prag-reranker",
     "reranker_no_eu": "prag-reranker-no-eu",
-}
-#: What each model kind is (registered-model descriptions), docs/methods.md §2.
-KIND_DESCRIPTIONS: dict[str, str] = {
-    "user_encoder": "CFRAG user encoder (docs/methods.md §2.1–2.2): the user's document history -> e_u, trained "
-    "contrastively; e_u selects the top-m similar users.",
-    "retriever": "CFRAG personalized retriever (§2.4): (1-α)·cos(q, d) + α·cos(W e_u, d), distilled from LLM "
-    "feedback where the feedback probe shows teacher headroom (else registered at its initialisation: each version "
-    "says which); k documents per similar user.",
-    "reranker": "CFRAG personalized reranker (§2.7): cross-encoder CLS ⊕ W₂e_u -> MLP, residual on cos(q, d), "
-    "distilled from LLM feedback where the feedback probe shows teacher headroom (else registered at its "
-    "initialisation: each version says which); the final top-k. The serving model of full CFRAG.",
-    "reranker_no_eu": "CFRAG reranker without e_u (§2.8 ablation 'w/o e_u in reranker').",
 }
 #: Experiment tag that makes the MLflow 3 UI open the experiment in classic ML (custom model development) mode.
 EXPERIMENT_KIND_TAG = ("mlflow.experimentKind", "custom_model_development")
@@ -137,59 +124,6 @@ def _ensure_registered_model(client: MlflowClient, name: str, description: str =
         return
     if description and found.description != description:
         client.update_registered_model(name, description=description)
-
-
-def model_description(name: str, tags: Mapping[str, str], pyfunc: bool) -> str:
-    """The registered model's description: what it is, its task, how to load or serve it."""
-    kind, task = tags.get("kind", ""), tags.get("task", "")
-    what = KIND_DESCRIPTIONS.get(kind, f"prag model {name}.")
-    lines = [what, f"Task: {task}." if task else "", "Aliases: champion (served), challenger (newest version)."]
-    if pyfunc:
-        lines.append("MLflow pyfunc: predict(rows of task, user_id, query) -> ranked doc_ids, source_user_ids, scores.")
-        lines.append(f'Serve: mlflow models serve -m "models:/{name}@champion" --env-manager local.')
-    lines.append("Weights: safetensors + JSON config (nothing unpickled).")
-    return "\n".join(line for line in lines if line)
-
-
-def version_description(
-    name: str, tags: Mapping[str, str], data_version: str, curve: Sequence[float],
-    epoch_metrics: Mapping[str, Sequence[float]] | None, pyfunc: bool,
-) -> str:  # fmt: skip
-    """A version's short description: what, which data, the key training figures (4 significant digits); the rest
-    of the record is in the version's tags (``training.*``, ``dagster.*``) and on its run."""
-    kind, task = tags.get("kind", name), tags.get("task", "")
-    lines = [f"{kind} for {task}, data version {data_version}." if task else f"{kind}, data version {data_version}."]
-    if tags.get("training.skipped"):  # never "trained": these weights are the initialisation
-        lines.insert(0, "**Untrained**: registered at its initialisation, no training step ran. Why (the feedback "
-                        f"probe): `{tags['training.skipped']}`.")  # fmt: skip
-    if curve:
-        lines.append(f"Training loss {sig(curve[0])} -> {sig(curve[-1])} over {len(curve)} steps.")
-    best = tags.get("training.best_epoch")
-    if "training.val_ndcg_init" in tags:
-        by, improved = tags.get("training.selected_by", "kl"), tags.get("training.improved", "?")
-        lines.append(f"Validation NDCG {sig_text(tags['training.val_ndcg_init'])} -> "
-                     f"{sig_text(tags.get('training.val_ndcg_best', ''))} (best epoch {best}, selected by {by}, "
-                     f"improved: {improved}).")  # fmt: skip
-    elif epoch_metrics and any(v == v for v in epoch_metrics.get("val_ndcg", [])):
-        finite = [float(v) for v in epoch_metrics["val_ndcg"] if v == v]
-        lines.append(f"Validation NDCG {sig(finite[0])} -> {sig(finite[-1])}.")
-    if tags.get("training.gate"):
-        # a code span: the MLflow UI renders descriptions as Markdown, and "[low, high] (n=3)" reads as a link there
-        lines.append(f"Gate: `{tags['training.gate']}`.")
-    if pyfunc:
-        lines.append("pyfunc model: predict(task, user_id, query) -> ranked documents with scores.")
-    if tags.get("dagster.run_url"):  # Markdown: the MLflow UI shows a link back to the run that trained it
-        lines.append(f"Dagster run: [{tags.get('dagster.run_id', '')[:8] or 'open'}]({tags['dagster.run_url']}).")
-    lines.append("Everything else: the version's tags and its run.")
-    return "\n".join(lines)
-
-
-def sig_text(value: str) -> str:
-    """A number stored as text, to 4 significant digits (other text unchanged)."""
-    try:
-        return sig(float(value))
-    except ValueError:
-        return value
 
 
 def model_aliases(target: MlflowTarget, name: str) -> dict[str, int]:

@@ -1,8 +1,8 @@
 """Stage functions of the dynamic users (docs/methods.md §3.7): drop-folder ingestion, the drift of a full
 re-clustering, the clustering snapshot, the incremental update's summary, and what the history sensor reads.
 
-The asset layer (``prag_assets/assets/history.py``, ``prag_assets/sensors.py``) only opens the connection, loops over
-the run's tasks and reports what these functions return.
+The asset layer (``prag_assets/assets/history.py``, ``prag_assets/automation/sensors.py``) only opens the connection,
+loops over the run's tasks and reports what these functions return.
 """
 
 from __future__ import annotations

@@ -64,8 +64,8 @@ def test_bad_files_are_rejected_the_others_ingested_and_links_refused(tmp_path: 
 
 def test_sensor_keeps_ticking_with_bad_files_and_links(tmp_path: Path, tiny_config: Path, monkeypatch) -> None:
     """A tick with an invalid file and a dangling symbolic link requests one run (which rejects them); no error."""
+    from prag_assets.automation.sensors import profile_history_sensor
     from prag_assets.resources.settings import PragSettingsResource
-    from prag_assets.sensors import profile_history_sensor
 
     inbox = inbox_dir(load_settings(tiny_config).home_path, "LaMP-2")
     inbox.mkdir(parents=True)

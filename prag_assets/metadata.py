@@ -1,25 +1,13 @@
-"""Small helpers shared by the assets: which tasks a run covers, metadata previews, progress logging."""
+"""The metadata the assets report: each task partition's own entries (row count, column schema, statistics),
+tables and previews as Dagster shows them, and progress logging."""
 
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import dagster as dg
 import pandas as pd
 
-from prag_models.config.settings import Settings
 from prag_models.storage.catalog import COLUMN_DESCRIPTIONS
-
-
-def run_tasks(context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext, settings: Settings) -> list[str]:
-    """The tasks this run materializes: its partition keys that are also configured in data.tasks."""
-    keys = list(context.partition_keys) if context.has_partition_key_range or context.has_partition_key else []
-    keys = keys or list(settings.data.tasks)
-    chosen = [k for k in keys if k in settings.data.tasks]
-    skipped = [k for k in keys if k not in settings.data.tasks]
-    if skipped:
-        context.log.warning(f"tasks {skipped} are not in data.tasks {list(settings.data.tasks)}: skipped")
-    return chosen
 
 
 def preview(df: pd.DataFrame, rows: int = 5) -> dg.MetadataValue:
@@ -154,14 +142,3 @@ INTERVAL = {"ci_low": "95 % bootstrap interval, low", "ci_high": "95 % bootstrap
 def evaluation_table_metadata(table: pd.DataFrame) -> dg.MetadataValue:
     """The evaluation rows as a Dagster table (shown as a table in the UI, with its column schema)."""
     return frame_table(table.reindex(columns=TABLE_COLUMNS), INTERVAL)
-
-
-@contextmanager
-def task_run(
-    context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext, prag_settings: Any, duckdb: Any
-) -> Iterator[tuple[Settings, Any, list[str]]]:
-    """The run's settings, an open DuckDB connection (closed afterwards) and the tasks the run covers."""
-    settings = prag_settings.get()
-    tasks = run_tasks(context, settings)
-    with duckdb.connect() as con:
-        yield settings, con, tasks

@@ -9,12 +9,12 @@ from typing import Any
 import dagster as dg
 import numpy as np
 
-from prag_assets.common import report_partitions, task_run
+from prag_assets.builders.task_table import task_asset
+from prag_assets.execution import TaskStep, run_stage
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.mlflow_registry import MlflowResource
 from prag_assets.resources.models import ModelsResource
 from prag_assets.resources.settings import PragSettingsResource
-from prag_assets.task_table import TaskStep, task_asset
 from prag_models.config.settings import Settings
 from prag_models.methods.cfrag.probes import loss_trend, probe_scores
 from prag_models.methods.cfrag.tables import MODELS_TABLE, load_probe, model_dir, model_row, models_row
@@ -111,14 +111,6 @@ def loss_curve_markdown(curves: dict[str, list[float]], points: int = 12) -> dg.
     return dg.MetadataValue.md("\n".join(lines))
 
 
-def training_metadata(stats: dict[str, dict], curves: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
-    """Each task partition's extra metadata of a training asset: its loss curves (its registered versions and fit
-    statistics are in its statistics)."""
-    tasks = {key.split("/")[0] for key in stats}
-    return {task: {"loss_curves": loss_curve_markdown({k: c for k, c in curves.items() if k.split("/")[0] == task})}
-            for task in tasks}  # fmt: skip
-
-
 def lineage_metadata(key: str, links: dict[str, str]) -> dict[str, dg.MetadataValue]:
     """Links that open the MLflow UI on the run and on the model version of one trained model (``key``: the task,
     or task/kind when a task trains several): ``mlflow_run <key>`` and ``mlflow_version <key>``."""
@@ -142,6 +134,31 @@ def training_asset(
     """A CFRAG training asset: per task, train (one prag_models.methods.cfrag.training call, each fit inside its
     MLflow run), register, record; the metadata links each model's run and version in the MLflow UI."""
 
+    def _step(step: TaskStep) -> dict[str, Any]:
+        """Train, register and record one task's models; its partition shows their loss curves and MLflow links."""
+        context, con, task, mlflow = step.context, step.con, step.task, step.mlflow
+        stats, curves, links = {}, {}, {}
+        lineage = step_lineage(context, task, step.settings)
+        tracker = mlflow.tracker(task, lineage)
+        task_settings = tuned_cfrag_settings(con, task, step.settings)  # registered as the version's settings
+        try:
+            trained_models = train(TaskStep(context, con, task, task_settings, step.models, mlflow), tracker)
+            for trained in trained_models:
+                key = task if len(trained_models) == 1 else f"{task}/{trained.kind}"
+                stats[key], entry = record_model(con, mlflow, task_settings, task, trained, lineage)
+                links.update(lineage_metadata(key, mlflow.ui_links(entry)))
+                curves[key] = trained.curve
+                context.log.info(f"{key} {trained.kind}: {stats[key]}")
+        except BaseException:
+            tracker.fail_unfinished()  # a run opened around a fit that never got registered
+            raise
+        step.shown.update({**({"loss_curves": loss_curve_markdown(curves)} if curves else {}), **links})
+        # the task's statistics: the model's own, or one `kind/...` block per model where a task trains several
+        per_task: dict[str, Any] = {}
+        for key, value in stats.items():
+            per_task.update({key.partition("/")[2]: value} if "/" in key else value)
+        return per_task
+
     @task_asset("cfrag", name=name, deps=list(deps), kinds={"duckdb", "pytorch", "mlflow"}, description=description)
     def _asset(
         context: dg.AssetExecutionContext,
@@ -150,32 +167,8 @@ def training_asset(
         models: ModelsResource,
         mlflow: MlflowResource,
     ) -> dg.MaterializeResult:
-        stats, curves, links = {}, {}, {}
-        with task_run(context, prag_settings, duckdb) as (settings, con, tasks):
-            for task in tasks:
-                lineage = step_lineage(context, task, settings)
-                tracker = mlflow.tracker(task, lineage)
-                task_settings = tuned_cfrag_settings(con, task, settings)  # registered as the version's settings
-                try:
-                    trained_models = train(TaskStep(context, con, task, task_settings, models, mlflow), tracker)
-                    for trained in trained_models:
-                        key = task if len(trained_models) == 1 else f"{task}/{trained.kind}"
-                        stats[key], entry = record_model(con, mlflow, task_settings, task, trained, lineage)
-                        links.setdefault(task, {}).update(lineage_metadata(key, mlflow.ui_links(entry)))
-                        curves[key] = trained.curve
-                        context.log.info(f"{key} {trained.kind}: {stats[key]}")
-                except BaseException:
-                    tracker.fail_unfinished()  # a run opened around a fit that never got registered
-                    raise
-            # a task's statistics: the model's own, or one `kind/...` block per model where a task trains several
-            per_task: dict[str, dict] = {task: {} for task in tasks}
-            for key, value in stats.items():
-                task, _, kind = key.partition("/")
-                per_task[task].update({kind: value} if kind else value)
-            extra = training_metadata(stats, curves)
-            extra = {task: {**extra.get(task, {}), **links.get(task, {})} for task in tasks}
-            report_partitions(context, con, MODELS_TABLE, per_task, extra)
+        run_stage(context, _step, settings=prag_settings.get(), duckdb=duckdb, table=MODELS_TABLE, models=models,
+                  mlflow=mlflow)  # fmt: skip
         return dg.MaterializeResult()
 
     return _asset
-

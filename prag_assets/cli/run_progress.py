@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-#: "what: done/total ..." progress messages of the stages (prag_assets.common.progress_logger, the feedback loop)
+#: "what: done/total ..." progress messages of the stages (prag_assets.metadata.progress_logger, the feedback loop)
 _PROGRESS = re.compile(r"^(?P<what>[^{}:]{1,80}): (?P<done>\d+)/(?P<total>\d+)\b")
 _TASK = re.compile(r"^(LaMP-\d)\b")
 #: Failed checks printed as they come; later ones are only counted (the closing summary names the first few).

@@ -202,10 +202,10 @@ def test_task_partition_of_the_retrieval_evaluation_shows_only_that_task(ui):
 
 
 def test_report_opens_with_the_verdict(ui):
-    """The report asset's page shows the verdict table (rendered: its gain columns) before the compact method x task
-    table and the chart (a markdown image; its PNG's path beside it)."""
-    dom = _dom(ui, "/assets/lamp_evaluation_report", ["primary_metric", "chart", "gain_low", "lamp_evaluation.png"])
-    positions = [dom.find(f">{label}<") for label in ("verdict", "gain_low", "primary_metric", "chart")]
+    """The report asset's page shows the short verdict first, then every verdict column (rendered: its gain columns),
+    the chart of the verdict's gain (a markdown image; its PNG's path below), then the compact method x task table."""
+    dom = _dom(ui, "/assets/lamp_evaluation_report", ["primary_metric", "chart", "gain_low", "verdict_gain.png"])
+    positions = [dom.find(f">{label}<") for label in ("verdict", "gain_low", "chart", "primary_metric")]
     assert -1 not in positions and positions == sorted(positions), positions
 
 

@@ -175,9 +175,10 @@ class TuningSettings(Section):
     seed: int = 0
     # Where no label sees a task (LaMP-4/5/7 and LaMP-1 on real files), trials are scored by the LLM's utility of
     # their documents (docs/methods.md §6.7) on this many train samples, within these seconds per task (0: keep the
-    # defaults there).
-    utility_samples: int = 8
-    utility_budget_s: float = 20.0
+    # defaults there). 24 samples, not 8: a trial's mean utility on 8 samples has a standard error (~0.5 nats) larger
+    # than the knobs' effects, so the best of a search was mostly noise (docs/measurements.md, tasks without labels).
+    utility_samples: int = 24
+    utility_budget_s: float = 60.0
 
 
 class ClusteringSettings(Section):

@@ -68,7 +68,7 @@ def write_world_config(path: Path, home: Path, family: str, seed: int, args: arg
                    tasks=[args.task], family=family)  # fmt: skip
         (files / "demo_manifest.json").unlink()
         data |= {"source": "lamp", "lamp_dir": str(files)}
-        sections |= {"generator": {"threads": args.threads}, "tuning": {"enabled": False},
+        sections |= {"generator": {"threads": args.threads}, "tuning": {"enabled": args.tuning},
                      "run": {"llm_budget_s": 0}, "utility": {"max_samples": args.dev_samples}}  # fmt: skip
     import tomli_w
 
@@ -194,6 +194,11 @@ def _family_line(part: pd.DataFrame, helps: bool, seconds: str) -> tuple[str, fl
     return line, high, n
 
 
+def label_free_note(args: argparse.Namespace) -> str:
+    """The header's words on labels and tuning."""
+    return f", without labels, tuning {'on' if args.tuning else 'off'}" if args.label_free else ""
+
+
 def _report(row: dict) -> dict:
     """Print one world's verdict as it finishes (stderr) and return the row."""
     gain = f" {row['gain']:+.3f} [{row['gain_low']:+.3f}, {row['gain_high']:+.3f}]" if "gain" in row else ""
@@ -235,6 +240,12 @@ def main() -> None:
         "generator (docs/methods.md §6.7); use a LaMP-4/5/7 --task",
     )
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads with --label-free")
+    parser.add_argument(
+        "--tuning",
+        action="store_true",
+        help="with --label-free: tune the knobs as the default run does (trials scored by the LLM utility on "
+        "tuning.utility_samples train samples); without it the defaults are used (faster)",
+    )
     parser.add_argument("--workdir", default="", help="where the worlds' homes go (default: a temporary folder)")
     parser.add_argument(
         "--reuse",
@@ -266,7 +277,8 @@ def main() -> None:
         print(f"\nVerdict calibration: {args.task}, {args.users} users, {args.communities} communities, "
               f"user similarity {args.user_similarity or 'default'}, "
               f"{args.dev_samples} dev samples per world, seeds {args.seed_start}–{args.seed_start + args.worlds - 1}"
-              f"{', with CFRAG' if args.with_cfrag else ''}\n")  # fmt: skip
+              f"{', with CFRAG' if args.with_cfrag else ''}"
+              f"{label_free_note(args)}\n")  # fmt: skip
         print(summarize(rows))
 
 

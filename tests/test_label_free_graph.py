@@ -24,7 +24,7 @@ def label_free_run(tmp_path_factory) -> tuple[Path, object]:
     config = write_config(
         root / "prag.toml", root / "home", generator_backend="fake",
         data={"source": "lamp", "lamp_dir": str(files), "tasks": TASKS},
-        tuning={"enabled": True, "budget_s": 2.0, "utility_budget_s": 2.0, "utility_samples": 4, "max_trials": 3},
+        tuning={"enabled": True, "budget_s": 2.0, "utility_budget_s": 2.0, "utility_samples": 4, "utility_trials": 3},
         utility={"pilot_samples": 4, "min_samples": 4},
     )  # fmt: skip
     result = materialize_graph(config, TASKS, raise_on_error=False)
@@ -80,3 +80,22 @@ def test_without_a_utility_budget_the_defaults_are_kept_and_said(label_free_run,
     with duckdb.connect(str(copy / "prag.duckdb")) as con:
         chosen, trials, stats = tune_task(con, "LaMP-4", settings, lambda: pytest.fail("no generator needed"))
     assert chosen.empty and stats["kept_default"] and "defaults are kept" in stats["why"]
+
+
+def test_without_labels_the_search_runs_its_trial_count_whatever_the_seconds(label_free_run, tmp_path):
+    """The knobs chosen without labels must not depend on the machine's load: the search stops at
+    tuning.utility_trials, not when a time share runs out (tuning.utility_budget_s is only an upper limit)."""
+    from prag_models.config.settings import load_settings
+    from prag_models.evaluation.tuning import tune_task
+    from prag_models.llm.factory import make_generator
+
+    root, _ = label_free_run
+    copy = tmp_path / "home"
+    shutil.copytree(root / "home", copy)
+    environ = {"PRAG__TUNING__UTILITY_TRIALS": "5", "PRAG__TUNING__UTILITY_BUDGET_S": "600"}
+    settings = load_settings(root / "prag.toml", home=str(copy), environ=environ)
+    with duckdb.connect(str(copy / "prag.duckdb")) as con:
+        _, trials, stats = tune_task(con, "LaMP-4", settings, lambda: make_generator(settings.generator))
+    per_method = trials.groupby("method").size()
+    assert set(per_method) == {5}, per_method
+    assert all(s["stopped_by"] == "max_trials" for s in stats["methods"].values())

@@ -174,11 +174,15 @@ class TuningSettings(Section):
     max_samples: int = 300  # train samples scored per trial (a seeded subset above this)
     seed: int = 0
     # Where no label sees a task (LaMP-4/5/7 and LaMP-1 on real files), trials are scored by the LLM's utility of
-    # their documents (docs/methods.md §6.7) on this many train samples, within these seconds per task (0: keep the
-    # defaults there). 24 samples, not 8: a trial's mean utility on 8 samples has a standard error (~0.5 nats) larger
-    # than the knobs' effects, so the best of a search was mostly noise (docs/measurements.md, tasks without labels).
+    # their documents (docs/methods.md §6.7) on this many train samples. 24 samples, not 8: a trial's mean utility on
+    # 8 samples has a standard error (~0.5 nats) larger than the knobs' effects, so the best of a search was mostly
+    # noise (docs/measurements.md, tasks without labels).
     utility_samples: int = 24
-    utility_budget_s: float = 60.0
+    # Trials per method there: a count, not seconds, so that the knobs chosen do not depend on the machine's load
+    # (16: about what 30 s per method bought on the demo's LaMP-4/5 files on 2 cores).
+    utility_trials: int = 16
+    # An upper limit on that search's seconds per task (0: keep the defaults there); statistics say when it bound.
+    utility_budget_s: float = 240.0
 
 
 class ClusteringSettings(Section):

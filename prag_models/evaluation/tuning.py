@@ -5,7 +5,8 @@ Each tunable method (prag_models.methods.knobs.KNOB_SPACE) gets an Optuna study 
 configured default; a trial retrieves for the train samples with the trial's knobs and scores them with the
 retrieval evaluation's primary metric (NDCG@k where relevance labels exist, label-hit@k otherwise). The chosen values
 are the best trial's when its paired train gain over the default has a 95 % interval above 0, else the default.
-The search stops at tuning.max_trials per method or when the method's share of tuning.budget_s is spent.
+The search stops at tuning.max_trials per method or when the method's share of tuning.budget_s is spent (scored by
+the LLM utility where no label sees the task: tuning.utility_trials, at most tuning.utility_budget_s).
 """
 
 from __future__ import annotations
@@ -127,8 +128,10 @@ def search(
     return chosen, trials, metric_name[0], gain
 
 
-def tune_method(method: str, settings: Settings, space: UserSpace, index: ProfileIndex, samples: pd.DataFrame,
-                scorer: Scorer, budget_s: float) -> tuple[dict[str, Any], list[tuple], str, Any]:  # fmt: skip
+def tune_method(
+    method: str, settings: Settings, space: UserSpace, index: ProfileIndex, samples: pd.DataFrame, scorer: Scorer,
+    budget_s: float, max_trials: int,
+) -> tuple[dict[str, Any], list[tuple], str, Any]:  # fmt: skip
     """One ClusterRAG method's search (:func:`search` over the method's knobs, ``method_space``)."""
     t = settings.tuning
 
@@ -137,28 +140,29 @@ def tune_method(method: str, settings: Settings, space: UserSpace, index: Profil
         return retrieve(method, with_knobs(settings, values), space, index, samples)
 
     default = default_values(settings, method)
-    return search(method_space(settings, method), default, lambda v: scorer(run(v)), t.seed, t.max_trials,
+    return search(method_space(settings, method), default, lambda v: scorer(run(v)), t.seed, max_trials,
                   budget_s)  # fmt: skip
 
 
 def train_scorer(
     con, task: str, settings: Settings, samples: pd.DataFrame, truth: Truth | None, generator: GeneratorSource
-) -> tuple[pd.DataFrame, Scorer | None, float, str]:
-    """(the samples a search scores, how a trial's top-k lists are scored, the search's seconds, why nothing is
-    searched): the labels where they see the task (tuning.budget_s), else the LLM utility on tuning.utility_samples
-    train samples (tuning.utility_budget_s), else no scorer and the reason the defaults are kept."""
+) -> tuple[pd.DataFrame, Scorer | None, float, int, str]:
+    """(the samples a search scores, how a trial's top-k lists are scored, the search's seconds, its trials per
+    method, why nothing is searched): the labels where they see the task (tuning.budget_s, tuning.max_trials), else
+    the LLM utility on tuning.utility_samples train samples (tuning.utility_trials, at most tuning.utility_budget_s),
+    else no scorer and the reason the defaults are kept."""
     from prag_models.evaluation.utility_objective import UtilityObjective, label_free_plan, truth_sees
 
-    k = settings.retrieval.k
+    k, t = settings.retrieval.k, settings.tuning
     if truth_sees(task, truth):
-        return samples, lambda found: score(found, samples, truth, k), settings.tuning.budget_s, ""
-    model = generator() if generator is not None and settings.tuning.utility_budget_s > 0 else None
+        return samples, lambda found: score(found, samples, truth, k), t.budget_s, t.max_trials, ""
+    model = generator() if generator is not None and t.utility_budget_s > 0 else None
     ok, why = label_free_plan(task, settings, model)
     if not ok:
-        return samples, None, 0.0, why
-    subset = samples.head(settings.tuning.utility_samples).reset_index(drop=True)
+        return samples, None, 0.0, 0, why
+    subset = samples.head(t.utility_samples).reset_index(drop=True)
     objective = UtilityObjective(con, task, settings, model)
-    return subset, lambda found: objective(found, subset), settings.tuning.utility_budget_s, ""
+    return subset, lambda found: objective(found, subset), t.utility_budget_s, t.utility_trials, ""
 
 
 def method_rows(
@@ -189,16 +193,16 @@ def train_inputs(con, task: str, settings: Settings) -> tuple[ProfileIndex, pd.D
 
 def search_inputs(
     con, task: str, settings: Settings, generator: GeneratorSource
-) -> tuple[tuple[ProfileIndex, pd.DataFrame, Scorer, float] | None, dict[str, Any]]:
-    """(the index, the samples a search scores, its scorer and seconds), or None and the statistics of a task that is
-    not searched (no train sample; no label and no utility budget: the defaults are kept)."""
+) -> tuple[tuple[ProfileIndex, pd.DataFrame, Scorer, float, int] | None, dict[str, Any]]:
+    """(the index, the samples a search scores, its scorer, seconds and trials per method), or None and the
+    statistics of a task that is not searched (no train sample; no label and no utility budget: defaults kept)."""
     index, samples, truth = train_inputs(con, task, settings)
     if samples.empty:
         return None, {"train_samples": 0}
-    samples, scorer, budget_s, why = train_scorer(con, task, settings, samples, truth, generator)
+    samples, scorer, budget_s, max_trials, why = train_scorer(con, task, settings, samples, truth, generator)
     if scorer is None:
         return None, {"train_samples": len(samples), "kept_default": True, "why": why}
-    return (index, samples, scorer, budget_s), {}
+    return (index, samples, scorer, budget_s, max_trials), {}
 
 
 def tune_task(
@@ -207,11 +211,10 @@ def tune_task(
     """Tune every tunable method of a task on its train samples: the chosen values (one row per knob), every
     trial, and statistics (train sample ids used, per method the default's and the chosen score). Without labels
     that see the task, trials are scored by the LLM utility (``generator`` loads it), else the defaults are kept."""
-    t = settings.tuning
     prepared, not_searched = search_inputs(con, task, settings, generator)
     if prepared is None:
         return pd.DataFrame(columns=TUNED_COLUMNS), pd.DataFrame(columns=TRIAL_COLUMNS), not_searched
-    index, samples, scorer, budget_s = prepared
+    index, samples, scorer, budget_s, max_trials = prepared
     space = UserSpace(con, task, settings, index.vectors.shape[1])
     planted = planted_from_table(con, task)
     space.prepare(settings, {m for method in KNOB_SPACE
@@ -220,10 +223,11 @@ def tune_task(
     stats["sample_ids"] = samples["sample_id"].astype(str).tolist()
     for method in KNOB_SPACE:
         budget = budget_s / len(KNOB_SPACE)
-        chosen, trials, metric, gain = tune_method(method, settings, space, index, samples, scorer, budget)
+        chosen, trials, metric, gain = tune_method(method, settings, space, index, samples, scorer, budget,
+                                                   max_trials)  # fmt: skip
         default = default_values(settings, method)
         rows, tried, stats["methods"][method] = method_rows(task, method, chosen, default, trials, metric, gain,
-                                                            len(samples), t.max_trials)  # fmt: skip
+                                                            len(samples), max_trials)  # fmt: skip
         # the chosen values' user clusters (the search's cached fit) and, on the demo, their ARI vs the planted truth
         stats["methods"][method] |= space.cluster_summary(with_knobs(settings, chosen), planted)
         chosen_rows += rows
@@ -252,7 +256,7 @@ def tune_cfrag(
     prepared, not_searched = search_inputs(con, task, settings, generator)
     if prepared is None:
         return pd.DataFrame(columns=TUNED_COLUMNS), pd.DataFrame(columns=TRIAL_COLUMNS), not_searched
-    index, samples, scorer, budget_s = prepared
+    index, samples, scorer, budget_s, max_trials = prepared
     users = read_rows(con, "cfrag_user_embeddings", {"task": task})
     user_emb = dict(zip(users["user_id"], column_to_matrix(users["embedding"].tolist()), strict=True))
     queries = [inference.CfragQuery(s.sample_id, s.user_id, "", np.asarray(s.embedding, dtype=np.float32),
@@ -270,8 +274,8 @@ def tune_cfrag(
 
     default = knob_values(settings, CFRAG_KNOB_SPACE)
     budget = budget_s / len(KNOB_SPACE)  # the share of each ClusterRAG method
-    chosen, trials, metric, gain = search(CFRAG_KNOB_SPACE, default, lambda v: scorer(run(v)), t.seed, t.max_trials,
+    chosen, trials, metric, gain = search(CFRAG_KNOB_SPACE, default, lambda v: scorer(run(v)), t.seed, max_trials,
                                           budget)  # fmt: skip
-    rows, tried, stats = method_rows(task, METHOD, chosen, default, trials, metric, gain, len(samples), t.max_trials)
+    rows, tried, stats = method_rows(task, METHOD, chosen, default, trials, metric, gain, len(samples), max_trials)
     return (pd.DataFrame(rows, columns=TUNED_COLUMNS), pd.DataFrame(tried, columns=TRIAL_COLUMNS),
             {"train_samples": len(samples), "methods": {METHOD: stats}})  # fmt: skip

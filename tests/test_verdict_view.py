@@ -31,6 +31,8 @@ def _table() -> pd.DataFrame:
                 "llm_n_samples": 40, "llm_decision": "confirms"}  # fmt: skip
     rows[3] |= {"evidence": "LLM utility (no labels)", "metric": "utility", "llm_decision": "no LLM evaluation",
                 "llm_n_samples": 0}  # fmt: skip
+    rows[4] |= {"evidence": "LLM utility (no labels)", "metric": "utility", "llm_metric": "rouge-1",
+                "llm_n_samples": 5}  # the generated outputs of a few samples beside the utility that decided
     rows.append(undecided("LaMP-7", "LLM utility (no labels)", "0 test samples within the budget"))
     return pd.DataFrame(rows, columns=[c for c in VERDICT_COLUMNS if c not in ("p_holm", "holm_verdict",
                                                                                 "family_size")])  # fmt: skip
@@ -57,7 +59,10 @@ def test_the_deciding_table_fits_100_columns() -> None:
     assert rows["LaMP-2"].startswith("LaMP-2 personalization")
     third = rows["LaMP-3"].split()  # wrapped cells: their words interleave line by line
     assert {"clusterrag_collaborative", "clusterrag_community", "confirms,", "n=40", "suffices"} <= set(third)
-    assert "utility +0.386 [+0.288, +0.479] 96 none" in rows["LaMP-4"]  # the utility verdict's gain in its metric
+    # a task the utility decided: its gain in that metric, and the LLM evidence is the utility, not "none" or the
+    # few generated outputs' "too few" (which only follows, named as the outputs')
+    assert "utility +0.386 [+0.288, +0.479] 96 utility" in rows["LaMP-4"]
+    assert rows["LaMP-5"].endswith("96 utility; outputs too few, n=5")
     seventh = rows["LaMP-7"].split()
     assert seventh[:5] == ["LaMP-7", "keep", "the", "baseline", "—"] and seventh[-2:] == ["0", "none"]
     assert "nothing to decide" in deciding_text(pd.DataFrame())

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from prag_models.evaluation.utility import UTILITY_METRIC
 from prag_models.evaluation.verdict import _complete
 from prag_models.evaluation.verdict_terms import IS_EVIDENCE, NO_LLM, TOO_FEW
 
@@ -42,21 +43,25 @@ def _gain(r) -> str:  # noqa: ANN001
 
 
 def _llm(r) -> str:  # noqa: ANN001
-    """The LLM evaluation of the same choice in a few words: confirms / not shown / contradicts / too few, with n."""
+    """The LLM evaluation of the same choice in a few words: confirms / not shown / contradicts / too few, with n;
+    where the LLM utility decided the task, "utility" first (the generated outputs' word follows, named so)."""
     if r.llm_decision == IS_EVIDENCE:
         return "is the evidence"
+    decided = UTILITY_METRIC if r.metric == UTILITY_METRIC else ""
     if r.llm_decision == NO_LLM or not int(r.llm_n_samples):
-        return "none"
+        return decided or "none"
     word = "too few" if r.llm_decision == TOO_FEW else str(r.llm_decision)
-    return f"{word}, n={int(r.llm_n_samples)}"
+    cell = f"{word}, n={int(r.llm_n_samples)}"
+    return f"{decided}; outputs {cell}" if decided else cell
 
 
 def _keep_whole(cell: str, column: int) -> str:
     """The LLM cell's decision as one unit for wrapping (no-break spaces, made plain again after wrapping)."""
     if column != 5 or "," not in cell:
         return cell
-    word, rest = cell.split(",", 1)
-    return word.replace(" ", NBSP) + "," + rest
+    head, _, tail = cell.rpartition("; outputs ")
+    word, rest = tail.split(",", 1)
+    return (f"{head}; outputs " if head else "") + word.replace(" ", NBSP) + "," + rest
 
 
 def deciding_rows(table: pd.DataFrame) -> list[list[str]]:

@@ -66,3 +66,28 @@ def test_the_utility_leg_says_too_few_below_its_minimum_and_confirms_above():
     assert utility_leg(scores, "clusterrag_community", 20)["llm_decision"] == "confirms"
     assert utility_leg(scores, "clusterrag_community", 40)["llm_decision"] == "too few samples to tell"
     assert utility_leg(_scores(-0.8, 0.0, 30), "clusterrag_community", 20)["llm_decision"] == "contradicts"
+
+
+def _barely_over_own(n: int = 20) -> np.ndarray:
+    """Per-sample gains over the own profile whose bootstrap interval lies just above 0 while the paired t-test's
+    one-sided p is above 2.5 % (t about 2.0 on 20 samples): the case a calibration world of the null family shipped."""
+    d = np.random.default_rng(0).normal(0.3, 1.0, n)
+    return d - d.mean() + 0.45 * d.std(ddof=1)
+
+
+def test_beating_the_own_profile_needs_the_same_test_as_beating_everybody():
+    """"ship" says collaboration beats the own profile: the interval above 0 is not enough when the paired test
+    does not reject at 2.5 % one-sided (the verdict's own p would contradict it) — "own profile suffices"."""
+    from prag_models.metrics.intervals import paired_difference, paired_p_value
+
+    over_own = _barely_over_own()
+    own_interval = paired_difference(over_own, np.zeros(len(over_own)))
+    assert own_interval.low > 0 and paired_p_value(over_own) / 2 > 0.025  # the case, as built
+    ids = [f"s{i}" for i in range(len(over_own))]
+    base = np.random.default_rng(1).normal(-3.0, 0.5, len(ids))
+    rows = [("dense_global", s, b) for s, b in zip(ids, base, strict=True)]
+    rows += [("clusterrag_community", s, b + 2.0) for s, b in zip(ids, base, strict=True)]
+    rows += [("dense", s, b + 2.0 - g) for s, b, g in zip(ids, base, over_own, strict=True)]
+    row = utility_task_verdict(pd.DataFrame(rows, columns=["method", "sample_id", "value"]),
+                               "clusterrag_community", 20, 0.01)  # fmt: skip
+    assert row["verdict"] == OWN, row

@@ -299,3 +299,18 @@ def test_the_verdict_keeps_its_error_rate_on_a_skewed_null_it_does_not_assume() 
     rng = np.random.default_rng(11)
     verdicts = [task_verdict(_skewed_null_task(rng), "ndcg@3")["verdict"] for _ in range(300)]
     assert verdicts.count(SHIP) <= 13, verdicts.count(SHIP)
+
+
+def test_beating_the_own_profile_needs_the_same_test_as_beating_everybody() -> None:
+    """With labels too: "ship" needs the own-profile gain's interval above 0 and its paired test to reject at 2.5 %
+    one-sided; an interval just above 0 with p above that says "own profile suffices"."""
+    from prag_models.evaluation.verdict import OWN
+    from prag_models.metrics.intervals import paired_difference, paired_p_value
+
+    d = np.random.default_rng(0).normal(0.3, 1.0, 20)
+    over_own = (d - d.mean() + 0.45 * d.std(ddof=1)) / 10
+    assert paired_difference(over_own, np.zeros(20)).low > 0 and paired_p_value(over_own) / 2 > 0.025
+    base = np.random.default_rng(1).uniform(0.1, 0.3, 20)
+    scores = _scores({"dense_global": base, "clusterrag_community": base + 0.5, "dense": base + 0.5 - over_own})
+    row = task_verdict(scores, "ndcg@3")
+    assert row["verdict"] == OWN, row

@@ -51,7 +51,7 @@ from prag_models.evaluation.verdict_terms import (  # noqa: F401 - re-exported: 
     llm_decision,
     power_note,
 )
-from prag_models.metrics.intervals import CONFIDENCE, holm, paired_difference, paired_p_value
+from prag_models.metrics.intervals import CONFIDENCE, holm, paired_difference, paired_p_value, shown_above
 
 VERDICT_COLUMNS = [
     "task", "evidence", "metric", "method", "value", "baseline_value", "gain", "gain_low", "gain_high", "n_samples",
@@ -88,9 +88,9 @@ def task_verdict(
     # the choosing procedure's own test (selection included): the interval alone over-ships under the null (§6.6)
     p_up, p_value = selection_p_values(scores, higher_is_better, BASELINE)
     own_x, own_y = _paired(scores, crossed.values, higher_is_better, OWN_PROFILE)
-    own = paired_difference(own_x, own_y) if len(own_x) else None
-    # Intersection-union: ship only when the choice beats both non-collaborative alternatives (no adjustment needed)
-    beats_own = own is None or own.low > 0
+    own, beats_own = shown_above(own_x, own_y) if len(own_x) else (None, True)
+    # Intersection-union: ship only when the choice beats both non-collaborative alternatives (no adjustment needed),
+    # each by its interval and its test (the interval alone is narrower than the test at small n)
     shown = gain.low > 0 and p_up < (1 - CONFIDENCE) / 2
     verdict = (SHIP if beats_own else OWN) if shown else WORSE if gain.high < 0 else KEEP
     needed, note = (0, "")

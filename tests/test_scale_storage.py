@@ -52,6 +52,20 @@ def test_an_older_float_list_table_is_migrated_on_write_and_read_either_way():
         column_to_matrix(read_arrow(con, "r")["embedding"])
 
 
+def test_a_table_first_written_by_an_empty_partition_takes_the_next_partitions_rows(tmp_path):
+    """A task with nothing to write (tuning without labels and without a utility budget) may be the first partition
+    of a table: its empty frame has no types (DuckDB: NULL columns), and the next task's rows must still land."""
+    from prag_models.evaluation.tuning import TUNED_COLUMNS
+
+    con = duckdb.connect(str(tmp_path / "t.duckdb"))
+    replace_rows(con, "tuned_settings", pd.DataFrame(columns=TUNED_COLUMNS), {"task": "LaMP-4"})
+    row = pd.DataFrame([("LaMP-2", "m", "k", "1", "2", 0.5, 0.4, "label_hit@3", 3, 10)], columns=TUNED_COLUMNS)
+    replace_rows(con, "tuned_settings", row, {"task": "LaMP-2"})
+    replace_rows(con, "tuned_settings", pd.DataFrame(columns=TUNED_COLUMNS), {"task": "LaMP-5"})  # empty again
+    assert con.execute("SELECT task, knob, score FROM tuned_settings").fetchall() == [("LaMP-2", "k", 0.5)]
+    assert _types(con, "tuned_settings")["task"] == "VARCHAR" and _types(con, "tuned_settings")["n_trials"] == "BIGINT"
+
+
 def test_query_rows_are_written_inside_duckdb_and_batches_stream():
     con = duckdb.connect()
     con.execute("CREATE TABLE src AS SELECT i, 'a' AS task FROM range(10) r(i)")

@@ -23,17 +23,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prag_models.storage.faults import maybe_fail
+from prag_models.storage.schema import _ident, column_types, migrate_columns
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Rows per Arrow record batch when a stage streams a table: with the vector index, it bounds a stage's memory.
 CHUNK_ROWS = int(os.environ.get("PRAG_CHUNK_ROWS", "16384"))
-
-
-def _ident(name: str) -> str:
-    """Validate a table/column identifier (they are interpolated into SQL)."""
-    if not _IDENT.match(name):
-        raise ValueError(f"invalid SQL identifier {name!r}")
-    return name
 
 
 #: How long an open waits for another process's lock on the DuckDB file before it fails (seconds).
@@ -322,30 +315,6 @@ class QueryRows:
 
 #: What a partition-replacing write takes: a DataFrame, an Arrow table (vector columns as FLOAT[d]) or a query.
 Rows = pd.DataFrame | pa.Table | QueryRows
-
-
-def column_types(con: duckdb.DuckDBPyConnection, source: str, params: Sequence[object] = ()) -> dict[str, str]:
-    """Column name → DuckDB type of a table, registered view or parenthesised query."""
-    rel = con.sql(f"SELECT * FROM {source} LIMIT 0", params=list(params) or None)
-    return {name: str(kind) for name, kind in zip(rel.columns, rel.types, strict=True)}
-
-
-def migrate_columns(con: duckdb.DuckDBPyConnection, table: str, incoming: dict[str, str]) -> None:
-    """Bring a table written by an older prag to the incoming columns: add the columns it lacks (NULL in old rows),
-    and turn a variable-length vector column (``FLOAT[]``) into the incoming ``FLOAT[d]`` when every stored row has
-    d values (otherwise leave it: the insert casts, readers accept both)."""
-    stored = column_types(con, table)
-    for name, kind in incoming.items():
-        if name not in stored:
-            con.execute(f'ALTER TABLE {table} ADD COLUMN "{_ident(name)}" {kind}')
-            continue
-        fixed = re.fullmatch(r"(\w+)\[(\d+)\]", kind)
-        if not fixed or stored.get(name, "") != f"{fixed.group(1)}[]":
-            continue
-        col = f'"{_ident(name)}"'
-        (ragged,) = con.execute(f"SELECT count(*) FROM {table} WHERE len({col}) <> {int(fixed.group(2))}").fetchall()[0]
-        if not ragged:
-            con.execute(f"ALTER TABLE {table} ALTER COLUMN {col} SET DATA TYPE {kind}")
 
 
 @contextmanager

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import duckdb
 import pandas as pd
 
-from prag_models.storage.store import column_types, migrate_columns
+from prag_models.storage.schema import column_types, migrate_columns
 
 
 def with_users(con: duckdb.DuckDBPyConnection, users: Sequence[str]) -> None:

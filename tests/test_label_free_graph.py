@@ -69,17 +69,20 @@ def test_pilot_and_test_samples_never_overlap(label_free_run):
     assert overlap == 0
 
 
-def test_without_a_utility_budget_the_defaults_are_kept_and_said(label_free_run, tmp_path):
-    from prag_models.config.settings import load_settings
+@pytest.mark.parametrize(("knob", "said"), [("UTILITY_BUDGET_S", "utility_budget_s = 0"),
+                                            ("UTILITY_TRIALS", "opt-in")])  # fmt: skip
+def test_without_utility_trials_or_budget_the_defaults_are_kept_and_said(label_free_run, tmp_path, knob, said):
+    from prag_models.config.settings import TuningSettings, load_settings
     from prag_models.evaluation.tuning import tune_task
 
+    assert TuningSettings().utility_trials == 0  # opt-in: tuned by the utility it shipped on null worlds
     root, _ = label_free_run
     copy = tmp_path / "home"
     shutil.copytree(root / "home", copy)
-    settings = load_settings(root / "prag.toml", home=str(copy), environ={"PRAG__TUNING__UTILITY_BUDGET_S": "0"})
+    settings = load_settings(root / "prag.toml", home=str(copy), environ={f"PRAG__TUNING__{knob}": "0"})
     with duckdb.connect(str(copy / "prag.duckdb")) as con:
         chosen, trials, stats = tune_task(con, "LaMP-4", settings, lambda: pytest.fail("no generator needed"))
-    assert chosen.empty and stats["kept_default"] and "defaults are kept" in stats["why"]
+    assert chosen.empty and stats["kept_default"] and "defaults are kept" in stats["why"] and said in stats["why"]
 
 
 def test_without_labels_the_search_runs_its_trial_count_whatever_the_seconds(label_free_run, tmp_path):

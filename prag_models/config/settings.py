@@ -178,9 +178,12 @@ class TuningSettings(Section):
     # 8 samples has a standard error (~0.5 nats) larger than the knobs' effects, so the best of a search was mostly
     # noise (docs/measurements.md, tasks without labels).
     utility_samples: int = 24
-    # Trials per method there: a count, not seconds, so that the knobs chosen do not depend on the machine's load
-    # (16: about what 30 s per method bought on the demo's LaMP-4/5 files on 2 cores).
-    utility_trials: int = 16
+    # Trials per method there (0: keep the defaults there): a count, not seconds, so that the knobs chosen do not
+    # depend on the machine's load. Off by default: tuned by the utility, clusterrag_community shipped on 5 of 7
+    # label-free alike_communities worlds (collaboration cannot help there) by escaping dense_global's top-k of one
+    # repeated text, not by collaboration; untuned, 0 of 75 (docs/measurements.md). 16 is what 30 s per method
+    # bought on the demo's LaMP-4/5 files on 2 cores (there it ships LaMP-4/5/7; untuned, LaMP-7 only).
+    utility_trials: int = 0
     # An upper limit on that search's seconds per task (0: keep the defaults there); statistics say when it bound.
     utility_budget_s: float = 240.0
 

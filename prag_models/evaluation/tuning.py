@@ -156,7 +156,7 @@ def train_scorer(
     k, t = settings.retrieval.k, settings.tuning
     if truth_sees(task, truth):
         return samples, lambda found: score(found, samples, truth, k), t.budget_s, t.max_trials, ""
-    model = generator() if generator is not None and t.utility_budget_s > 0 else None
+    model = generator() if generator is not None and t.utility_budget_s > 0 and t.utility_trials > 0 else None
     ok, why = label_free_plan(task, settings, model)
     if not ok:
         return samples, None, 0.0, 0, why

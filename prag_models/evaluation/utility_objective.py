@@ -65,7 +65,10 @@ def label_free_plan(task: str, settings: Settings, generator: Generator | None) 
     from prag_models.evaluation.utility import can_score
 
     t = settings.tuning
-    if t.utility_budget_s <= 0 or t.utility_samples <= 0:
+    if t.utility_trials <= 0 or t.utility_samples <= 0:
+        return False, ("no labels see this task and tuning.utility_trials = 0: the defaults are kept (tuning by the "
+                       "LLM utility is opt-in, docs/methods.md §6.7)")  # fmt: skip
+    if t.utility_budget_s <= 0:
         return False, "no labels see this task and tuning.utility_budget_s = 0: the defaults are kept"
     if generator is None or not can_score(generator):
         return False, "no labels see this task and the generator exposes no log-likelihoods: the defaults are kept"

@@ -47,6 +47,8 @@ CAN_HELP = {"communities": True, "split_taste": True, "no_community": False, "al
 #: Suffix of a family's sign-flip self-test rows: the verdict's own null, a check of the test's code, not of worlds.
 SELF_TEST = " sign-flip self-test"
 WILSON_GOAL = 0.05
+#: Trials per method of the opt-in tuning without labels (--tuning): the figure the docs report it with.
+UTILITY_TRIALS = 16
 
 
 def write_world_config(path: Path, home: Path, family: str, seed: int, args: argparse.Namespace) -> Path:
@@ -68,7 +70,8 @@ def write_world_config(path: Path, home: Path, family: str, seed: int, args: arg
                    tasks=[args.task], family=family)  # fmt: skip
         (files / "demo_manifest.json").unlink()
         data |= {"source": "lamp", "lamp_dir": str(files)}
-        sections |= {"generator": {"threads": args.threads}, "tuning": {"enabled": args.tuning},
+        tuning = {"enabled": args.tuning, "utility_trials": UTILITY_TRIALS if args.tuning else 0}
+        sections |= {"generator": {"threads": args.threads}, "tuning": tuning,
                      "run": {"llm_budget_s": 0}, "utility": {"max_samples": args.dev_samples}}  # fmt: skip
     import tomli_w
 
@@ -243,8 +246,8 @@ def main() -> None:
     parser.add_argument(
         "--tuning",
         action="store_true",
-        help="with --label-free: tune the knobs as the default run does (trials scored by the LLM utility on "
-        "tuning.utility_samples train samples); without it the defaults are used (faster)",
+        help=f"with --label-free: the opt-in tuning by the LLM utility (tuning.utility_trials = {UTILITY_TRIALS} "
+        "per method on tuning.utility_samples train samples); without it the defaults are used, as by default",
     )
     parser.add_argument("--workdir", default="", help="where the worlds' homes go (default: a temporary folder)")
     parser.add_argument(

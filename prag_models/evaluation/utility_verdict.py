@@ -70,10 +70,9 @@ def utility_task_verdict(scores: pd.DataFrame, chosen: str, min_samples: int, mi
     p_two = paired_p_value(x - y)
     p_up = p_two / 2 if gain.value > 0 else 1 - p_two / 2
     own_x, own_y = paired(scores, chosen, OWN_PROFILE)
-    own, own_shown = shown_above(own_x, own_y) if len(own_x) else (None, True)
+    own, beats_own = shown_above(own_x, own_y) if len(own_x) else (None, True)  # interval and test, as below
     enough = gain.n >= min_samples
     shown = enough and gain.low > 0 and p_up < (1 - CONFIDENCE) / 2
-    beats_own = own_shown  # the same test as over dense_global: an interval just above 0 is not enough
     verdict = (SHIP if beats_own else OWN) if shown else WORSE if enough and gain.high < 0 else KEEP
     needed, note = 0, ""
     if verdict == KEEP:

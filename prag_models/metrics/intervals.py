@@ -151,7 +151,7 @@ def shown_above(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray
         return gain, False
     d = np.asarray(a, dtype=np.float64).ravel() - np.asarray(b, dtype=np.float64).ravel()
     p_two = paired_p_value(d)
-    return gain, bool(gain.low > 0 and gain.value > 0 and p_two / 2 < (1 - CONFIDENCE) / 2)
+    return gain, bool(gain.low > 0 and p_two / 2 < (1 - CONFIDENCE) / 2)
 
 
 def holm(p_values: Sequence[float] | np.ndarray, alpha: float = 1 - CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:

@@ -102,3 +102,22 @@ def test_without_labels_the_search_runs_its_trial_count_whatever_the_seconds(lab
     per_method = trials.groupby("method").size()
     assert set(per_method) == {5}, per_method
     assert all(s["stopped_by"] == "max_trials" for s in stats["methods"].values())
+
+
+def test_no_ranking_shows_a_text_twice(label_free_run):
+    """LaMP-7 of a demo world repeats its tweets word for word; every method's top k holds each text once (a method
+    whose k documents are one text repeated is not compared like for like with one that shows k texts)."""
+    root, _ = label_free_run
+    with duckdb.connect(str(root / "home" / "prag.duckdb"), read_only=True) as con:
+        docs, texts = con.execute("SELECT count(*), count(DISTINCT text) FROM profile_documents "
+                                  "WHERE task = 'LaMP-7'").fetchone()  # fmt: skip
+        assert texts < docs  # the world does repeat texts
+        tables = [t for (t,) in con.execute("SHOW TABLES").fetchall() if t.endswith("_retrievals")]
+        assert {"baseline_retrievals", "clusterrag_retrievals"} <= set(tables)
+        for table in tables:
+            repeated = con.execute(
+                f"SELECT r.method, r.sample_id, count(*) - count(DISTINCT p.text) FROM {table} r JOIN "
+                "profile_documents p ON p.task = r.task AND p.user_id = r.source_user_id AND p.doc_id = r.doc_id "
+                "GROUP BY ALL HAVING count(*) > count(DISTINCT p.text)"
+            ).fetchall()
+            assert not repeated, (table, repeated[:5])

@@ -6,21 +6,20 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from prag_models.methods.profiles import ProfileIndex, Retrieved, top_by_cosine
+from prag_models.methods.profiles import DISTINCT_DEPTH, ProfileIndex, Retrieved, top_by_cosine
 from prag_models.methods.vector_index import CorpusIndex, knn_rows, merge_top_k
 
 
 def retrieve_random(index: ProfileIndex, user_id: str, k: int, rng: np.random.Generator) -> list[Retrieved]:
-    """k documents of the user's profile drawn uniformly without replacement."""
-    rows = index.visible_rows(user_id, [user_id])
-    chosen = rng.permutation(rows)[:k]
-    return index.as_retrieved(chosen, [0.0] * len(chosen))
+    """k documents of the user's profile drawn uniformly without replacement (one per text)."""
+    chosen = rng.permutation(index.visible_rows(user_id, [user_id]))
+    return index.as_retrieved(chosen, np.zeros(len(chosen)), k)
 
 
 def retrieve_recency(index: ProfileIndex, user_id: str, k: int) -> list[Retrieved]:
-    """The user's k most recent documents, newest first."""
-    rows = index.visible_rows(user_id, [user_id])[::-1][:k]
-    return index.as_retrieved(rows, [float(-i) for i in range(len(rows))])
+    """The user's k most recent documents, newest first (one per text)."""
+    rows = index.visible_rows(user_id, [user_id])[::-1]
+    return index.as_retrieved(rows, -np.arange(len(rows), dtype=np.float64), k)
 
 
 def retrieve_dense(index: ProfileIndex, user_id: str, query_vector: np.ndarray, k: int) -> list[Retrieved]:
@@ -29,7 +28,7 @@ def retrieve_dense(index: ProfileIndex, user_id: str, query_vector: np.ndarray, 
 
 
 def retrieve_bm25(index: ProfileIndex, user_id: str, query: str, k: int) -> list[Retrieved]:
-    """The user's k best documents by BM25 (bm25s, English stop words removed)."""
+    """The user's k best documents by BM25 (bm25s, English stop words removed), one per text."""
     import bm25s
 
     rows = index.visible_rows(user_id, [user_id])
@@ -39,11 +38,11 @@ def retrieve_bm25(index: ProfileIndex, user_id: str, query: str, k: int) -> list
     retriever = bm25s.BM25()
     retriever.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
     query_tokens = bm25s.tokenize([query], stopwords="en", show_progress=False)
-    n = min(k, len(rows))
+    n = min(DISTINCT_DEPTH * k, len(rows))
     if not query_tokens.vocab:
-        return index.as_retrieved(rows[:n], [0.0] * n)
+        return index.as_retrieved(rows[:n], np.zeros(n), k)
     found, scores = retriever.retrieve(query_tokens, k=n, show_progress=False)
-    return index.as_retrieved(rows[found[0]], scores[0])
+    return index.as_retrieved(rows[found[0]], scores[0], k)
 
 
 def retrieve_dense_global(
@@ -54,21 +53,22 @@ def retrieve_dense_global(
     corpus: CorpusIndex | None = None,
 ) -> list[list[Retrieved]]:
     """Not personalized: the k documents closest to each query among all the viewer may see — its own and every
-    shareable document of the others. One batched search over the shareable rows (``corpus``: exact when None, or an
-    IVF index at scale), merged with an exact search of the viewer's own unshared rows."""
+    shareable document of the others — one per text. One batched search over the shareable rows (``corpus``: exact
+    when None, or an IVF index at scale), merged with an exact search of the viewer's own unshared rows."""
     queries = np.atleast_2d(np.asarray(query_vectors, dtype=np.float32))
     corpus = corpus if corpus is not None else CorpusIndex(index.vectors)
-    scores, rows = corpus.search(queries, k, index.visible_mask(None))
+    depth = DISTINCT_DEPTH * k if index.text_keys is not None else k
+    scores, rows = corpus.search(queries, depth, index.visible_mask(None))
     by_viewer: dict[str, list[int]] = {}
     for i, viewer in enumerate(viewers):
         by_viewer.setdefault(viewer, []).append(i)
     for viewer, positions in by_viewer.items():
         if index.shares_all(viewer):  # every own row is already among the shareable ones
             continue
-        own_s, own_r = knn_rows(index.vectors, index.visible_rows(viewer, [viewer]), queries[positions], k)
-        s, r = merge_top_k([scores[positions], own_s], [rows[positions], own_r], k)
+        own_s, own_r = knn_rows(index.vectors, index.visible_rows(viewer, [viewer]), queries[positions], depth)
+        s, r = merge_top_k([scores[positions], own_s], [rows[positions], own_r], depth)
         scores, rows = _put(scores, positions, s), _put(rows, positions, r)
-    return [index.as_retrieved(r[r >= 0], s[r >= 0]) for s, r in zip(scores, rows, strict=True)]
+    return [index.as_retrieved(r[r >= 0], s[r >= 0], k) for s, r in zip(scores, rows, strict=True)]
 
 
 def _put(target: np.ndarray, positions: list[int], values: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from prag_models.methods.profiles import ProfileIndex, Retrieved, top_by_cosine
+from prag_models.methods.profiles import DISTINCT_DEPTH, ProfileIndex, Retrieved, top_by_cosine
 from prag_models.users.embeddings import normalize_rows
 
 PROFILE_MODES = ("user_only", "collaborative", "hybrid")
@@ -123,8 +123,8 @@ def index_clusters(index: ProfileIndex, rows: np.ndarray, labels: np.ndarray) ->
 def retrieve_two_stage(
     index: ProfileIndex, clusters: DocumentClusters, query_vector: np.ndarray, k: int, top_clusters: int
 ) -> tuple[list[Retrieved], int]:
-    """Pick the top-B clusters by cos(q, centroid), then the top-k documents inside them (FAISS IVF search over
-    those lists only).
+    """Pick the top-B clusters by cos(q, centroid), then the top-k documents inside them, one per text (FAISS IVF
+    search over those lists only).
 
     If the B clusters hold fewer than k documents, further clusters are added in centroid order.
     Returns the documents and the number of documents scored (the O(K + B·N/K) cost: centroids + listed documents).
@@ -143,15 +143,16 @@ def retrieve_two_stage(
     if clusters.ivf is None:  # a small pool: score the chosen lists' documents directly
         listed = np.concatenate([clusters.members[clusters.starts[c] : clusters.starts[c + 1]] for c in chosen])
         scores = index.vectors[clusters.rows[listed]] @ q[0]
-        top = np.lexsort((listed, -scores))[:k]
-        return index.as_retrieved(clusters.rows[listed[top]], scores[top]), size + n_clusters
+        top = np.lexsort((listed, -scores))
+        return index.as_retrieved(clusters.rows[listed[top]], scores[top], k), size + n_clusters
     clusters.ivf.nprobe = probe  # search_preassigned takes exactly nprobe lists per query
+    depth = DISTINCT_DEPTH * k if index.text_keys is not None else k
     scores, local = clusters.ivf.search_preassigned(
-        q, min(k, size), chosen[None, :].astype(np.int64), cos[chosen][None, :].astype(np.float32)
+        q, min(depth, size), chosen[None, :].astype(np.int64), cos[chosen][None, :].astype(np.float32)
     )
     keep = local[0] >= 0
     # FAISS returns equal scores in list order; order by (score desc, pool position) as the flat path does
     pairs = sorted(zip(-scores[0][keep], local[0][keep], strict=True))
     pool_pos = np.asarray([p for _, p in pairs], dtype=np.int64)
-    found = index.as_retrieved(clusters.rows[pool_pos], [-s for s, _ in pairs])
+    found = index.as_retrieved(clusters.rows[pool_pos], [-s for s, _ in pairs], k)
     return found, size + n_clusters

@@ -106,15 +106,15 @@ class CommunityRetriever:
         return s, r
 
     def _rerank(self, user_id: str, scores: np.ndarray, rows: np.ndarray, k: int) -> list[Retrieved]:
-        """The shortlist re-ranked by cos(q, d) + w · cos(z_u, z_author), top k."""
+        """The shortlist re-ranked by cos(q, d) + w · cos(z_u, z_author), top k (one per text)."""
         keep = rows >= 0
         candidates, scores = rows[keep], scores[keep]
         if len(candidates) == 0:
             return []
         user_term = self._z[self.index.owners.codes[candidates]] @ self._vector(user_id)
         combined = scores + self.user_weight * user_term
-        order = np.argsort(-combined, kind="stable")[:k]
-        return self.index.as_retrieved(candidates[order], combined[order])
+        order = np.argsort(-combined, kind="stable")
+        return self.index.as_retrieved(candidates[order], combined[order], k)
 
 
 def retrieve_all(retriever: CommunityRetriever, samples: Sequence[tuple[str, np.ndarray]], k: int) -> list:

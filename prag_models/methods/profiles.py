@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+#: Where a ranking is cut before its texts are compared (a FAISS top-k, a BM25 top-k), it is cut this many times
+#: deeper than k, so that k distinct texts remain unless one text fills the whole depth.
+DISTINCT_DEPTH = 10
+
 
 @dataclass(frozen=True)
 class Retrieved:
@@ -102,6 +106,8 @@ class ProfileIndex:
     shares nothing. Every read of rows goes through ``visible_rows`` (or ``visible_mask``, the same rule as a mask
     over every row, for whole-corpus searches): a viewer sees its own documents and the shareable documents of the
     others — there is no other way to a user's rows.
+
+    ``text_keys`` (a hash of each text, ``task_tables.read_profile_index``) lets every ranking show a text once.
     """
 
     doc_ids: Sequence[str]
@@ -109,6 +115,7 @@ class ProfileIndex:
     texts: Sequence[str]
     vectors: np.ndarray  # (n_docs, d), unit rows
     shareable: np.ndarray | None = None  # (n_docs,) bool; None = nothing leaves its owner
+    text_keys: np.ndarray | None = None  # (n_docs,) a hash of each text; None = every text counts as distinct
     _code_of: dict[str, int] = field(init=False, repr=False)
     _rows_by_user: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False)
     _shared_by_user: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False)
@@ -121,6 +128,8 @@ class ProfileIndex:
         if flags.shape != (n,):
             raise ValueError(f"shareable has shape {flags.shape}, expected ({n},)")
         self.shareable = flags.astype(bool, copy=False)
+        if self.text_keys is not None and np.shape(self.text_keys) != (n,):
+            raise ValueError(f"text_keys has shape {np.shape(self.text_keys)}, expected ({n},)")
         self._code_of = {u: i for i, u in enumerate(owners.names)}
         order, starts = _grouped(owners.codes, len(owners.names))
         self._rows_by_user = (order, starts)
@@ -167,7 +176,7 @@ class ProfileIndex:
 
     def with_shareable(self, shareable: np.ndarray) -> ProfileIndex:
         """The same documents under other sharing flags (the consent-cost evaluation)."""
-        return ProfileIndex(self.doc_ids, self.user_ids, self.texts, self.vectors, shareable)
+        return ProfileIndex(self.doc_ids, self.user_ids, self.texts, self.vectors, shareable, self.text_keys)
 
     def with_opted_out(self, users: Sequence[str]) -> ProfileIndex:
         """The same documents with the given users' consent withdrawn (none of their rows shareable any more)."""
@@ -175,18 +184,40 @@ class ProfileIndex:
         out = np.isin(self.owners.codes, np.asarray(codes, dtype=np.int32))
         return self.with_shareable(self.shareable & ~out)  # type: ignore[operator]
 
-    def as_retrieved(self, rows: Sequence[int], scores: Sequence[float]) -> list[Retrieved]:
-        """Wrap rows and scores into Retrieved records."""
+    def distinct(self, rows: Sequence[int] | np.ndarray, k: int | None = None) -> np.ndarray:
+        """Positions into a ranked list of rows that keep the first row of each text (``text_keys``), the first k of
+        them (all when k is None): a text repeated in a ranking — a retweet, a pasted boilerplate — shows once."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.text_keys is None or len(rows) == 0:
+            return np.arange(len(rows) if k is None else min(k, len(rows)))
+        _, first = np.unique(self.text_keys[rows], return_index=True)
+        return np.sort(first)[:k]
+
+    def as_retrieved(self, rows: Sequence[int], scores: Sequence[float], k: int | None = None) -> list[Retrieved]:
+        """Wrap a ranked list of rows and their scores into Retrieved records; with k, the first k distinct texts
+        (callers pass candidates deeper than k, ``DISTINCT_DEPTH`` × k where the ranking is cut early)."""
+        rows, scores = np.asarray(rows, dtype=np.int64), np.asarray(scores, dtype=np.float64)
+        if k is not None:
+            keep = self.distinct(rows, k)
+            rows, scores = rows[keep], scores[keep]
         return [
             Retrieved(int(r), self.doc_ids[int(r)], self.user_ids[int(r)], float(s))
             for r, s in zip(rows, scores, strict=True)
         ]
 
 
+def text_keys_of(texts: Sequence[str]) -> np.ndarray:
+    """A 64-bit hash of each text (pandas' vectorised hash): equal texts, equal keys — ``ProfileIndex.text_keys`` for
+    an index built from texts in memory (``read_profile_index`` has DuckDB hash them instead)."""
+    import pandas as pd
+
+    return pd.util.hash_array(np.asarray(list(texts), dtype=object)).astype(np.uint64)
+
+
 def top_by_cosine(index: ProfileIndex, rows: np.ndarray, query_vector: np.ndarray, k: int) -> list[Retrieved]:
-    """The k rows most similar to the query vector (ties keep profile order)."""
+    """The k rows most similar to the query vector, one per text (ties keep profile order)."""
     if len(rows) == 0:
         return []
     scores = index.vectors[rows] @ np.asarray(query_vector, dtype=np.float32)
-    order = np.argsort(-scores, kind="stable")[:k]
-    return index.as_retrieved(rows[order], scores[order])
+    order = np.argsort(-scores, kind="stable")
+    return index.as_retrieved(rows[order], scores[order], k)

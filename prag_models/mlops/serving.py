@@ -26,7 +26,7 @@ from prag_models.data.tasks import extract_query
 from prag_models.generation.answers import answer_cached, lamp_prompt
 from prag_models.generation.prompts import parse_output, prompt_document
 from prag_models.methods import clusterrag
-from prag_models.methods.profiles import ProfileIndex, Retrieved
+from prag_models.methods.profiles import ProfileIndex, Retrieved, text_keys_of
 from prag_models.storage.store import column_to_matrix
 from prag_models.users.embeddings import mean_user_embeddings, normalize_rows
 
@@ -85,6 +85,7 @@ def task_documents(task: str, docs: pd.DataFrame) -> TaskDocuments:
         docs["text"].tolist(),
         column_to_matrix(docs["embedding"].tolist()),
         docs["shareable"].to_numpy(dtype=bool) if "shareable" in docs else None,
+        text_keys_of(docs["text"].tolist()),
     )
     fields = [json.loads(f or "{}") for f in docs["fields_json"]]
     shown = [prompt_document(task, t, f) for t, f in zip(docs["text"], fields, strict=True)]
@@ -139,7 +140,7 @@ def read_task_index(con: duckdb.DuckDBPyConnection, task: str, default_share: bo
     finally:
         con.execute(f"SET memory_limit = '{limit}'")
     shareable = shareable_mask(con, task, user_ids, doc_ids, default_share)
-    return ProfileIndex(doc_ids, user_ids, texts, vectors, shareable), models
+    return ProfileIndex(doc_ids, user_ids, texts, vectors, shareable, text_keys_of(texts)), models
 
 
 def encode_task_users(

@@ -89,13 +89,14 @@ def lamp_pbr_settings(pbr: PbrSettings) -> PbrSettings:
 
 
 def lamp_expansion_items(index: ProfileIndex, samples: pd.DataFrame, pbr: PbrSettings) -> list[tuple]:
-    """(sample id, query, top-k1 own document texts by cosine) of every sample with a profile: P-PRF's input."""
+    """(sample id, query, top-k1 own document texts by cosine, each text once) of every sample with a profile:
+    P-PRF's input."""
     items = []
     for s in samples.itertuples():
         rows = index.visible_rows(s.user_id, [s.user_id])
         if len(rows):
-            top = top_k_prf(np.asarray(s.embedding, dtype=np.float32), index.vectors[rows], pbr.k1)
-            items.append((s.sample_id, s.query, [index.texts[rows[i]] for i in top]))
+            ranked = rows[top_k_prf(np.asarray(s.embedding, dtype=np.float32), index.vectors[rows], len(rows))]
+            items.append((s.sample_id, s.query, [index.texts[r] for r in ranked[index.distinct(ranked, pbr.k1)]]))
     return items
 
 
@@ -117,7 +118,8 @@ def pbr_lamp_rows(
     expansions: dict[str, PbrExpansion],
     embed: Callable[[Sequence[str]], np.ndarray],
 ) -> list[tuple]:
-    """Rows (RETRIEVAL_COLUMNS) of the top-k own-profile documents by inner product with each method's q*."""
+    """Rows (RETRIEVAL_COLUMNS) of the top-k own-profile documents by inner product with each method's q*, each
+    text once."""
     texts = list(
         dict.fromkeys(t for e in expansions.values() for t in (*e.pseudo_utterances, e.reasoning) if t.strip())
     )
@@ -137,20 +139,10 @@ def pbr_lamp_rows(
                                     *fusion_weights_of(pbr))  # fmt: skip
         for m in methods:
             scores = docs @ vectors[LAMP_METHODS[m]]
-            order = np.argsort(-scores, kind="stable")[:k]
-            out += [
-                (
-                    task,
-                    m,
-                    s.sample_id,
-                    s.user_id,
-                    rank,
-                    index.doc_ids[rows[i]],
-                    index.user_ids[rows[i]],
-                    float(scores[i]),
-                )
-                for rank, i in enumerate(order, 1)
-            ]
+            order = np.argsort(-scores, kind="stable")
+            found = index.as_retrieved(rows[order], scores[order], k)
+            out += [(task, m, s.sample_id, s.user_id, rank, r.doc_id, r.source_user_id, r.score)
+                    for rank, r in enumerate(found, 1)]  # fmt: skip
     return out
 
 

@@ -34,16 +34,16 @@ def per_user_top_k(
     k: int,
     scores_of: Callable[[np.ndarray], np.ndarray],
 ) -> list[Retrieved]:
-    """The top-k docs of each user in turn by ``scores_of(rows)`` (ties keep profile order): m·k candidates (§2.4);
-    only the documents the viewer may see (docs/privacy.md)."""
+    """The top-k docs of each user in turn by ``scores_of(rows)`` (ties keep profile order; one per text): m·k
+    candidates (§2.4); only the documents the viewer may see (docs/privacy.md)."""
     out: list[Retrieved] = []
     for user in dict.fromkeys(users):
         rows = index.visible_rows(viewer, [user])
         if len(rows) == 0:
             continue
         scores = np.asarray(scores_of(rows), dtype=np.float32)
-        order = np.argsort(-scores, kind="stable")[:k]
-        out += index.as_retrieved(rows[order], scores[order])
+        order = np.argsort(-scores, kind="stable")
+        out += index.as_retrieved(rows[order], scores[order], k)
     return out
 
 

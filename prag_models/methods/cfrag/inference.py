@@ -114,7 +114,7 @@ def retrieve(
         else:
             correction = np.asarray([reranked[(v.reranker, q.sample_id, x.row)] for x in found], dtype=np.float32)
             scores = first + correction if residual[v.reranker] else correction
-        out[(q.sample_id, v.method)] = top_final(found, scores, k)
+        out[(q.sample_id, v.method)] = top_final(found, scores, k, index)
     return out
 
 

@@ -82,8 +82,9 @@ class UntrainedCfrag:
                 if not len(rows):
                     continue
                 s = ((1.0 - alpha) * relevance + alpha * personal).astype(np.float32)
-                order = np.argsort(-s, kind="stable")[:per_user]
-                found += self.index.as_retrieved(rows[order], s[order])
-                scores.append(s[order])
-            out.append(top_final(found, np.concatenate(scores) if scores else np.zeros(0, np.float32), k))
+                order = np.argsort(-s, kind="stable")
+                kept = self.index.as_retrieved(rows[order], s[order], per_user)
+                found += kept
+                scores.append(np.asarray([x.score for x in kept], dtype=np.float32))
+            out.append(top_final(found, np.concatenate(scores) if scores else np.zeros(0, np.float32), k, self.index))
         return out

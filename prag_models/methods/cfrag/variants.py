@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from prag_models.config.settings import Settings
-from prag_models.methods.profiles import Retrieved
+from prag_models.methods.profiles import ProfileIndex, Retrieved
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,11 @@ def final_k(settings: Settings) -> int:
     return settings.cfrag.final_k or settings.retrieval.k
 
 
-def top_final(candidates: Sequence[Retrieved], scores: np.ndarray, k: int) -> list[Retrieved]:
-    """The k candidates with the highest scores (ties keep candidate order), carrying those scores."""
-    order = np.argsort(-np.asarray(scores, dtype=np.float32), kind="stable")[:k]
+def top_final(candidates: Sequence[Retrieved], scores: np.ndarray, k: int, index: ProfileIndex) -> list[Retrieved]:
+    """The k candidates with the highest scores, one per text of the index (ties keep candidate order), carrying
+    those scores."""
+    order = np.argsort(-np.asarray(scores, dtype=np.float32), kind="stable")
+    order = order[index.distinct([candidates[i].row for i in order], k)]
     return [
         Retrieved(candidates[i].row, candidates[i].doc_id, candidates[i].source_user_id, float(scores[i]))
         for i in order

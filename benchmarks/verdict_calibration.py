@@ -47,8 +47,6 @@ CAN_HELP = {"communities": True, "split_taste": True, "no_community": False, "al
 #: Suffix of a family's sign-flip self-test rows: the verdict's own null, a check of the test's code, not of worlds.
 SELF_TEST = " sign-flip self-test"
 WILSON_GOAL = 0.05
-#: Trials per method of the opt-in tuning without labels (--tuning): the figure the docs report it with.
-UTILITY_TRIALS = 16
 
 
 def write_world_config(path: Path, home: Path, family: str, seed: int, args: argparse.Namespace) -> Path:
@@ -70,7 +68,7 @@ def write_world_config(path: Path, home: Path, family: str, seed: int, args: arg
                    tasks=[args.task], family=family)  # fmt: skip
         (files / "demo_manifest.json").unlink()
         data |= {"source": "lamp", "lamp_dir": str(files)}
-        tuning = {"enabled": args.tuning, "utility_trials": UTILITY_TRIALS if args.tuning else 0}
+        tuning = {"enabled": args.tuning} | ({} if args.tuning else {"utility_trials": 0})
         sections |= {"generator": {"threads": args.threads}, "tuning": tuning,
                      "run": {"llm_budget_s": 0}, "utility": {"max_samples": args.dev_samples}}  # fmt: skip
     import tomli_w
@@ -246,8 +244,8 @@ def main() -> None:
     parser.add_argument(
         "--tuning",
         action="store_true",
-        help=f"with --label-free: the opt-in tuning by the LLM utility (tuning.utility_trials = {UTILITY_TRIALS} "
-        "per method on tuning.utility_samples train samples); without it the defaults are used, as by default",
+        help="with --label-free: the tuning by the LLM utility, as by default (tuning.utility_trials per method "
+        "on tuning.utility_samples train samples); without it every knob keeps its default",
     )
     parser.add_argument("--workdir", default="", help="where the worlds' homes go (default: a temporary folder)")
     parser.add_argument(

@@ -70,12 +70,12 @@ def test_pilot_and_test_samples_never_overlap(label_free_run):
 
 
 @pytest.mark.parametrize(("knob", "said"), [("UTILITY_BUDGET_S", "utility_budget_s = 0"),
-                                            ("UTILITY_TRIALS", "opt-in")])  # fmt: skip
+                                            ("UTILITY_TRIALS", "utility_trials = 0")])  # fmt: skip
 def test_without_utility_trials_or_budget_the_defaults_are_kept_and_said(label_free_run, tmp_path, knob, said):
     from prag_models.config.settings import TuningSettings, load_settings
     from prag_models.evaluation.tuning import tune_task
 
-    assert TuningSettings().utility_trials == 0  # opt-in: tuned by the utility it shipped on null worlds
+    assert TuningSettings().utility_trials > 0  # on by default since every ranking shows a text once
     root, _ = label_free_run
     copy = tmp_path / "home"
     shutil.copytree(root / "home", copy)

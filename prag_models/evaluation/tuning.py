@@ -151,12 +151,17 @@ def train_scorer(
     method, why nothing is searched): the labels where they see the task (tuning.budget_s, tuning.max_trials), else
     the LLM utility on tuning.utility_samples train samples (tuning.utility_trials, at most tuning.utility_budget_s),
     else no scorer and the reason the defaults are kept."""
-    from prag_models.evaluation.utility_objective import UtilityObjective, label_free_plan, truth_sees
+    from prag_models.evaluation.utility_objective import (
+        UtilityObjective,
+        label_free_plan,
+        truth_sees,
+        utility_tuning_asked,
+    )
 
     k, t = settings.retrieval.k, settings.tuning
     if truth_sees(task, truth):
         return samples, lambda found: score(found, samples, truth, k), t.budget_s, t.max_trials, ""
-    model = generator() if generator is not None and t.utility_budget_s > 0 and t.utility_trials > 0 else None
+    model = generator() if generator is not None and utility_tuning_asked(settings) else None
     ok, why = label_free_plan(task, settings, model)
     if not ok:
         return samples, None, 0.0, 0, why

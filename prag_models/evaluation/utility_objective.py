@@ -60,14 +60,19 @@ class UtilityObjective:
         return UTILITY_METRIC, per_token(logliks, tokens)
 
 
+def utility_tuning_asked(settings: Settings) -> bool:
+    """Whether the settings ask for tuning by the LLM utility at all (trials, samples and seconds above 0)."""
+    t = settings.tuning
+    return t.utility_trials > 0 and t.utility_samples > 0 and t.utility_budget_s > 0
+
+
 def label_free_plan(task: str, settings: Settings, generator: Generator | None) -> tuple[bool, str]:
     """(whether the utility can tune the task, why not when it cannot)."""
     from prag_models.evaluation.utility import can_score
 
     t = settings.tuning
     if t.utility_trials <= 0 or t.utility_samples <= 0:
-        return False, ("no labels see this task and tuning.utility_trials = 0: the defaults are kept (tuning by the "
-                       "LLM utility is opt-in, docs/methods.md §6.7)")  # fmt: skip
+        return False, "no labels see this task and tuning.utility_trials = 0: the defaults are kept"
     if t.utility_budget_s <= 0:
         return False, "no labels see this task and tuning.utility_budget_s = 0: the defaults are kept"
     if generator is None or not can_score(generator):

@@ -17,8 +17,9 @@ import numpy as np
 
 #: Rows gathered at once by the exact search (memory: BLOCK_ROWS × d floats).
 BLOCK_ROWS = 65_536
-#: Queries re-scored at once after an IVF search (memory: QUERY_BLOCK × candidates × d floats).
-QUERY_BLOCK = 2048
+#: (query, candidate) pairs re-scored at once after an IVF search (memory: RESCORE_PAIRS × d floats, about 38 MB at
+#: d = 384), so a deeper search (a ranking cut 10 × k deep to keep k distinct texts) re-scores fewer queries at once.
+RESCORE_PAIRS = 24_576
 #: Up to this many (query, row) pairs the exact search is one NumPy product.
 SMALL = 1 << 20
 
@@ -152,9 +153,10 @@ class CorpusIndex:
         params = faiss.SearchParametersIVF(sel=selector, nprobe=self.nprobe)
         _, cand = self.ivf.search(q, self.rescore * k, params=params)  # type: ignore[attr-defined]
         out_s, out_r = [], []
-        for start in range(0, len(q), QUERY_BLOCK):
-            c = cand[start : start + QUERY_BLOCK]
-            s = np.einsum("qcd,qd->qc", self.vectors[np.maximum(c, 0)], q[start : start + QUERY_BLOCK])
+        block = max(1, RESCORE_PAIRS // max(1, cand.shape[1]))
+        for start in range(0, len(q), block):
+            c = cand[start : start + block]
+            s = np.einsum("qcd,qd->qc", self.vectors[np.maximum(c, 0)], q[start : start + block])
             s, r = merge_top_k([s], [c], k)
             out_s.append(s)
             out_r.append(r)

@@ -71,5 +71,7 @@ def test_distinct_keeps_the_first_of_each_text_in_ranking_order():
     index = _index(keys=True)
     assert index.distinct([4, 0, 2, 6, 3], 3).tolist() == [0, 2, 4]
     assert index.distinct([4, 0, 2]).tolist() == [0, 2]
+    # a ranking longer than DISTINCT_DEPTH x k whose head holds one text: the second text is found past the head
+    assert index.distinct([0, 1, 4, 6] * 5 + [2], 2).tolist() == [0, 20]
     with pytest.raises(ValueError, match="text_keys has shape"):
         ProfileIndex(["a"], ["u"], ["t"], _vectors()[:1], None, np.zeros(2, dtype=np.uint64))

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from prag_models.methods.profiles import DISTINCT_DEPTH, ProfileIndex, Retrieved, top_by_cosine
+from prag_models.methods.profiles import ProfileIndex, Retrieved, top_by_cosine
 from prag_models.methods.vector_index import CorpusIndex, knn_rows, merge_top_k
 
 
@@ -38,7 +38,7 @@ def retrieve_bm25(index: ProfileIndex, user_id: str, query: str, k: int) -> list
     retriever = bm25s.BM25()
     retriever.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
     query_tokens = bm25s.tokenize([query], stopwords="en", show_progress=False)
-    n = min(DISTINCT_DEPTH * k, len(rows))
+    n = min(index.depth(k), len(rows))
     if not query_tokens.vocab:
         return index.as_retrieved(rows[:n], np.zeros(n), k)
     found, scores = retriever.retrieve(query_tokens, k=n, show_progress=False)
@@ -57,7 +57,7 @@ def retrieve_dense_global(
     when None, or an IVF index at scale), merged with an exact search of the viewer's own unshared rows."""
     queries = np.atleast_2d(np.asarray(query_vectors, dtype=np.float32))
     corpus = corpus if corpus is not None else CorpusIndex(index.vectors)
-    depth = DISTINCT_DEPTH * k if index.text_keys is not None else k
+    depth = index.depth(k)
     scores, rows = corpus.search(queries, depth, index.visible_mask(None))
     by_viewer: dict[str, list[int]] = {}
     for i, viewer in enumerate(viewers):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from prag_models.methods.profiles import DISTINCT_DEPTH, ProfileIndex, Retrieved, top_by_cosine
+from prag_models.methods.profiles import ProfileIndex, Retrieved, top_by_cosine
 from prag_models.users.embeddings import normalize_rows
 
 PROFILE_MODES = ("user_only", "collaborative", "hybrid")
@@ -146,7 +146,7 @@ def retrieve_two_stage(
         top = np.lexsort((listed, -scores))
         return index.as_retrieved(clusters.rows[listed[top]], scores[top], k), size + n_clusters
     clusters.ivf.nprobe = probe  # search_preassigned takes exactly nprobe lists per query
-    depth = DISTINCT_DEPTH * k if index.text_keys is not None else k
+    depth = index.depth(k)
     scores, local = clusters.ivf.search_preassigned(
         q, min(depth, size), chosen[None, :].astype(np.int64), cos[chosen][None, :].astype(np.float32)
     )

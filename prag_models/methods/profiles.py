@@ -190,8 +190,16 @@ class ProfileIndex:
         rows = np.asarray(rows, dtype=np.int64)
         if self.text_keys is None or len(rows) == 0:
             return np.arange(len(rows) if k is None else min(k, len(rows)))
+        if k is not None and len(rows) > self.depth(k):  # a long ranking: its head usually holds k texts
+            head = self.distinct(rows[: self.depth(k)], k)
+            if len(head) == k:
+                return head
         _, first = np.unique(self.text_keys[rows], return_index=True)
         return np.sort(first)[:k]
+
+    def depth(self, k: int) -> int:
+        """How deep to cut a ranking so that k distinct texts remain: ``DISTINCT_DEPTH`` × k, or k without keys."""
+        return DISTINCT_DEPTH * k if self.text_keys is not None else k
 
     def as_retrieved(self, rows: Sequence[int], scores: Sequence[float], k: int | None = None) -> list[Retrieved]:
         """Wrap a ranked list of rows and their scores into Retrieved records; with k, the first k distinct texts

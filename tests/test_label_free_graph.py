@@ -121,3 +121,28 @@ def test_no_ranking_shows_a_text_twice(label_free_run):
                 "GROUP BY ALL HAVING count(*) > count(DISTINCT p.text)"
             ).fetchall()
             assert not repeated, (table, repeated[:5])
+
+
+def test_a_run_of_label_free_tasks_alone_ends_with_verdicts_decided_by_the_utility(tmp_path):
+    """Issue 48, defect 0: with no task that labels can score, the retrieval evaluation still writes its (empty)
+    tables, its blocking check passes, and the LLM utility decides every task (it failed on the missing table)."""
+    tasks = ["LaMP-4", "LaMP-5", "LaMP-7"]
+    files = tmp_path / "lamp"
+    write_demo(files, users=24, communities=3, dev_samples=16, seed=13, tasks=tasks)
+    (files / "demo_manifest.json").unlink()
+    config = write_config(
+        tmp_path / "prag.toml", tmp_path / "home", generator_backend="fake",
+        data={"source": "lamp", "lamp_dir": str(files), "tasks": tasks},
+        tuning={"enabled": True, "budget_s": 2.0, "utility_budget_s": 2.0, "utility_samples": 4, "utility_trials": 2},
+        utility={"pilot_samples": 4, "min_samples": 4},
+    )  # fmt: skip
+    result = materialize_graph(config, tasks, raise_on_error=False)
+    failed = [e.asset_check_key.name for e in result.get_asset_check_evaluations() if not e.passed]
+    assert result.success and not failed, failed
+    from prag_models.evaluation.verdict import verdicts_from_store
+
+    with duckdb.connect(str(tmp_path / "home" / "prag.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM lamp_retrieval_evaluation").fetchone()[0] == 0
+        verdicts = verdicts_from_store(con, min_utility_samples=4).set_index("task")
+    assert set(verdicts.index) == set(tasks)
+    assert set(verdicts["evidence"]) == {"LLM utility (no labels)"}, verdicts["evidence"]

@@ -13,7 +13,7 @@ from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.settings import PragSettingsResource
 from prag_models.evaluation import retrieval as rev
 from prag_models.evaluation.report import primary_by_task
-from prag_models.stages.retrieval_evaluation import retrieval_evaluation_tables
+from prag_models.stages.retrieval_evaluation import empty_tables, retrieval_evaluation_tables
 from prag_models.storage.store import replace_many
 
 GROUP = "evaluation"
@@ -36,14 +36,14 @@ def lamp_retrieval_evaluation(
     def score(step: TaskStep) -> dict | None:
         """Score one task's retrievals (nothing without labels); its partition shows its tables."""
         scored, task_stats = retrieval_evaluation_tables(step.con, step.task, settings.retrieval.k)
-        if scored is None:
-            context.log.warning(f"{step.task}: no relevance labels and no document labels: nothing to score")
-            return None
-        scores, summary, comparison = scored
+        scores, summary, comparison = scored or empty_tables()
         where = {"task": step.task}
         replace_many(step.con, [("lamp_retrieval_sample_scores", scores, where),
                                 ("lamp_retrieval_evaluation", summary, where),
                                 ("lamp_retrieval_comparisons", comparison, where)])  # fmt: skip
+        if scored is None:  # the tables exist with no rows for the task: its LLM utility decides it
+            context.log.warning(f"{step.task}: no relevance labels and no document labels: nothing to score")
+            return None
         summaries.append(summary)
         comparisons.append(comparison)
         step.shown.update({"primary_metric": frame_table(primary_by_task(summary)),

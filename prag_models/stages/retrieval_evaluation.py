@@ -44,6 +44,20 @@ def load_truth(
 
 #: (per-sample scores, summary, comparisons) of one task, or None when nothing can be scored.
 Scored = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
+_TYPES = {"task": "object", "method": "object", "metric": "object", "baseline": "object", "sample_id": "object",
+          "value": "float64", "ci_low": "float64", "ci_high": "float64", "difference": "float64",
+          "n_samples": "int64", "is_primary": "bool", "better": "bool", "worse": "bool"}  # fmt: skip
+
+
+def empty_tables() -> Scored:
+    """The three tables of a task no label can score, with no rows: written so that a task's stale rows go and a run
+    whose tasks all lack labels still has the tables its checks and the verdict read (issue 48, defect 0)."""
+
+    def frame(columns: list[str]) -> pd.DataFrame:
+        return pd.DataFrame({c: pd.Series(dtype=_TYPES[c]) for c in columns})
+
+    return (frame(["method", "sample_id", "metric", "value", "task"]), frame(rev.SUMMARY_COLUMNS),
+            frame(rev.COMPARISON_COLUMNS))  # fmt: skip
 
 
 def retrieval_evaluation_tables(con, task: str, k: int) -> tuple[Scored | None, dict[str, Any]]:

@@ -16,14 +16,18 @@ def preview(df: pd.DataFrame, rows: int = 5) -> dg.MetadataValue:
 
 
 def progress_logger(context: dg.AssetExecutionContext, what: str, every: float = 0.1) -> Callable[[int, int], None]:
-    """A progress callback logging 'what: done/total' about every 10 %."""
-    state = {"last": -1.0}
+    """A progress callback logging 'what: done/total' about every 10 %, with the time left at the rate so far."""
+    import time
+
+    state = {"last": -1.0, "started": time.perf_counter()}
 
     def log(done: int, total: int) -> None:
         frac = done / total if total else 1.0
         if frac - state["last"] >= every or done == total:
             state["last"] = frac
-            context.log.info(f"{what}: {done}/{total} ({frac:.0%})")
+            spent = time.perf_counter() - state["started"]
+            left = f", about {spent * (total - done) / done:.0f} s left" if 0 < done < total else ""
+            context.log.info(f"{what}: {done}/{total} ({frac:.0%}){left}")
 
     return log
 

@@ -20,7 +20,7 @@ MUST_CHANGE: dict[str, set[str]] = {
     "retrieval": {"retrieval", "clustering", "pbr", "privacy", "tuning", "embedder", "generator", "data", "prompt"},
     "cfrag": {"cfrag", "retrieval", "generator", "prompt", "clustering", "privacy", "tuning", "embedder"},
     "generation": {"generator", "prompt", "retrieval", "data"},
-    "evaluation": {"retrieval", "generator", "prompt", "utility", "run", "data"},
+    "evaluation": {"retrieval", "generator", "prompt", "utility", "data"},
     "retrieval_eval": {"pbr", "embedder", "retrieval", "tuning", "generator", "data"},
     "user_shards": {"embedder", "generator", "pbr", "cfrag", "prompt", "privacy", "retrieval"},
 }

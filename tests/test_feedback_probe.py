@@ -156,10 +156,13 @@ def test_the_probe_decides_on_fresh_samples_as_many_as_the_pilot_says_it_needs(p
         pilot = fp.probe_sample_ids(ids, truth, small)
         rest = [s for s in fp.informative_ids(ids, truth) if s not in pilot]
         strong, weak = np.array([0.9, 1.0, 1.1]), np.array([-0.4, 0.1, 0.6])
-        planned = len(fp.second_stage_ids(ids, truth, pilot, strong, small))
+        planned = len(fp.second_stage_ids(ids, truth, pilot, strong, small)[0])
         assert 2 <= planned <= 3 < len(rest)  # a t-test needs about 3 even at a huge effect
-        assert len(fp.second_stage_ids(ids, truth, pilot, weak, small)) == len(rest)  # a weak effect needs them all
-        assert not set(fp.second_stage_ids(ids, truth, pilot, weak, small)) & set(pilot)
+        weak_stage, needed = fp.second_stage_ids(ids, truth, pilot, weak, small)
+        assert len(weak_stage) == needed == len(rest)  # a weak effect needs them all
+        assert not set(weak_stage) & set(pilot)
+        # a time budget that pays fewer than the power needs labels none of them (nothing decided on too few)
+        assert fp.second_stage_ids(ids, truth, pilot, weak, small, affordable=len(rest) - 1) == ([], len(rest))
         good = KnownTeacher(gains, signal=3.0, noise=0.3, name="good-two-stage")
         known = label_task(con, TASK, small, good)
     probe = known["probe"]

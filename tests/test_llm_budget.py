@@ -39,7 +39,7 @@ def test_the_budget_sizes_the_count_and_never_exceeds_the_configured_one() -> No
     assert chosen[1].cut and not chosen[3].cut and "cut from 8" in chosen[1].line()
 
 
-def test_the_plan_is_measured_once_and_reused_while_the_settings_stay(tmp_path) -> None:
+def test_the_speeds_are_measured_once_per_machine_and_generator_and_the_plan_follows_the_settings(tmp_path) -> None:
     s = _settings(llm_eval_samples=4)
     t = measure(FakeGenerator(), s)
     assert t.generated_s >= 0 and t.measured_in_s < 5
@@ -52,8 +52,10 @@ def test_the_plan_is_measured_once_and_reused_while_the_settings_stay(tmp_path) 
     first, reused = plan_run(s, tmp_path / "plan.json", make)
     again, reused_again = plan_run(s, tmp_path / "plan.json", make)
     assert (reused, reused_again, len(loaded)) == (False, True, 1) and again.chosen == first.chosen == 4
-    other = _settings(llm_eval_samples=3)
-    assert plan_run(other, tmp_path / "plan.json", make)[0].chosen == 3 and len(loaded) == 2
+    other = _settings(llm_eval_samples=3)  # another plan from the stored speeds: nothing measured again
+    assert plan_run(other, tmp_path / "plan.json", make)[0].chosen == 3 and len(loaded) == 1
+    slower = other.model_copy(update={"generator": other.generator.model_copy(update={"threads": 1})})
+    assert plan_run(slower, tmp_path / "plan.json", make)[0].chosen == 3 and len(loaded) == 2  # measured again
 
 
 def test_the_probe_times_the_tasks_own_prompts_not_the_maximal_length(tmp_path) -> None:
@@ -129,12 +131,13 @@ def test_on_a_slow_machine_the_measurement_stops_once_each_kind_is_timed(tmp_pat
     monkeypatch.setattr(llm_budget, "MEASURE_SHARE", 0.0)  # the cap is passed after the first timed prompt
     t = measure(generator, s, prompts)
     # warm-up, LaMP-1 scored (cap passed, no generated prompt yet), LaMP-2 and LaMP-3 scored too: the loop moves on
-    # until LaMP-4 is generated, then stops; then the fresh-prompt call and one P-PRF prompt
-    assert generator.timed.count("scored") == 3 and t.scored_s > 0.04 and t.generated_s > 0.04
+    # until LaMP-4 is generated, then stops; then the fresh-prompt call, one utility prompt (scored) and one P-PRF
+    assert generator.timed.count("scored") == 3 + 1 and t.scored_s > 0.04 and t.generated_s > 0.04
+    assert t.utility_s > 0.04 and t.per_utility_prompt() == t.utility_s
     pbr = 1 if "pbr" in s.retrieval.methods else 0
     assert generator.timed.count("generated") == 1 + 1 + 1 + pbr  # warm-up, LaMP-4, fresh prompt, P-PRF
     monkeypatch.setattr(llm_budget, "MEASURE_MIN_S", 1000.0)
     generator.timed.clear()
     measure(generator, s, prompts)
-    assert generator.timed.count("scored") == 3  # every prompt, below
+    assert generator.timed.count("scored") == 3 + 1  # every prompt, below, and the utility prompt
     assert generator.timed.count("generated") == 1 + 2 + 1 + 4 * pbr

@@ -20,6 +20,11 @@ RETRIEVAL_EVAL_GROUP = "retrieval_eval"
 RETRIEVAL_EVAL_JOB = "prag_retrieval_eval"
 #: The lifecycle round's retraining (`prag lifecycle`): CFRAG's models and everything downstream of them.
 RETRAIN_JOB = "prag_retrain"
+#: The LLM evidence that continues the main job (`prag evidence`, issue 47): the utility tests the main job's budget
+#: deferred, funded from run.evidence_budget_s, and what reads them (the report, the promotion evidence).
+EVIDENCE_JOB = "prag_llm_evidence"
+#: The run tag that tells llm_utility which budget it spends (run.evidence_budget_s in the evidence run).
+PHASE_TAG, EVIDENCE_PHASE = "prag/phase", "llm_evidence"
 
 #: The main pipeline's selection: `prag materialize`'s `--select 'not group:retrieval_eval'`.
 DEMO_SELECTION = dg.AssetSelection.all() - dg.AssetSelection.groups(RETRIEVAL_EVAL_GROUP)
@@ -64,6 +69,15 @@ def retrieval_eval_job() -> dg.UnresolvedAssetJobDefinition:
     return dg.define_asset_job(RETRIEVAL_EVAL_JOB, selection=dg.AssetSelection.groups(RETRIEVAL_EVAL_GROUP),
                                description="The retrieval evaluation on real PersonaBench / LongMemEval samples "
                                "(data.real_data_dir), as `prag materialize` runs it after prag_demo.")  # fmt: skip
+
+
+def evidence_job() -> dg.UnresolvedAssetJobDefinition:
+    """`prag_llm_evidence`: the LLM utility and what reads it, tagged as the evidence phase."""
+    selection = dg.AssetSelection.assets("llm_utility").downstream() - dg.AssetSelection.groups(RETRIEVAL_EVAL_GROUP)
+    return dg.define_asset_job(EVIDENCE_JOB, selection=selection, tags={PHASE_TAG: EVIDENCE_PHASE},
+                               description="The LLM evidence that continues the main job (prag evidence): the "
+                               "utility tests its budget deferred, within run.evidence_budget_s, continuing from the "
+                               "cached scores; then the report and the promotion evidence.")  # fmt: skip
 
 
 def retrain_job() -> dg.UnresolvedAssetJobDefinition:

@@ -19,9 +19,9 @@ from typing import Any
 import dagster as dg
 
 #: The settings sections that change the rows of each group's assets (data.tasks only chooses partitions). Never
-#: mlflow, compute or run: where models are registered and work runs, not what it computes (run.llm_budget_s reaches
-#: a run as data.llm_eval_samples, prag_assets/cli/commands.py). tests/test_code_versions.py holds the same table as a
-#: spec.
+#: mlflow, compute or run: where models are registered and work runs, and how much time it may take (a budget's cut
+#: is run configuration, not a new code version; run.llm_budget_s still reaches a run as data.llm_eval_samples,
+#: prag_assets/cli/budget.py). tests/test_code_versions.py holds the same table as a spec.
 GROUP_SECTIONS: dict[str, tuple[str, ...]] = {
     "lamp_data": ("data", "privacy"),  # consent defaults (user_sharing)
     "embeddings": ("embedder",),
@@ -36,9 +36,9 @@ GROUP_SECTIONS: dict[str, tuple[str, ...]] = {
     # labels' prompts (generator, prompt)
     "cfrag": ("cfrag", "retrieval", "generator", "prompt", "clustering", "privacy", "tuning", "embedder"),
     "generation": ("generator", "prompt", "retrieval", "data"),  # data.llm_eval_samples: which samples
-    # llm_utility: the generator's log-likelihoods of the LaMP prompts (prompt), its plan (utility, the budget: run);
-    # the verdict's thresholds (data.verdict_*)
-    "evaluation": ("retrieval", "generator", "prompt", "utility", "run", "data"),
+    # llm_utility: the generator's log-likelihoods of the LaMP prompts (prompt), its plan (utility); the verdict's
+    # thresholds (data.verdict_*)
+    "evaluation": ("retrieval", "generator", "prompt", "utility", "data"),
     "retrieval_eval": ("pbr", "embedder", "retrieval", "tuning", "generator", "data"),  # PBR's tuning, real_data_dir
     "user_shards": ("embedder", "generator", "pbr", "cfrag", "prompt", "privacy", "retrieval"),
 }

@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 from prag_assets.cli import doctor, run_summary
+from prag_assets.cli.budget import EvidenceHelpers, add_evidence_command, child_env, deferred_note, sized_settings
 from prag_assets.cli.doctor import exclusive
 from prag_assets.cli.forget import add_forget_command
 from prag_assets.cli.lifecycle import LifecycleHelpers, add_lifecycle_command
@@ -57,7 +58,7 @@ def _run_materialize(settings: Settings, tasks: list[str], select: str, everythi
     """The run(s) of `prag materialize` (prag_assets/cli/run_graph.py in a child process), the readers' snapshot after
     each, then the time per stage, where to look next and the verdict."""
     started = started or time.time()
-    settings = _llm_budget(settings)
+    settings = sized_settings(settings)
     first = f"not group:{RETRIEVAL_EVAL_GROUP}" if everything else select
     job = "prag_demo" if everything else ""  # the main pipeline's named job (demo_job.py); a selection runs unnamed
     code, summary = _launch(settings, first, f"{tasks[0]}...{tasks[-1]}", tasks, verbose, started, job)
@@ -73,26 +74,9 @@ def _run_materialize(settings: Settings, tasks: list[str], select: str, everythi
         _publish(settings, evaluation)
         code = code or evaluation
     run_summary.print_summary(settings, summaries, time.time() - started, code, verdict=everything)
+    for line in deferred_note(settings) if everything else []:
+        run_summary.say(line)
     return code
-
-
-def _llm_budget(settings: Settings) -> Settings:
-    """The settings of the run with data.llm_eval_samples sized to run.llm_budget_s (prag_models/evaluation/
-    llm_budget.py; the plan is stored under the home and reused while the settings stay the same), said on one line;
-    the child process gets the count through PRAG__DATA__LLM_EVAL_SAMPLES (_launch)."""
-    from prag_models.evaluation.llm_budget import MEASURE_MIN_S, MEASURE_SHARE, plan_run, stored_plan
-    from prag_models.llm.factory import make_generator
-
-    if settings.run.llm_budget_s <= 0:
-        return settings
-    path = settings.home_path / "reports" / "llm_budget.json"
-    if stored_plan(path, settings) is None:
-        cap = max(MEASURE_MIN_S, MEASURE_SHARE * settings.run.llm_budget_s)
-        print(f"[prag] LLM budget: timing the generator on each task's own prompts (about {cap:.0f} s at most)",
-              flush=True)  # fmt: skip
-    plan, reused = plan_run(settings, path, lambda: make_generator(settings.generator))
-    run_summary.say(plan.line() + (" [stored plan reused]" if reused else ""))
-    return settings.model_copy(update={"data": settings.data.model_copy(update={"llm_eval_samples": plan.chosen})})
 
 
 def _launch(settings: Settings, select: str, partition_range: str | None, tasks: list[str], verbose: bool,
@@ -108,7 +92,7 @@ def _launch(settings: Settings, select: str, partition_range: str | None, tasks:
     log = settings.home_path / "dagster" / "logs" / f"materialize-{time.strftime('%Y%m%d-%H%M%S')}-{token[:6]}.log"
     scope = f" for {partition_range}" if partition_range else ""
     print(f"[prag] materialize {f'job {job} ({select})' if job else select}{scope} (log: {log})", flush=True)
-    env = dagster_env(settings) | {"PRAG__DATA__LLM_EVAL_SAMPLES": str(settings.data.llm_eval_samples)}
+    env = dagster_env(settings) | child_env(settings)
     return run_summary.watch(settings, cmd, env, log, token, tasks, verbose, started)
 
 
@@ -376,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     add_sql_command(sub)
     add_forget_command(sub)
     add_lifecycle_command(sub, LifecycleHelpers(run_command, dagster_env, _lock_path, _recover, _publish))
+    add_evidence_command(sub, EvidenceHelpers(_launch, _lock_path, _recover, _publish))
     args = parser.parse_args(argv)
     return args.func(args)
 

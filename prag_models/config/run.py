@@ -1,4 +1,4 @@
-"""Run settings (issue 28): the time budget of the LLM work of `prag materialize`."""
+"""Run settings (issues 28, 47): the time budgets of `prag materialize` and of the LLM evidence that continues it."""
 
 from __future__ import annotations
 
@@ -16,5 +16,19 @@ class RunSettings(Section):
     # measures the generator's speed (a few seconds) and sizes data.llm_eval_samples to fit, never above the
     # configured value (0 = no budget: every utility test as planned, data.llm_eval_samples as is).
     llm_budget_s: float = Field(360.0, ge=0)
+    # Seconds the whole main job may take (issue 47): `prag materialize` measures this machine's embedder and LLM
+    # first and gives the LLM work what the rest of the graph leaves of it (never more than llm_budget_s). A stage
+    # whose test cannot be paid in full within its share is not started: the feedback probe records "not measured on
+    # this machine" and CFRAG keeps its initialisation; a task's LLM utility is deferred to the LLM evidence run
+    # (`prag evidence`), and the run says each cut (0 = no whole-run budget: llm_budget_s alone).
+    budget_s: float = Field(900.0, ge=0)
+    # Seconds of one LLM evidence run (`prag evidence`, job prag_llm_evidence): the utility tests the main job
+    # deferred, a whole test at a time, continuing from the cached scores of earlier runs (0 = every test as planned).
+    evidence_budget_s: float = Field(900.0, ge=0)
+    # Seconds the CFRAG feedback probe may spend over every task (an equal share each): a task's probe whose pilot
+    # and smallest deciding second stage its share cannot pay is not run ("not measured on this machine") and CFRAG
+    # keeps its initialisation. -1 = `prag materialize` sets it from run.budget_s (what the LLM evaluation leaves),
+    # or no limit without a whole-run budget.
+    feedback_budget_s: float = Field(-1.0, ge=-1)
     # Where the Dagster UI runs (scripts/ui.sh): MLflow runs and versions link back to their Dagster run there.
     dagster_ui_url: str = "http://127.0.0.1:3000"

@@ -46,7 +46,7 @@ DEMO_FAMILIES: tuple[str, ...] = ("communities", "split_taste", "no_community", 
 #: clustering.user_similarity values (prag_models/users/taste.py USER_SIMILARITIES)
 USER_SIMILARITIES: tuple[str, ...] = ("content", "taste", "blend")
 #: generator.llama_cpp_weights values (prag_models/llm/gguf_weights.py)
-LLAMA_CPP_WEIGHTS: tuple[str, ...] = ("auto", "as_is", "bf16", "f16", "q8_0")
+LLAMA_CPP_WEIGHTS: tuple[str, ...] = ("auto", "as_is", "bf16", "f16", "q8_0", "q4_0")
 
 
 class DataSettings(Section):
@@ -111,7 +111,9 @@ class GeneratorSettings(Section):
     # (contextual calibration, Zhao et al. 2021), so that a model's fixed label preference does not decide alone
     label_calibration: bool = True
     n_ctx: int = 2048
-    threads: int = 2
+    # CPU threads of the generator: 0 = the cores this process may run on (two threads on one core spin-wait for
+    # each other and run 3-4x slower than one, docs/measurements.md "LLM speed")
+    threads: int = Field(0, ge=0)
     # llama_cpp: run the GGUF as shipped ("as_is") or converted once to bf16 | f16 | q8_0 (cached under
     # ~/.cache/prag/gguf); "auto" = bf16 when the llama.cpp build has AVX512_BF16 kernels, else as shipped
     llama_cpp_weights: str = "auto"

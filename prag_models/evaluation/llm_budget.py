@@ -33,7 +33,7 @@ MEASURE_SHARE = 0.25
 MEASURE_MIN_S = 30.0
 #: Bump when the measurement changes: a plan stored by an older one is measured again (v2: the tasks' own prompts;
 #: a v1 plan timed prompts of the maximal length and would keep cutting the evaluation to one sample).
-PLAN_VERSION = "v2"
+PLAN_VERSION = "v3"  # v3: seconds per utility prompt timed too (utility_s), the machine key stored
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,12 @@ class Throughput:
     measured_in_s: float
     pbr_s: float = 0.0  # one P-PRF generation (pbr.lamp_max_new_tokens)
     realistic: bool = True  # timed on the tasks' own prompts (False: synthetic prompts of the maximal length)
+    utility_s: float = 0.0  # one utility prompt: a task prompt and a gold-length answer scored (0: not timed)
+
+    def per_utility_prompt(self) -> float:
+        """Seconds one utility (or feedback) prompt costs: timed where the generator scores answers, else a scored
+        prompt's."""
+        return self.utility_s or self.scored_s or self.generated_s
 
 
 @dataclass(frozen=True)
@@ -175,6 +181,12 @@ def measure(generator: Any, settings: Settings, prompts: ProbePrompts | None = N
     generator.generate([fresh], 1)
     first_token_s = time.perf_counter() - t0
     tokens = generator.count_tokens(fresh)
+    utility_s = 0.0
+    first = next((p for task_prompts in prompts.answers.values() for p in task_prompts), "")
+    if first and can_score:  # a utility prompt: the prompt with a gold-length answer scored (a fresh prefix)
+        t0 = time.perf_counter()
+        generator.score_answers([f"Sample 2. {first}"], ['{"title": "A short gold answer of about a dozen tokens"}'])
+        utility_s = time.perf_counter() - t0
     if "pbr" in settings.retrieval.methods:
         for prompt in [p for task_prompts in prompts.pbr.values() for p in task_prompts][:PBR_PROBE_PROMPTS]:
             if expansions and time.perf_counter() - started > cap:
@@ -191,6 +203,7 @@ def measure(generator: Any, settings: Settings, prompts: ProbePrompts | None = N
         measured_in_s=time.perf_counter() - started,
         pbr_s=mean(expansions) if expansions else generated_s,
         realistic=prompts.realistic,
+        utility_s=utility_s,
     )
 
 
@@ -236,6 +249,31 @@ def plan_key(settings: Settings) -> str:
     return json.dumps(parts, sort_keys=True)
 
 
+def machine_key(settings: Settings) -> str:
+    """What the measured speeds depend on: how they are measured, the CPU, the generator, the prompts and the tasks
+    (not the budget: a stage reads the speeds under any budget)."""
+    from prag_models.evaluation.run_budget import cpu_description
+
+    parts = [PLAN_VERSION, cpu_description(), settings.generator.model_dump(mode="json"),
+             settings.prompt.model_dump(mode="json"), list(settings.data.tasks)]  # fmt: skip
+    return json.dumps(parts, sort_keys=True)
+
+
+def budget_path(settings: Settings) -> Path:
+    """Where `prag materialize` stores the LLM budget's plan and the measured speeds (under the home)."""
+    return settings.home_path / "reports" / "llm_budget.json"
+
+
+def stored_throughput(settings: Settings, path: Path | None = None) -> Throughput | None:
+    """This machine's LLM speeds as `prag materialize` measured them for the same generator, prompts and tasks, else
+    None (a stage then times its own prompts)."""
+    try:
+        data = json.loads((path or budget_path(settings)).read_text(encoding="utf-8"))
+        return Throughput(**data["throughput"]) if data.get("machine_key") == machine_key(settings) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def stored_plan(path: Path, settings: Settings) -> LlmPlan | None:
     """The plan stored by an earlier run with the same settings (so later runs take the same samples), else None."""
     try:
@@ -249,16 +287,20 @@ def stored_plan(path: Path, settings: Settings) -> LlmPlan | None:
 
 
 def plan_run(settings: Settings, path: Path, make_generator: Callable[[], Any]) -> tuple[LlmPlan, bool]:
-    """(the plan of this run, whether it was reused): the stored plan for the same settings, else measure the
-    generator (loaded by make_generator, closed after) and store the new plan at path."""
+    """(the plan of this run, whether nothing was measured): the stored plan for the same settings, else a new plan
+    from the speeds stored for the same generator, prompts and tasks, else from measuring the generator (loaded by
+    make_generator, closed after); a new plan is stored at path with the speeds."""
     found = stored_plan(path, settings)
     if found is not None:
         return found, True
-    generator = make_generator()
-    try:
-        new = plan(settings, measure(generator, settings))
-    finally:
-        generator.close()
+    speeds = reused = stored_throughput(settings, path)
+    if speeds is None:
+        generator = make_generator()
+        try:
+            speeds = measure(generator, settings)
+        finally:
+            generator.close()
+    new = plan(settings, speeds)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(new.metadata(), indent=1), encoding="utf-8")
-    return new, False
+    path.write_text(json.dumps({**new.metadata(), "machine_key": machine_key(settings)}, indent=1), encoding="utf-8")
+    return new, reused is not None

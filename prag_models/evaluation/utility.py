@@ -66,13 +66,17 @@ def utility_values(
     answers: Sequence[str],
     batch_size: int = 8,
     progress: Callable[[int, int], None] | None = None,
+    cache_only: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """(log-likelihood, tokens) of each answer after its prompt through the cache, and how many were computed."""
+    """(log-likelihood, tokens) of each answer after its prompt through the cache, and how many were computed; with
+    cache_only a prompt the cache lacks raises LookupError before any LLM call."""
     if len(prompts) != len(answers):
         raise ValueError(f"{len(prompts)} prompts for {len(answers)} answers")
     keyed = [f"{p}{_SEPARATOR}{a}" for p, a in zip(prompts, answers, strict=True)]
 
     def compute(batch: list[str]) -> list[str]:
+        if cache_only:
+            raise LookupError(f"{len(batch)} utility prompts are not cached")
         pairs = [k.split(_SEPARATOR, 1) for k in batch]
         generator.forget()
         scored = generator.score_answers([p for p, _ in pairs], [a for _, a in pairs])

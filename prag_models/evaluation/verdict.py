@@ -35,6 +35,7 @@ from prag_models.evaluation.verdict_terms import (  # noqa: F401 - re-exported: 
     BASELINE,
     CONFIRMS,
     CONTRADICTS,
+    DEFERRED_LLM,
     IS_EVIDENCE,
     KEEP,
     MIN_GAIN,
@@ -178,6 +179,8 @@ def verdicts_from_store(
         utility = utility_scores(con, task)
         if crossed is not None and not utility.empty:
             llm = utility_leg(utility, crossed, min_utility_samples)
+        elif _deferred(utility_plan(con, task)):
+            llm = {**NO_LLM_FIELDS, "llm_metric": "utility", "llm_decision": DEFERRED_LLM}
         elif task in llm_tasks and crossed is not None:
             llm_table, llm_metric, higher = llm_scores(con, task)
             llm = llm_confirmation(llm_table, crossed, llm_metric, higher, min_llm_samples)
@@ -188,6 +191,11 @@ def verdicts_from_store(
             continue
         plan, utility = utility_plan(con, task), utility_scores(con, task)
         row = None
+        if _deferred(plan):  # the main job's budget could not pay its test: said, not decided on a few outputs
+            why = (f"the LLM utility is its evidence and its test was deferred (≈ {float(plan['budget_s']):.0f} s on "
+                   "this machine): run `prag evidence`")  # fmt: skip
+            rows.append(undecided(task, "LLM utility (no labels)", why) | {"llm_decision": DEFERRED_LLM})
+            continue
         if plan is not None and not utility.empty:
             row = utility_task_verdict(utility, str(plan["chosen"]), min_utility_samples, min_gain)
             evidence = "LLM utility (no labels)"
@@ -211,6 +219,13 @@ def verdicts_from_store(
     table = pd.DataFrame(rows, columns=[c for c in VERDICT_COLUMNS if c not in ("p_holm", "holm_verdict",
                                                                                  "family_size")])  # fmt: skip
     return with_holm(table)[VERDICT_COLUMNS]
+
+
+def _deferred(plan: dict | None) -> bool:
+    """Whether a task's stored utility plan says its test was deferred to the LLM evidence run."""
+    from prag_models.stages.llm_utility import DEFERRED
+
+    return plan is not None and plan.get("evidence") == DEFERRED
 
 
 def undecided(task: str, evidence: str, why: str) -> dict:
@@ -247,12 +262,14 @@ def _complete(table: pd.DataFrame) -> pd.DataFrame:
     for column, empty in defaults.items():
         out[column] = out[column].fillna(empty) if column in out else empty
     out.loc[out["llm_n_samples"] == 0, "llm_decision"] = out["llm_decision"].where(
-        out["llm_decision"] == IS_EVIDENCE, NO_LLM)
+        out["llm_decision"].isin([IS_EVIDENCE, DEFERRED_LLM]), NO_LLM)
     return out if "holm_verdict" in out else with_holm(out)
 
 
 def _llm_cell(r) -> str:  # noqa: ANN001
     """The LLM column of one verdict row, never NaN."""
+    if r.llm_decision == DEFERRED_LLM:
+        return DEFERRED_LLM
     if r.llm_decision in (NO_LLM, IS_EVIDENCE) or not r.llm_n_samples:
         return "(the verdict's evidence)" if r.llm_decision == IS_EVIDENCE else NO_LLM
     interval = f"[{r.llm_gain_low:+.3f}, {r.llm_gain_high:+.3f}]"

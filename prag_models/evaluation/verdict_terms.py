@@ -13,6 +13,8 @@ SHIP, KEEP, WORSE = "ship", "keep the baseline", "personalization hurts"
 OWN = "own profile suffices"  # beats dense_global, but collaboration is not shown to beat the user's own profile
 CONFIRMS, CONTRADICTS, NOT_SHOWN = "confirms", "contradicts", "not shown"
 TOO_FEW, NO_LLM, IS_EVIDENCE = "too few samples to tell", "no LLM evaluation", "is the evidence"
+#: The LLM leg of a task whose utility test the main job's budget could not pay: `prag evidence` runs it (issue 47).
+DEFERRED_LLM = "deferred to `prag evidence`"
 MIN_LLM_SAMPLES = 30  # default of data.verdict_min_llm_samples
 MIN_GAIN = 0.01  # default of data.verdict_min_gain
 MIN_UTILITY_SAMPLES = 20  # default of utility.min_samples

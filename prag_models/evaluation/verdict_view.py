@@ -14,7 +14,7 @@ import pandas as pd
 
 from prag_models.evaluation.utility import UTILITY_METRIC
 from prag_models.evaluation.verdict import _complete
-from prag_models.evaluation.verdict_terms import IS_EVIDENCE, NO_LLM, TOO_FEW
+from prag_models.evaluation.verdict_terms import DEFERRED_LLM, IS_EVIDENCE, NO_LLM, TOO_FEW
 
 #: The deciding columns, in order.
 DECIDING_HEADERS = ["task", "verdict", "method", "gain [95 % CI]", "n", "LLM evidence"]
@@ -47,6 +47,8 @@ def _llm(r) -> str:  # noqa: ANN001
     where the LLM utility decided the task, "utility" first (the generated outputs' word follows, named so)."""
     if r.llm_decision == IS_EVIDENCE:
         return "is the evidence"
+    if r.llm_decision == DEFERRED_LLM:
+        return "deferred: prag evidence"
     decided = UTILITY_METRIC if r.metric == UTILITY_METRIC else ""
     if r.llm_decision == NO_LLM or not int(r.llm_n_samples):
         return decided or "none"

@@ -100,3 +100,12 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     """Numerically stable log-softmax of a logit vector."""
     shifted = logits - logits.max()
     return shifted - np.log(np.exp(shifted).sum())
+
+
+def usable_cores(threads: int = 0) -> int:
+    """``threads`` when set (> 0), else the cores this process may run on (its CPU affinity, e.g. under taskset)."""
+    import os
+
+    if threads > 0:
+        return threads
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

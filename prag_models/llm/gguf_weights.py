@@ -17,7 +17,7 @@ from prag_models.llm.base import GenerationError
 AS_IS = "as_is"
 AUTO = "auto"
 #: Weight types a GGUF can be converted to, with llama.cpp's LLAMA_FTYPE_MOSTLY_* numbers.
-FTYPES: dict[str, int] = {"f16": 1, "q8_0": 7, "bf16": 32}
+FTYPES: dict[str, int] = {"f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32}
 
 
 def model_cache_dir() -> Path:

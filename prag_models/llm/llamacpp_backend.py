@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from prag_models.config.settings import GeneratorSettings
-from prag_models.llm.base import GenerationError, Generator, answer_continuation, log_softmax
+from prag_models.llm.base import GenerationError, Generator, answer_continuation, log_softmax, usable_cores
 from prag_models.llm.gguf_weights import AS_IS, converted_gguf, resolve_weight_type
 from prag_models.llm.packaged import resolve_generator_model
 
@@ -42,8 +42,9 @@ class LlamaCppGenerator(Generator):
             self._llm: Any = Llama(
                 model_path=str(self.model_path),
                 n_ctx=settings.n_ctx,
-                n_threads=settings.threads,
-                n_threads_batch=settings.threads,  # llama-cpp-python's default is every core, whatever threads says
+                n_threads=usable_cores(settings.threads),
+                # llama-cpp-python's default is every core, whatever threads says
+                n_threads_batch=usable_cores(settings.threads),
                 seed=settings.seed,
                 flash_attn=settings.flash_attention,
                 verbose=False,

@@ -11,6 +11,12 @@ The LLM calls go where they decide. Dev samples are taken in the LLM work's seed
    [``min_samples``, ``max_samples``] and what the budget pays for at the pilot's measured seconds per prompt. The
    plan is fixed before any test sample is scored (no peeking) and stored, so a rerun takes the same samples.
 3. **Test** — the next n samples, never seen by the choice: the chosen method, ``dense_global`` and ``dense``.
+
+The budget buys whole tests (issue 47): a task is funded only with the seconds of its pilot and its smallest deciding
+test (``utility.min_samples``) at this machine's measured seconds per prompt; a task the main job cannot fund is
+answered from the cache where earlier runs scored it, else **deferred** to the LLM evidence run (``prag evidence``,
+job ``prag_llm_evidence``), which funds the deferred tests from ``run.evidence_budget_s`` and continues from what
+is cached.
 """
 
 from __future__ import annotations
@@ -51,7 +57,11 @@ CHALLENGER = "cfrag"  # the challenger bundle's full CFRAG; cfrag@champion is th
 UTILITY_COLUMNS = ["task", "method", "sample_id", "phase", "loglik", "tokens", "value", "generator_id"]
 PLAN_COLUMNS = ["task", "evidence", "chosen", "fold_choices", "candidates", "pilot_n", "pilot_gain", "pilot_sd",
                 "seconds_per_prompt", "budget_s", "affordable_n", "planned_n", "test_n", "key"]  # fmt: skip
-PLAN_VERSION = "v1"
+PLAN_VERSION = "v2"  # v2: whole tests funded (issue 47), planned_n the power's n before the budget's cap
+#: The plan's evidence when the budget could not pay the task's test in this run and the cache did not hold it.
+DEFERRED = "deferred"
+
+
 @dataclass
 class UtilityPlan:
     """How one task's utility comparison was planned (one row of llm_utility_plans)."""
@@ -73,8 +83,9 @@ class UtilityPlan:
 
 
 def plan_key(settings: Settings, generator_id: str) -> str:
-    """What a stored plan depends on: the utility settings, budget, generator, prompt and the retrieval settings."""
-    parts = [PLAN_VERSION, settings.utility.model_dump(mode="json"), settings.run.llm_budget_s, generator_id,
+    """What a stored plan depends on: the utility settings, generator, prompt and the retrieval settings (not the
+    budget: a plan the budget cut is planned again by a run with more seconds, utility_rows)."""
+    parts = [PLAN_VERSION, settings.utility.model_dump(mode="json"), generator_id,
              settings.prompt.model_dump(mode="json"), settings.retrieval.k, list(settings.data.tasks)]  # fmt: skip
     return json.dumps(parts, sort_keys=True)
 
@@ -94,9 +105,11 @@ class _Scorer:
     """Scores (method, sample) prompts of one task through the cache and keeps the values and the time spent."""
 
     def __init__(self, con, task: str, settings: Settings, generator: Generator, samples: pd.DataFrame,
-                 docs: dict[str, dict[str, list[str]]], progress: Callable | None) -> None:  # fmt: skip
+                 docs: dict[str, dict[str, list[str]]], progress: Callable | None,
+                 cache_only: bool = False) -> None:  # fmt: skip
         self.con, self.task, self.settings, self.generator = con, task, settings, generator
         self.samples, self.docs, self.progress = samples.set_index("sample_id"), docs, progress
+        self.cache_only = cache_only  # NotCached for a prompt the cache lacks: no LLM call
         self.rows: list[tuple] = []
         self.computed, self.seconds = 0, 0.0
 
@@ -112,7 +125,8 @@ class _Scorer:
         answers = [gold_answer(self.task, self.samples.at[s, "gold"]) for _, s in pairs]
         started = time.perf_counter()
         logliks, tokens, ran = utility_values(self.con, self.generator, prompts, answers,
-                                              self.settings.generator.batch_size, self.progress)  # fmt: skip
+                                              self.settings.generator.batch_size, self.progress,
+                                              cache_only=self.cache_only)  # fmt: skip
         if ran:
             self.computed, self.seconds = self.computed + ran, self.seconds + time.perf_counter() - started
         values = per_token(logliks, tokens)
@@ -126,12 +140,68 @@ class _Scorer:
 EVIDENCE_WEIGHT = 3
 
 
-def task_budget_s(con, task: str, settings: Settings) -> float:
-    """The task's seconds of the utility's share of run.llm_budget_s: tasks no label sees weigh EVIDENCE_WEIGHT,
-    tasks whose label verdict the utility confirms 1 (fixed by the data and settings, not by any test outcome)."""
-    total = settings.run.llm_budget_s * settings.utility.budget_share
-    weights = {t: 1 if labelled_choice(con, t) is not None else EVIDENCE_WEIGHT for t in settings.data.tasks}
-    return total * weights.get(task, EVIDENCE_WEIGHT) / max(1, sum(weights.values()))
+def prompts_needed(labelled: bool, settings: Settings) -> int:
+    """Prompts of a task's pilot and smallest deciding test: labelled, the chosen method and dense_global; without
+    labels, every candidate, dense_global and dense on the pilot and three prompts a test sample."""
+    u = settings.utility
+    if labelled:
+        return 2 * (u.pilot_samples + u.min_samples)
+    candidates = len([m for m in PERSONALIZED if m not in LLM_SUBSET_METHODS])
+    return u.pilot_samples * (candidates + 2) + 3 * u.min_samples
+
+
+def task_budgets(con, settings: Settings, total_s: float, per_prompt_s: float,
+                 complete: frozenset[str] = frozenset()) -> dict[str, float]:  # fmt: skip
+    """Each task's seconds of the utility's budget, a whole test at a time: tasks no label sees first (the utility
+    is their only evidence), then data.tasks' order; each is funded with its pilot and smallest deciding test while
+    the budget lasts, and what is left is shared by the funded tasks, those no label sees weighing EVIDENCE_WEIGHT.
+    A task not funded gets 0 (only what is cached; its test is deferred), and so does a task whose test an earlier
+    run completed (``complete``: answered from the cache). Without a measured cost per prompt, every task is funded
+    by weight alone. Fixed by the data, the settings and the machine's speed, not by any test outcome."""
+    tasks = list(settings.data.tasks)
+    labelled = {t: labelled_choice(con, t) is not None for t in tasks}
+    weights = {t: 1 if labelled[t] else EVIDENCE_WEIGHT for t in tasks}
+    if per_prompt_s <= 0 or total_s <= 0:
+        return {t: total_s * weights[t] / max(1, sum(weights.values())) for t in tasks}
+    funded: dict[str, float] = {}
+    left = total_s
+    for task in sorted((t for t in tasks if t not in complete), key=lambda t: (labelled[t], tasks.index(t))):
+        need = prompts_needed(labelled[task], settings) * per_prompt_s
+        if need <= left:
+            funded[task], left = need, left - need
+    share = sum(weights[t] for t in funded)
+    return {t: funded[t] + left * weights[t] / share if t in funded else 0.0 for t in tasks}
+
+
+def completed_tasks(con, settings: Settings, generator_id: str) -> frozenset[str]:
+    """The tasks whose stored plan (for these settings and generator) ran its whole planned test: the LLM evidence
+    run answers them from the cache and funds the others."""
+    if not table_exists(con, PLAN_TABLE):
+        return frozenset()
+    prefix = plan_key(settings, generator_id)
+    rows = con.execute(f"SELECT task, evidence, test_n, planned_n, key FROM {PLAN_TABLE}").fetchall()
+    return frozenset(t for t, evidence, test_n, planned_n, key in rows
+                     if evidence != DEFERRED and test_n >= planned_n and str(key).startswith(prefix))  # fmt: skip
+
+
+def task_budget_s(con, task: str, settings: Settings, evidence_run: bool = False, per_prompt_s: float | None = None,
+                  generator_id: str = "") -> float:  # fmt: skip
+    """The task's seconds: of run.evidence_budget_s in the LLM evidence run (tasks an earlier run completed
+    excluded), else of the utility's share of run.llm_budget_s (task_budgets); 0 = only what is cached."""
+    u, run = settings.utility, settings.run
+    total = run.evidence_budget_s if evidence_run else run.llm_budget_s * u.budget_share
+    if per_prompt_s is None:
+        per_prompt_s = measured_prompt_s(settings)
+    complete = completed_tasks(con, settings, generator_id) if evidence_run else frozenset()
+    return task_budgets(con, settings, total, per_prompt_s, complete).get(task, 0.0)
+
+
+def measured_prompt_s(settings: Settings) -> float:
+    """Seconds per utility prompt as `prag materialize` measured this machine (0 when it did not)."""
+    from prag_models.evaluation.llm_budget import stored_throughput
+
+    speeds = stored_throughput(settings)
+    return speeds.per_utility_prompt() if speeds is not None else 0.0
 
 
 def _covered(docs: dict[str, dict[str, list[str]]], methods: list[str], samples: list[str]) -> list[str]:
@@ -140,9 +210,11 @@ def _covered(docs: dict[str, dict[str, list[str]]], methods: list[str], samples:
 
 
 def utility_rows(
-    con, task: str, settings: Settings, generator: Generator, progress: Callable[[int, int], None] | None = None
-) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
-    """(utility rows, the task's plan row, statistics) of one task: pilot, plan, test (module docstring)."""
+    con, task: str, settings: Settings, generator: Generator, progress: Callable[[int, int], None] | None = None,
+    evidence_run: bool = False,
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:  # fmt: skip
+    """(utility rows, the task's plan row, statistics) of one task: pilot, plan, test (module docstring); a task the
+    run's budget does not fund is answered from the cache, else deferred (a plan row saying so, no rows)."""
     u = settings.utility
     empty = pd.DataFrame(columns=UTILITY_COLUMNS), pd.DataFrame(columns=PLAN_COLUMNS)
     if not u.enabled or not can_score(generator):
@@ -160,12 +232,50 @@ def utility_rows(
     docs = retrieved_texts(con, task, tuple({*PERSONALIZED, BASELINE, OWN_PROFILE, CHAMPION_METHOD}))
     if BASELINE not in docs:
         return *empty, {"skipped": f"no {BASELINE} retrievals"}
-    scorer = _Scorer(con, task, settings, generator, samples, docs, progress)
-    labelled = labelled_choice(con, task)
-    budget = task_budget_s(con, task, settings)
-    key = plan_key(settings, generator.model_id)
-    stored = _stored_plan(con, task, key)
+    per_prompt_s = measured_prompt_s(settings)
+    total = settings.run.evidence_budget_s if evidence_run else settings.run.llm_budget_s
+    budget = task_budget_s(con, task, settings, evidence_run, per_prompt_s, generator.model_id)
+    unfunded = total > 0 and budget <= 0  # the budget cannot pay this task's whole test: only what is cached
+    scorer = _Scorer(con, task, settings, generator, samples, docs, progress, cache_only=unfunded)
+    try:
+        plan = _pilot_plan_test(scorer, con, task, settings, order, pilot_ids, rest, docs, budget, per_prompt_s)
+    except _NoCandidates as why:
+        return *empty, {"skipped": str(why)}
+    except LookupError:  # the cache lacks a prompt of a test this run may not pay for
+        labelled = labelled_choice(con, task) is not None
+        deferred = _deferred_plan(task, settings, generator.model_id, labelled, per_prompt_s)
+        stats = {"deferred": f"needs ≈ {deferred.budget_s:.0f} s of LLM work on this machine; `prag evidence` runs "
+                 "it (run.evidence_budget_s)"}  # fmt: skip
+        return empty[0], pd.DataFrame([asdict(deferred)], columns=PLAN_COLUMNS), stats
+    stats = {**asdict(plan)}
+    if _covered(docs, [CHALLENGER, CHAMPION_METHOD], pilot_ids + rest) == [CHALLENGER, CHAMPION_METHOD]:
+        try:
+            stats["promotion_test_n"] = _champion_leg(scorer, pilot_ids, rest, budget, u)
+        except LookupError:
+            stats["promotion_test_n"] = 0  # deferred with the rest of this task's LLM work
+    frame = pd.DataFrame(scorer.rows, columns=UTILITY_COLUMNS).drop_duplicates(["method", "sample_id", "phase"])
+    stats |= {"prompts_computed": scorer.computed, "seconds": round(scorer.seconds, 1), "from_cache_only": unfunded}
+    stats.pop("key")
+    return frame, pd.DataFrame([asdict(plan)], columns=PLAN_COLUMNS), stats
 
+
+class _NoCandidates(Exception):
+    """No personalized method retrieved for every sample: nothing to compare."""
+
+
+def _deferred_plan(task: str, settings: Settings, generator_id: str, labelled: bool, per_prompt_s: float,
+                   ) -> UtilityPlan:  # fmt: skip
+    """The plan row of a task whose test this run could not pay: evidence "deferred", the seconds it needs."""
+    need = prompts_needed(labelled, settings) * per_prompt_s
+    return UtilityPlan(task, DEFERRED, "", "", "", 0, 0.0, 0.0, per_prompt_s, need, 0, 0, 0,
+                       plan_key(settings, generator_id))  # fmt: skip
+
+
+def _pilot_plan_test(scorer: _Scorer, con, task: str, settings: Settings, order: list[str], pilot_ids: list[str],
+                     rest: list[str], docs: dict, budget: float, per_prompt_s: float) -> UtilityPlan:  # fmt: skip
+    """Score the pilot, plan the test (or reuse the stored plan decided on the same pilot), score the test."""
+    u = settings.utility
+    labelled = labelled_choice(con, task)
     if labelled is not None:  # the LLM leg of a label verdict: the same cross-fitted choice, against dense_global
         fold_methods = [m or next(x for x in labelled[1].chosen if x) for m in labelled[1].chosen]
         chosen_of = {s: fold_methods[fold_of(s)] for s in order}
@@ -175,7 +285,7 @@ def utility_rows(
         fold_methods, chosen_of, evidence = [], {}, "pilot chose"
         own = [OWN_PROFILE] if _covered(docs, [OWN_PROFILE], pilot_ids + rest) else []
     if not candidates:
-        return *empty, {"skipped": "no personalized method retrieved for every sample"}
+        raise _NoCandidates("no personalized method retrieved for every sample")
 
     # 1. pilot
     pilot_pairs = [(m, s) for s in pilot_ids for m in (candidates if not chosen_of else [chosen_of[s]])]
@@ -188,33 +298,42 @@ def utility_rows(
     diffs = np.asarray([pilot[(chosen_of[s], s)] - pilot[(BASELINE, s)] for s in pilot_ids])
     own_diffs = np.asarray([pilot[(chosen_of[s], s)] - pilot[(own[0], s)] for s in pilot_ids]) if own else diffs
 
-    # 2. plan (fixed before any test sample is scored; a stored plan with the same settings is reused)
-    per_prompt = scorer.seconds / scorer.computed if scorer.computed else 0.0
-    if stored is not None:
+    # 2. plan, fixed before any test sample is scored. A stored plan is reused when it was decided on the same pilot
+    # (its key holds the pilot's values) and the budget did not cut it, or this run has no more seconds for it.
+    key = plan_key(settings, scorer.generator.model_id) + pilot_digest(pilot)
+    stored = _stored_plan(con, task, key)
+    spent = scorer.seconds or per_prompt_s * len(pilot)  # a cached pilot still costs its prompts' seconds
+    per_prompt = scorer.seconds / scorer.computed if scorer.computed else per_prompt_s
+    prompts_per_sample = 2 + len(own)
+    budgeted = budget > 0 and per_prompt > 0
+    paid = affordable(budget - spent, prompts_per_sample, per_prompt) if budgeted else len(rest)
+    cap = min(len(rest), paid)
+    if stored is not None and (stored.test_n >= stored.planned_n or cap <= stored.test_n):
         plan = stored
     else:
-        prompts_per_sample = 2 + len(own)
-        budgeted = budget > 0 and per_prompt > 0
-        paid = affordable(budget - scorer.seconds, prompts_per_sample, per_prompt) if budgeted else len(rest)
-        cap = min(len(rest), paid)
         # "ship" needs both comparisons shown: the test is sized for the one that needs more samples
-        planned = max(planned_samples(d, u.min_samples, cap, u.power) for d in (diffs, own_diffs))
+        planned = max(planned_samples(d, u.min_samples, len(rest), u.power) for d in (diffs, own_diffs))
+        test_n = min(planned, cap)
+        if budgeted and test_n < min(u.min_samples, len(rest)):
+            scorer.cache_only = True  # fewer than the smallest deciding test: only what is cached is scored
+            test_n = planned
         chosen_name = " / ".join(fold_methods) if fold_methods else chosen_of[pilot_ids[0]]
-        plan = UtilityPlan(task, evidence, chosen_name, " / ".join(fold_methods),
-                           ", ".join(candidates), len(pilot_ids), float(np.mean(diffs)),
-                           float(np.std(diffs, ddof=1)) if len(diffs) > 1 else 0.0, per_prompt, budget, cap, planned,
-                           planned, key)  # fmt: skip
+        plan = UtilityPlan(task, evidence, chosen_name, " / ".join(fold_methods), ", ".join(candidates),
+                           len(pilot_ids), float(np.mean(diffs)), float(np.std(diffs, ddof=1)) if len(diffs) > 1
+                           else 0.0, per_prompt, budget, cap, planned, test_n, key)  # fmt: skip
 
     # 3. test
     test_ids = rest[: int(plan.test_n)]
     scorer.score([(m, s) for s in test_ids for m in dict.fromkeys([chosen_of[s], BASELINE, *own])], "test")
-    stats = {**asdict(plan)}
-    if _covered(docs, [CHALLENGER, CHAMPION_METHOD], pilot_ids + rest) == [CHALLENGER, CHAMPION_METHOD]:
-        stats["promotion_test_n"] = _champion_leg(scorer, pilot_ids, rest, budget, u)
-    frame = pd.DataFrame(scorer.rows, columns=UTILITY_COLUMNS).drop_duplicates(["method", "sample_id", "phase"])
-    stats |= {"prompts_computed": scorer.computed, "seconds": round(scorer.seconds, 1)}
-    stats.pop("key")
-    return frame, pd.DataFrame([asdict(plan)], columns=PLAN_COLUMNS), stats
+    return plan
+
+
+def pilot_digest(pilot: dict[tuple[str, str], float]) -> str:
+    """A short hash of the pilot's (method, sample, value) triples: what a plan was decided on."""
+    import hashlib
+
+    text = json.dumps(sorted((m, s, round(v, 6)) for (m, s), v in pilot.items()))
+    return "#pilot:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _champion_leg(scorer: _Scorer, pilot_ids: list[str], rest: list[str], budget: float, u: Any) -> int:

@@ -8,7 +8,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -28,6 +28,9 @@ from prag_models.methods.cfrag.teacher import ORACLE_OUTPUT, oracle_scores
 from prag_models.methods.cfrag.training_set import TrainingSet, training_set
 from prag_models.methods.profiles import ProfileIndex, Retrieved
 from prag_models.methods.task_tables import profile_index
+
+if TYPE_CHECKING:
+    from prag_models.methods.cfrag.feedback_probe import ProbeResult
 from prag_models.storage.store import column_to_matrix, read_rows, table_exists
 
 FEEDBACK_TABLE = "feedback_labels"
@@ -167,24 +170,102 @@ def label_task(
                                 "whole budget")  # fmt: skip
     else:
         pilot, probe = probe, list(probe)
+        cost = _probe_cost(settings, inputs, todo, pilot, total)  # None: not limited
+        if cost is not None and cost.least_prompts > cost.prompts_paid and not settings.cfrag.feedback_force:
+            result = fp.not_measured(base, cost.least_samples, cost.buys, cost.least_prompts * cost.seconds_per_prompt)
+            log(f"{task} feedback probe: {result.decision}: {result.reason}")
+            fp.write_probe(con, result)
+            return _label_stats(con, task, settings, inputs, generator, version, result, [], total, 0, 0, started)
         generated, labelled = _label_pairs(con, task, settings, generator, inputs, _of(todo, pilot), log)
         have = existing_labels(con, task, generator.model_id, version)
         teacher, init = fp.headroom_differences(inputs, have, gains, pilot, settings)
-        second = fp.second_stage_ids(inputs.samples["sample_id"].tolist(), gains, pilot, teacher - init, settings)
+        affordable = None if cost is None or settings.cfrag.feedback_force else cost.second_stage_samples()
+        second, needed = fp.second_stage_ids(inputs.samples["sample_id"].tolist(), gains, pilot, teacher - init,
+                                             settings, affordable)  # fmt: skip
         if second:  # decided on fresh samples, as many as the pilot's spread says the interval needs
             more, now = _label_pairs(con, task, settings, generator, inputs, _of(todo, second), log)
             generated, labelled, probe = generated + more, labelled + now, [*pilot, *second]
             have = existing_labels(con, task, generator.model_id, version)
         base |= {"probe_samples": len(probe), "pilot_samples": len(pilot), "decided_on": len(second or pilot)}
-        result = fp.decide(base, fp.measure_headroom(inputs, have, gains, second or pilot, settings),
-                           settings.cfrag.feedback_force)  # fmt: skip
+        if affordable is not None and needed > affordable:  # the interval needs more than the budget pays
+            result = fp.not_measured(base, len(pilot) + needed, len(pilot) + affordable,
+                                     cost.pilot_prompts * cost.seconds_per_prompt + needed * cost.sample_seconds())
+        else:
+            result = fp.decide(base, fp.measure_headroom(inputs, have, gains, second or pilot, settings),
+                               settings.cfrag.feedback_force)  # fmt: skip
         log(f"{task} feedback probe ({len(pilot)} pilot + {len(second)} samples): {result.decision}: {result.reason}")
-        todo = [] if result.decision == fp.STOPPED else [p for p in todo if p[0].sample_id not in set(probe)]
+        todo = [] if result.decision in fp.UNTRAINED else [p for p in todo if p[0].sample_id not in set(probe)]
+        if cost is not None and not settings.cfrag.feedback_force:  # the rest of the labels, as the share pays
+            todo = _whole_samples(todo, cost.prompts_paid - labelled)
     fp.write_probe(con, result)
     more, now = _label_pairs(con, task, settings, generator, inputs, todo, log)
-    generated, labelled = generated + more, labelled + now
+    return _label_stats(con, task, settings, inputs, generator, version, result, probe or [], total,
+                        generated + more, labelled + now, started)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _ProbeCost:
+    """What a task's probe costs in prompts on this machine, and what its share of run.feedback_budget_s pays."""
+
+    prompts_paid: float
+    seconds_per_prompt: float
+    pilot_prompts: int  # the pilot's unlabelled pairs
+    second_prompts_per_sample: float  # a second-stage sample's unlabelled pairs, on average
+    min_second: int
+    pilot_samples: int
+    per_sample: float  # candidates a sample has
+
+    @property
+    def least_prompts(self) -> float:
+        """The pilot and the smallest second stage."""
+        return self.pilot_prompts + self.min_second * self.second_prompts_per_sample
+
+    @property
+    def least_samples(self) -> int:
+        return self.pilot_samples + self.min_second
+
+    @property
+    def buys(self) -> int:
+        """Samples the share pays for when none is labelled yet."""
+        return int(self.prompts_paid // max(self.per_sample, 1e-9))
+
+    def second_stage_samples(self) -> int | None:
+        """Second-stage samples the share pays for after the pilot (None: they are labelled already)."""
+        if self.second_prompts_per_sample <= 0:
+            return None
+        return int(max(0.0, self.prompts_paid - self.pilot_prompts) // self.second_prompts_per_sample)
+
+    def sample_seconds(self) -> float:
+        return self.second_prompts_per_sample * self.seconds_per_prompt
+
+
+def _probe_cost(settings: Settings, inputs: FeedbackInputs, todo: list, pilot: list[str], total: int,
+                ) -> _ProbeCost | None:  # fmt: skip
+    """The probe's cost and pay on this machine, counting only pairs without a stored label; None without a
+    feedback budget or a measured speed (feedback_probe.probe_seconds)."""
+    from prag_models.methods.cfrag import feedback_probe as fp
+
+    paid = fp.probe_seconds(settings)
+    if paid is None:
+        return None
+    share_s, per_prompt = paid
+    pilot_set = set(pilot)
+    pilot_candidates = sum(len(inputs.candidates[s]) for s in pilot)
+    pilot_todo = sum(1 for s, _ in todo if s.sample_id in pilot_set)
+    per_sample = total / max(len(inputs.samples), 1)
+    rest_share = (len(todo) - pilot_todo) / max(total - pilot_candidates, 1)
+    return _ProbeCost(share_s / max(per_prompt, 1e-9), per_prompt, pilot_todo, per_sample * rest_share,
+                      settings.cfrag.feedback_probe_min_samples, len(pilot), per_sample)  # fmt: skip
+
+
+def _label_stats(con, task: str, settings: Settings, inputs: FeedbackInputs, generator: Any, version: str,
+                 result: ProbeResult, probe: list[str], total: int, generated: int, labelled: int,
+                 started: float) -> dict[str, Any]:  # fmt: skip
+    """The feedback stage's statistics of one task (its partition's metadata)."""
+    from prag_models.methods.cfrag import feedback_probe as fp
+
     seconds = time.perf_counter() - started
-    kept = set(probe) if result.decision == fp.STOPPED else set(inputs.samples["sample_id"])
+    kept = set(probe) if result.decision in fp.UNTRAINED else set(inputs.samples["sample_id"])
     labels = existing_labels(con, task, generator.model_id, version)
     labels = labels[labels["sample_id"].isin(kept)]
     degenerate, n_samples = degenerate_samples(labels)
@@ -204,6 +285,19 @@ def label_task(
         "signal": settings.cfrag.feedback_signal,
         "probe": result.metadata(),
     }
+
+
+def _whole_samples(todo: list, prompts: float) -> list:
+    """The (sample, candidate) pairs of the first samples whose pairs all fit ``prompts`` (no sample half labelled)."""
+    kept, used = [], 0
+    by_sample: dict[str, list] = {}
+    for pair in todo:
+        by_sample.setdefault(pair[0].sample_id, []).append(pair)
+    for pairs in by_sample.values():
+        if used + len(pairs) > prompts:
+            break
+        kept, used = kept + pairs, used + len(pairs)
+    return kept
 
 
 def _of(todo: list, sample_ids: list[str]) -> list:

@@ -8,7 +8,13 @@ The probe has two stages, so that its decision rests on the samples its interval
 pilot of ``cfrag.feedback_probe_samples`` gives the spread and effect from which the second stage's size is planned
 for 80 % power (at least ``cfrag.feedback_probe_min_samples``, at most the budget's other informative samples); the
 headroom is then decided on the second stage's fresh samples alone (the plan is fixed before they are labelled: no
-peeking), or on the pilot where the budget holds no other informative sample."""
+peeking), or on the pilot where the budget holds no other informative sample.
+
+The probe spends seconds only where they buy its decision (issue 47): with a time budget (run.feedback_budget_s,
+an equal share per task) and this machine's measured seconds per prompt, a probe whose pilot and smallest second
+stage the share cannot pay is not run, and one whose planned second stage the share cannot pay stops after its
+pilot; both record "not measured on this machine: needs N samples, the budget buys M", and the retriever and
+rerankers register their initialisation."""
 
 from __future__ import annotations
 
@@ -28,6 +34,10 @@ PROBE_TABLE = "feedback_probe"
 #: decision values: the probe showed no headroom and labelling stopped; it showed headroom (or could not be
 #: measured: no truth) and the whole budget was labelled; the whole budget was forced; no probe was configured
 STOPPED, CONTINUED, FORCED, NO_PROBE = "stopped", "continued", "forced", "no_probe"
+#: the budget could not pay the samples the probe's interval needs: nothing decided, CFRAG keeps its initialisation
+NOT_MEASURED = "not_measured"
+#: decisions after which the retriever and rerankers register their initialisation instead of training
+UNTRAINED = (STOPPED, NOT_MEASURED)
 
 
 @dataclass
@@ -82,15 +92,38 @@ def probe_sample_ids(sample_ids: Sequence[str], gains: dict[str, np.ndarray], se
 
 def second_stage_ids(
     sample_ids: Sequence[str], gains: dict[str, np.ndarray], pilot: Sequence[str], pilot_differences: np.ndarray,
-    settings: Settings,
-) -> list[str]:  # fmt: skip
-    """The probe's second stage: fresh informative samples, as many as 80 % power at the pilot's headroom needs
-    (at least cfrag.feedback_probe_min_samples, at most those the budget holds); planned before any is labelled."""
+    settings: Settings, affordable: int | None = None,
+) -> tuple[list[str], int]:  # fmt: skip
+    """(the probe's second stage, the samples its power needs): fresh informative samples, as many as 80 % power at
+    the pilot's headroom needs (at least cfrag.feedback_probe_min_samples, at most those the sample budget holds);
+    planned before any is labelled. Empty when the time budget affords fewer than it needs (``affordable``)."""
     from prag_models.metrics.intervals import planned_samples
 
     rest = [s for s in informative_ids(sample_ids, gains) if s not in set(pilot)]
     n = planned_samples(pilot_differences, settings.cfrag.feedback_probe_min_samples, len(rest), 0.8)
-    return select_feedback_samples(rest, n, settings.cfrag.seed + 2) if n > 0 else []
+    if affordable is not None and n > affordable:
+        return [], n
+    return (select_feedback_samples(rest, n, settings.cfrag.seed + 2) if n > 0 else []), n
+
+
+def probe_seconds(settings: Settings) -> tuple[float, float] | None:
+    """(the task's seconds of run.feedback_budget_s, seconds per feedback prompt on this machine), or None when the
+    probe is not limited (no budget set, or the machine's speed was not measured)."""
+    from prag_models.evaluation.llm_budget import stored_throughput
+
+    if settings.run.feedback_budget_s < 0:
+        return None
+    speeds = stored_throughput(settings)
+    if speeds is None:
+        return None
+    return settings.run.feedback_budget_s / max(1, len(settings.data.tasks)), speeds.per_utility_prompt()
+
+
+def not_measured(base: dict, needed: int, buys: int, seconds: float) -> ProbeResult:
+    """The decision of a probe the budget cannot pay: nothing measured, CFRAG keeps its initialisation."""
+    reason = (f"not measured on this machine: the probe needs {needed} samples (≈ {seconds:.0f} s), the budget buys "
+              f"{buys} (run.feedback_budget_s); the retriever and rerankers keep their initialisation")  # fmt: skip
+    return ProbeResult(**base, decision=NOT_MEASURED, reason=reason)
 
 
 def headroom_differences(inputs, labels: pd.DataFrame, gains: dict[str, np.ndarray], probe: Sequence[str],  # noqa: ANN001
@@ -151,12 +184,12 @@ def write_probe(con, result: ProbeResult) -> None:
 
 
 def probe_stop_reason(con, task: str, generator_id: str | None = None, prompt_version: str | None = None) -> str:
-    """Why the task's retriever and rerankers are not trained: the probe's reason when it stopped labelling (for this
-    generator and prompt version, when given), else ""."""
+    """Why the task's retriever and rerankers are not trained: the probe's reason when it stopped labelling or could
+    not be paid (for this generator and prompt version, when given), else ""."""
     if not table_exists(con, PROBE_TABLE):
         return ""
     rows = read_rows(con, PROBE_TABLE, {"task": task})
     if generator_id is not None:
         rows = rows[(rows["generator_id"] == generator_id) & (rows["prompt_version"] == prompt_version)]
-    stopped = rows[rows["decision"] == STOPPED]
+    stopped = rows[rows["decision"].isin(UNTRAINED)]
     return str(stopped["reason"].iloc[0]) if len(stopped) else ""

@@ -1,0 +1,128 @@
+"""The run's time budgets on the command line (issue 47): `prag materialize` measures this machine and sizes the main
+job to run.budget_s (prag_models/evaluation/run_budget.py, llm_budget.py), saying each cut; `prag evidence` runs the
+LLM evidence the main job deferred (job prag_llm_evidence) within run.evidence_budget_s, continuing from the cache."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from prag_assets.cli import run_summary
+from prag_models.config.settings import ALL_TASKS, Settings, load_settings
+
+
+def sized_settings(settings: Settings) -> Settings:
+    """The run's settings sized to this machine: run.llm_budget_s lowered to what run.budget_s leaves the LLM,
+    run.feedback_budget_s set (unless configured) and data.llm_eval_samples to what the LLM evaluation's share pays;
+    each part said on one line, the whole stored as reports/run_budget.json."""
+    from prag_models.evaluation import llm_budget
+    from prag_models.evaluation.run_budget import corpus_texts, embedder_speed, split_budget
+    from prag_models.llm.factory import make_generator
+
+    run = settings.run
+    if run.llm_budget_s <= 0 and run.budget_s <= 0:
+        return settings
+    reports = settings.home_path / "reports"
+    path = llm_budget.budget_path(settings)
+    if llm_budget.stored_throughput(settings, path) is None:
+        cap = max(llm_budget.MEASURE_MIN_S, llm_budget.MEASURE_SHARE * run.llm_budget_s)
+        print(f"[prag] measuring this machine: the embedder, and the generator on each task's own prompts (about "
+              f"{cap:.0f} s at most)", flush=True)  # fmt: skip
+    started = time.perf_counter()
+    documents, texts = corpus_texts(settings)
+    docs_per_s, _ = embedder_speed(settings, texts, reports / "embedder_speed.json") if run.budget_s > 0 else (0, 0)
+    first, reused = llm_budget.plan_run(settings, path, lambda: make_generator(settings.generator))
+    measured = 0.0 if reused else time.perf_counter() - started
+    if run.budget_s > 0:
+        budget = split_budget(settings, documents, docs_per_s, measured)
+        for line in budget.lines():
+            run_summary.say(line)
+        llm_s = max(1.0, budget.llm_s) if run.llm_budget_s > 0 else budget.llm_s
+        feedback_s = run.feedback_budget_s if run.feedback_budget_s >= 0 else budget.feedback_s
+        sized = run.model_copy(update={"llm_budget_s": llm_s, "feedback_budget_s": feedback_s})
+        settings = settings.model_copy(update={"run": sized})
+        reports.mkdir(parents=True, exist_ok=True)
+        (reports / "run_budget.json").write_text(json.dumps(budget.metadata(), indent=1), encoding="utf-8")
+    plan = llm_budget.plan(settings, first.throughput) if run.budget_s > 0 else first
+    run_summary.say(plan.line() + (" [stored speeds reused]" if reused else ""))
+    return settings.model_copy(update={"data": settings.data.model_copy(update={"llm_eval_samples": plan.chosen})})
+
+
+def child_env(settings: Settings) -> dict[str, str]:
+    """The sized settings a run's child process gets (the environment overrides the TOML file)."""
+    return {"PRAG__DATA__LLM_EVAL_SAMPLES": str(settings.data.llm_eval_samples),
+            "PRAG__RUN__LLM_BUDGET_S": repr(float(settings.run.llm_budget_s)),
+            "PRAG__RUN__FEEDBACK_BUDGET_S": repr(float(settings.run.feedback_budget_s)),
+            "PRAG__RUN__EVIDENCE_BUDGET_S": repr(float(settings.run.evidence_budget_s))}  # fmt: skip
+
+
+def deferred_note(settings: Settings) -> list[str]:
+    """What the main job deferred to `prag evidence`, with the time it needs on this machine ([] when nothing)."""
+    from prag_models.evaluation.utility import PLAN_TABLE
+    from prag_models.stages.llm_utility import DEFERRED
+    from prag_models.storage.store import DuckDBBusyError, read_connection, table_exists
+
+    try:
+        with read_connection(settings.duckdb_path) as (con, _):
+            if not table_exists(con, PLAN_TABLE):
+                return []
+            rows = con.execute(f"SELECT task, budget_s FROM {PLAN_TABLE} WHERE evidence = ? ORDER BY task",
+                               [DEFERRED]).fetchall()  # fmt: skip
+    except (FileNotFoundError, DuckDBBusyError):
+        return []
+    rows = [(t, s) for t, s in rows if t in settings.data.tasks]
+    if not rows:
+        return []
+    need = sum(float(s) for _, s in rows)
+    tasks = ", ".join(t for t, _ in rows)
+    return [f"the LLM evidence of {tasks} did not fit this run's budget (≈ {need:.0f} s on this machine): "
+            f"`prag evidence` continues it (run.evidence_budget_s = {settings.run.evidence_budget_s:.0f} s a run, "
+            "from the cached scores)"]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class EvidenceHelpers:
+    """The `prag` command's own functions the evidence command reuses (commands.py), passed in to avoid a cycle."""
+
+    launch: Callable[..., tuple[int, run_summary.RunSummary]]
+    lock_path: Callable[[Settings], object]
+    recover: Callable[[Settings], None]
+    publish: Callable[[Settings, int], None]
+
+
+def add_evidence_command(sub: argparse._SubParsersAction, helpers: EvidenceHelpers) -> None:
+    """Register `prag evidence`."""
+    e = sub.add_parser("evidence", help="run the LLM evidence the main job's budget deferred (job prag_llm_evidence)")
+    e.add_argument("--budget", type=float, default=None,
+                   help="seconds this run may spend (default run.evidence_budget_s; 0 = every test as planned)")
+    e.set_defaults(func=lambda args: _evidence(args, helpers))
+
+
+def _evidence(args: argparse.Namespace, helpers: EvidenceHelpers) -> int:
+    """`prag evidence`: the utility tests the main job deferred, a whole test at a time, then the verdict."""
+    from prag_assets.automation.demo_job import EVIDENCE_JOB
+    from prag_assets.cli.doctor import exclusive
+
+    settings = load_settings()
+    if args.budget is not None:
+        settings = settings.model_copy(update={"run": settings.run.model_copy(
+            update={"evidence_budget_s": max(0.0, args.budget)})})  # fmt: skip
+    tasks = [t for t in ALL_TASKS if t in settings.data.tasks]
+    if not tasks:
+        print("no tasks configured (data.tasks)", flush=True)
+        return 2
+    started = time.time()
+    with exclusive(helpers.lock_path(settings), "prag evidence"):
+        helpers.recover(settings)
+        run_summary.say(f"LLM evidence: the deferred utility tests within {settings.run.evidence_budget_s:.0f} s "
+                        "(run.evidence_budget_s), continuing from the cached scores")  # fmt: skip
+        code, summary = helpers.launch(settings, "", f"{tasks[0]}...{tasks[-1]}", tasks, False, started,
+                                       EVIDENCE_JOB, "prag evidence")  # fmt: skip
+        helpers.publish(settings, code)
+    run_summary.print_summary(settings, [summary], time.time() - started, code, verdict=True)
+    for line in deferred_note(settings):
+        run_summary.say(line)
+    return code

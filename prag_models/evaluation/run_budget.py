@@ -1,0 +1,135 @@
+"""One time budget for the whole main job (issue 47; docs/running.md): `prag materialize` measures this machine's
+embedder (here) and LLM (llm_budget.py) first, estimates the graph's work besides the LLM from the embedder's speed,
+and gives the LLM work what is left of ``run.budget_s``: the LLM evaluation up to ``run.llm_budget_s``, the CFRAG
+feedback probe the rest. A stage whose test its seconds cannot pay in full is not started (it says so): the feedback
+probe of a task records "not measured on this machine" and CFRAG keeps its initialisation; a task's LLM utility is
+deferred to the LLM evidence run (``prag evidence``). The speeds are stored under the home and reused while the
+embedder settings and the CPU stay the same."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from prag_models.config.settings import Settings
+
+#: The graph's work other than the LLM and document embedding (user vectors and clustering, retrieval by every
+#: method, the user encoder's training, tuning, checks, Dagster's start-up and the PersonaBench / LongMemEval group's
+#: non-LLM stages), in seconds per second of document embedding on the same machine. Both scale with the CPU's
+#: torch / BLAS speed: the demo measured 2.2 on 2 AVX-512 cores (93 s against 43 s) and 2.0 on a real 2-core
+#: AVX2-only machine (594 s against 296 s, segments included), docs/measurements.md "The demo".
+REST_PER_EMBED_S = 2.2
+#: Texts embedded to time the embedder, after one warm-up batch (about a second on 2 AVX-512 cores).
+EMBED_PROBE_TEXTS = 192
+#: Bump when the embedder's measurement changes (a stored speed from an older one is measured again).
+SPEED_VERSION = "v1"
+
+
+@dataclass(frozen=True)
+class RunBudget:
+    """How `prag materialize` splits run.budget_s on this machine."""
+
+    budget_s: float
+    documents: int  # profile documents over the configured tasks
+    embed_docs_per_s: float
+    embed_s: float  # estimated document embedding (documents / speed)
+    rest_s: float  # estimated non-LLM work besides embedding (REST_PER_EMBED_S x embed_s)
+    measured_s: float  # what measuring the machine took in this run (0 when stored speeds were reused)
+    llm_s: float  # the LLM evaluation's seconds (utility, generated outputs, P-PRF): at most run.llm_budget_s
+    feedback_s: float  # the CFRAG feedback probe's seconds over every task
+
+    def lines(self) -> list[str]:
+        """What the budget decided, one line per part."""
+        return [
+            f"run budget {self.budget_s:.0f} s (run.budget_s): {self.documents:,} documents at "
+            f"{self.embed_docs_per_s:,.0f} documents/s ≈ {self.embed_s:.0f} s of embedding, ≈ {self.rest_s:.0f} s "
+            f"for the rest of the graph; the LLM evaluation gets {self.llm_s:.0f} s, the CFRAG feedback probe "
+            f"{self.feedback_s:.0f} s",
+        ]
+
+    def metadata(self) -> dict[str, Any]:
+        """The budget as a JSON-able dict."""
+        return {k: round(v, 2) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+
+def split_budget(settings: Settings, documents: int, docs_per_s: float, measured_s: float = 0.0) -> RunBudget:
+    """run.budget_s split on this machine: the estimated non-LLM work first, then the LLM evaluation (at most
+    run.llm_budget_s), then the feedback probe; without a whole-run budget (0) the LLM evaluation keeps
+    run.llm_budget_s and the probe is not limited (feedback_s = -1)."""
+    embed = documents / max(docs_per_s, 1e-6)
+    rest = REST_PER_EMBED_S * embed
+    cap = settings.run.llm_budget_s
+    if settings.run.budget_s <= 0:
+        return RunBudget(0.0, documents, docs_per_s, embed, rest, measured_s, cap, -1.0)
+    left = max(0.0, settings.run.budget_s - embed - rest - measured_s)
+    llm = min(cap, left) if cap > 0 else left
+    return RunBudget(settings.run.budget_s, documents, docs_per_s, embed, rest, measured_s, llm, max(0.0, left - llm))
+
+
+def corpus_texts(settings: Settings) -> tuple[int, list[str]]:
+    """(how many profile documents the configured tasks hold, the first EMBED_PROBE_TEXTS distinct texts)."""
+    from prag_models.data.source import load_task_samples
+
+    seen: set[tuple[str, str, str]] = set()
+    texts: dict[str, None] = {}
+    for task in settings.data.tasks:
+        for split in load_task_samples(settings, task).values():
+            for sample in split:
+                for doc in sample.profile:
+                    seen.add((task, sample.user_id, doc.doc_id))
+                    if len(texts) < EMBED_PROBE_TEXTS:
+                        texts.setdefault(doc.text)
+    return len(seen), list(texts)
+
+
+def cpu_description() -> str:
+    """The CPU as its speed depends on it: model, vector width the kernels may use (AVX-512 switched off by
+    ATEN_CPU_CAPABILITY=avx2 counts as AVX2), and the cores this process may run on."""
+    import os
+
+    model, flags = "unknown CPU", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model == "unknown CPU":
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    wide = "avx512f" in flags and os.environ.get("ATEN_CPU_CAPABILITY", "").lower() not in ("avx2", "default")
+    kind = ("AVX-512" + (" (BF16)" if "avx512_bf16" in flags else "")) if wide else ("AVX2" if "avx2" in flags
+                                                                                    else "no AVX2")  # fmt: skip
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return f"{model}, {kind}, {cores} core{'s' if cores > 1 else ''}"
+
+
+def _speed_key(settings: Settings) -> str:
+    """What the embedder's measured speed depends on besides the machine: the embedder settings, the CPU."""
+    return json.dumps([SPEED_VERSION, settings.embedder.model_dump(mode="json"), cpu_description()], sort_keys=True)
+
+
+def embedder_speed(settings: Settings, texts: list[str], path: Path) -> tuple[float, float]:
+    """(documents per second, seconds spent measuring: 0 when reused): the stored speed for the same embedder and
+    CPU, else the embedder timed on the texts after a warm-up batch, stored at path."""
+    key = _speed_key(settings)
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        if stored.get("key") == key:
+            return float(stored["docs_per_s"]), 0.0
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    from prag_models.text.embedder import Embedder
+
+    started = time.perf_counter()
+    embedder = Embedder(settings.embedder)
+    embedder.embed(texts[: settings.embedder.batch_size])  # warm-up: the first batch allocates
+    t0 = time.perf_counter()
+    embedder.embed(texts)
+    docs_per_s = len(texts) / max(time.perf_counter() - t0, 1e-6)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"key": key, "docs_per_s": docs_per_s, "texts": len(texts)}), encoding="utf-8")
+    return docs_per_s, time.perf_counter() - started

@@ -57,6 +57,8 @@ def _gains(con, settings) -> dict[str, float]:
 
 def _labelled(con, generator_id: str) -> int:
     """Samples with labels of this generator."""
+    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'feedback_labels'").fetchone()[0]:
+        return 0
     sql = "SELECT count(DISTINCT sample_id) FROM feedback_labels WHERE task = ? AND generator_id = ?"
     return con.execute(sql, [TASK, generator_id]).fetchall()[0][0]
 
@@ -168,3 +170,68 @@ def test_the_probe_decides_on_fresh_samples_as_many_as_the_pilot_says_it_needs(p
     probe = known["probe"]
     assert probe["pilot_samples"] == 3 and probe["decided_on"] == probe["headroom_n"] >= 2
     assert probe["probe_samples"] == 3 + probe["decided_on"] and probe["decision"] == "continued"
+
+
+def _with_speeds(settings, seconds_per_prompt: float, feedback_budget_s: float):
+    """The settings with a feedback budget, and this machine's LLM speeds stored as `prag materialize` stores them."""
+    import json
+
+    from prag_models.evaluation.llm_budget import Throughput, budget_path, machine_key
+
+    speeds = Throughput(scored_s=seconds_per_prompt, generated_s=seconds_per_prompt, prompt_tokens_per_s=100.0,
+                        measured_in_s=1.0, utility_s=seconds_per_prompt)  # fmt: skip
+    path = budget_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"throughput": speeds.__dict__, "machine_key": machine_key(settings)}), "utf-8")
+    return settings.model_copy(update={"run": settings.run.model_copy(update={"feedback_budget_s": feedback_budget_s})})
+
+
+def test_a_probe_the_budget_cannot_pay_spends_nothing_and_says_what_it_needs(probe_home) -> None:
+    """Issue 47: on a slow machine the probe spent minutes to decide on 3-8 samples. With a share of
+    run.feedback_budget_s that cannot pay the pilot and the smallest second stage, nothing is labelled and the
+    probe records "not measured on this machine: needs N samples, the budget buys M"; training then registers the
+    initialisation. With a share that pays, the probe runs and decides as before."""
+    from prag_models.methods.cfrag.feedback import label_task
+    from prag_models.methods.cfrag.feedback_probe import probe_stop_reason
+
+    config, settings, gains = probe_home
+    good = KnownTeacher(gains, signal=3.0, noise=0.3, name="good-budget")
+    poor = _with_speeds(settings, seconds_per_prompt=3.0, feedback_budget_s=60.0)  # 20 prompts: < 1 pilot
+    with duckdb.connect(str(settings.duckdb_path)) as con:
+        skipped = label_task(con, TASK, poor, good)
+        probe = skipped["probe"]
+        assert probe["decision"] == "not_measured" and skipped["labelled_now"] == 0, probe
+        needs = PROBE + poor.cfrag.feedback_probe_min_samples
+        buys = int(20 // skipped["candidates_per_sample"])
+        assert f"needs {needs} samples" in probe["reason"] and f"the budget buys {buys}" in probe["reason"], probe
+        assert _labelled(con, good.model_id) == 0
+        assert probe_stop_reason(con, TASK).startswith("not measured on this machine")
+
+        rich = _with_speeds(settings, seconds_per_prompt=0.01, feedback_budget_s=60.0)
+        paid = label_task(con, TASK, rich, good)
+        assert paid["probe"]["decision"] == "continued" and paid["labelled_now"] > 0, paid["probe"]
+        assert probe_stop_reason(con, TASK) == ""
+
+
+def test_in_the_graph_an_unpaid_probe_passes_its_checks_and_registers_the_initialisation(probe_home,
+                                                                                         monkeypatch) -> None:
+    """feedback_labels with a probe the budget cannot pay: no labels, its blocking check passes (it required a
+    label), and the retriever and rerankers register their initialisation tagged "not measured on this machine"."""
+    from prag_assets.resources import models as resources
+
+    config, settings, gains = probe_home
+    monkeypatch.setenv("PRAG__RUN__FEEDBACK_BUDGET_S", "1")
+    _with_speeds(settings, seconds_per_prompt=3.0, feedback_budget_s=1.0)
+    teacher = KnownTeacher(gains, signal=3.0, noise=0.3, name="good-unpaid")
+    monkeypatch.setattr(resources, "_generator", lambda _settings: teacher)
+    selection = dg.AssetSelection.assets("feedback_labels", "cfrag_retriever", "cfrag_reranker")
+    result = materialize_graph(config, [TASK], selection=selection)
+    checks = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert result.success and checks and all(c.passed for c in checks)
+    probe = [m.metadata["probe"].value for m in result.asset_materializations_for_node("feedback_labels")][-1]
+    assert probe.startswith("not_measured: not measured on this machine"), probe
+    with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
+        sql = "SELECT kind, steps FROM cfrag_models WHERE kind != 'user_encoder' ORDER BY kind"
+        steps = con.execute(sql).fetchall()
+        assert _labelled(con, teacher.model_id) == 0
+    assert steps == [("reranker", 0), ("reranker_no_eu", 0), ("retriever", 0)]

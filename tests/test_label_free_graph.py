@@ -146,3 +146,49 @@ def test_a_run_of_label_free_tasks_alone_ends_with_verdicts_decided_by_the_utili
         verdicts = verdicts_from_store(con, min_utility_samples=4).set_index("task")
     assert set(verdicts.index) == set(tasks)
     assert set(verdicts["evidence"]) == {"LLM utility (no labels)"}, verdicts["evidence"]
+
+
+def test_a_test_the_budget_cannot_pay_is_deferred_and_the_evidence_run_decides_it(label_free_run, tmp_path):
+    """Issue 47: on a slow machine the utility's budget was spread over every task and bought n = 1 each. Now a
+    task is funded only with its whole test (pilot + utility.min_samples) at the machine's measured seconds per
+    prompt: unfunded and not cached, it is deferred (a plan row, no rows, the verdict says so); `prag evidence`
+    (the evidence run's budget) then decides it; and a later main run answers it from the cache."""
+    import json
+
+    from prag_models.config.settings import load_settings
+    from prag_models.evaluation.llm_budget import Throughput, budget_path, machine_key
+    from prag_models.evaluation.utility import PLAN_TABLE, UTILITY_TABLE
+    from prag_models.evaluation.verdict import verdicts_from_store
+    from prag_models.llm.factory import make_generator
+    from prag_models.stages.llm_utility import DEFERRED, utility_rows
+    from prag_models.storage.store import replace_many
+
+    root, _ = label_free_run
+    copy = tmp_path / "home"
+    shutil.copytree(root / "home", copy)
+    environ = {"PRAG__RUN__LLM_BUDGET_S": "30", "PRAG__RUN__EVIDENCE_BUDGET_S": "100000",
+               "PRAG__UTILITY__PILOT_SAMPLES": "4", "PRAG__UTILITY__MIN_SAMPLES": "4"}  # fmt: skip
+    settings = load_settings(root / "prag.toml", home=str(copy), environ=environ)
+    slow = Throughput(scored_s=2.0, generated_s=2.0, prompt_tokens_per_s=100.0, measured_in_s=1.0, utility_s=2.0)
+    path = budget_path(settings)
+    path.write_text(json.dumps({"throughput": slow.__dict__, "machine_key": machine_key(settings)}), "utf-8")
+    generator = make_generator(settings.generator)
+    with duckdb.connect(str(copy / "prag.duckdb")) as con:
+        con.execute("DELETE FROM generation_cache WHERE generator_id LIKE '%#utility%'")  # nothing cached
+        frame, plan, stats = utility_rows(con, "LaMP-4", settings, generator)
+        assert frame.empty and plan.at[0, "evidence"] == DEFERRED and "deferred" in stats, stats
+        cached = "SELECT count(*) FROM generation_cache WHERE generator_id LIKE '%#utility%'"
+        assert con.execute(cached).fetchone()[0] == 0  # no LLM call spent on a test it could not finish
+        replace_many(con, [(UTILITY_TABLE, frame, {"task": "LaMP-4"}), (PLAN_TABLE, plan, {"task": "LaMP-4"})])
+        row = verdicts_from_store(con, min_utility_samples=4).set_index("task").loc["LaMP-4"]
+        assert row["verdict"] == "keep the baseline" and "prag evidence" in row["power_note"], row["power_note"]
+
+        frame, plan, stats = utility_rows(con, "LaMP-4", settings, generator, evidence_run=True)
+        assert plan.at[0, "evidence"] == "pilot chose" and plan.at[0, "test_n"] >= 4, stats
+        replace_many(con, [(UTILITY_TABLE, frame, {"task": "LaMP-4"}), (PLAN_TABLE, plan, {"task": "LaMP-4"})])
+        row = verdicts_from_store(con, min_utility_samples=4).set_index("task").loc["LaMP-4"]
+        assert row["evidence"] == "LLM utility (no labels)" and row["n_samples"] == plan.at[0, "test_n"]
+
+        again, replanned, stats = utility_rows(con, "LaMP-4", settings, generator)  # the main job's budget again
+        assert stats["from_cache_only"] and stats["prompts_computed"] == 0, stats
+        assert replanned.at[0, "test_n"] == plan.at[0, "test_n"] and len(again) == len(frame)

@@ -106,6 +106,17 @@ def retrieval_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> lis
     return problems
 
 
+def _probe_not_measured(con, task: str, generator_id: str, version: str) -> str:
+    """The probe's reason when the time budget could not pay it for this generator and prompt version, else ""."""
+    from prag_models.methods.cfrag.feedback_probe import NOT_MEASURED, PROBE_TABLE
+
+    if not table_exists(con, PROBE_TABLE):
+        return ""
+    rows = read_rows(con, PROBE_TABLE, {"task": task, "generator_id": generator_id, "prompt_version": version})
+    rows = rows[rows["decision"] == NOT_MEASURED]
+    return str(rows["reason"].iloc[0]) if len(rows) else ""
+
+
 def feedback_result(con, task: str, settings: Settings, generator_id: str) -> tuple[list[str], list[str], dict]:
     """(errors, warnings, info) of a task's labels: schema, key, score range; degenerate samples of this generator."""
     exists = table_exists(con, "feedback_labels")
@@ -114,15 +125,18 @@ def feedback_result(con, task: str, settings: Settings, generator_id: str) -> tu
     if len(df):  # labels of other generators / prompt versions / signals are kept for re-use, not judged here
         df = df[(df["generator_id"] == generator_id) & (df["prompt_version"] == version)]
     low, high = feedback_labels.score_range(task, settings.cfrag.feedback_signal)
+    unpaid = _probe_not_measured(con, task, generator_id, version)  # the budget paid no label: none required
+    if unpaid and df.empty:
+        return [], [], {"labels": 0, "probe": unpaid}
     suite = [
         *not_null("sample_id", "doc_id", "source_user_id", "generator_id", "prompt_version", "score"),
         unique("sample_id", "doc_id", "source_user_id", "generator_id", "prompt_version"),
         between("score", None if low == float("-inf") else low, high),
-        min_rows(1),
+        *([] if unpaid else [min_rows(1)]),
     ]
     _, errors = validate_frame(f"feedback_labels_{task.replace('-', '')}", df, suite)
     warnings: list[str] = []
-    info: dict = {"labels": len(df)}
+    info: dict = {"labels": len(df), **({"probe": unpaid} if unpaid else {})}
     if len(df):
         degenerate, n = feedback_labels.degenerate_samples(df)
         info |= {"generator": generator_id, "prompt_version": version, "samples": n, "degenerate_samples": degenerate}

@@ -158,8 +158,14 @@ def task_budgets(con, settings: Settings, total_s: float, per_prompt_s: float,
     A task not funded gets 0 (only what is cached; its test is deferred), and so does a task whose test an earlier
     run completed (``complete``: answered from the cache). Without a measured cost per prompt, every task is funded
     by weight alone. Fixed by the data, the settings and the machine's speed, not by any test outcome."""
-    tasks = list(settings.data.tasks)
-    labelled = {t: labelled_choice(con, t) is not None for t in tasks}
+    labelled = {t: labelled_choice(con, t) is not None for t in settings.data.tasks}
+    return fund_whole_tests(labelled, settings, total_s, per_prompt_s, complete)
+
+
+def fund_whole_tests(labelled: dict[str, bool], settings: Settings, total_s: float, per_prompt_s: float,
+                     complete: frozenset[str] = frozenset()) -> dict[str, float]:  # fmt: skip
+    """task_budgets on given tasks (in data.tasks order) and whether labels decide each."""
+    tasks = list(labelled)
     weights = {t: 1 if labelled[t] else EVIDENCE_WEIGHT for t in tasks}
     if per_prompt_s <= 0 or total_s <= 0:
         return {t: total_s * weights[t] / max(1, sum(weights.values())) for t in tasks}

@@ -1,0 +1,44 @@
+"""One time budget for the main job (issue 47): the split of run.budget_s on a machine's measured speeds, and the
+utility's whole tests funded in order (a task is funded with its pilot and smallest deciding test, or not at all)."""
+
+from __future__ import annotations
+
+import pytest
+
+from prag_models.config.settings import load_settings
+from prag_models.evaluation.run_budget import REST_PER_EMBED_S, split_budget
+from prag_models.stages.llm_utility import fund_whole_tests, prompts_needed
+
+
+def _settings(**run):
+    return load_settings(environ={}, home="/nonexistent", run=run)
+
+
+def test_a_fast_machine_keeps_the_llm_cap_and_the_probe_gets_the_rest() -> None:
+    s = _settings(budget_s=900, llm_budget_s=360)
+    fast = split_budget(s, documents=6000, docs_per_s=150.0, measured_s=20.0)  # 40 s of embedding
+    assert fast.llm_s == 360 and fast.feedback_s == pytest.approx(900 - 20 - 40 * (1 + REST_PER_EMBED_S) - 360)
+
+
+def test_a_slow_machine_gives_the_llm_what_the_graph_leaves_and_the_probe_nothing() -> None:
+    s = _settings(budget_s=900, llm_budget_s=360)
+    slow = split_budget(s, documents=6000, docs_per_s=24.0, measured_s=60.0)  # 250 s of embedding
+    assert slow.llm_s == pytest.approx(max(0.0, 900 - 60 - 250 * (1 + REST_PER_EMBED_S))) and slow.feedback_s == 0
+    assert "the CFRAG feedback probe 0 s" in " ".join(slow.lines())
+    unlimited = split_budget(_settings(budget_s=0, llm_budget_s=360), 6000, 24.0)
+    assert unlimited.llm_s == 360 and unlimited.feedback_s == -1  # no whole-run budget: the probe is not limited
+
+
+def test_whole_tests_are_funded_in_order_and_the_rest_waits() -> None:
+    s = _settings()
+    labelled = {"LaMP-1": True, "LaMP-2": True, "LaMP-4": False}
+    per_prompt = 2.0
+    free = prompts_needed(False, s) * per_prompt  # the label-free task first: the utility is its only evidence
+    one = prompts_needed(True, s) * per_prompt
+    budgets = fund_whole_tests(labelled, s, free + one + one / 2, per_prompt)
+    assert budgets["LaMP-4"] >= free and budgets["LaMP-1"] >= one and budgets["LaMP-2"] == 0  # not half a test
+    assert sum(budgets.values()) == pytest.approx(free + one + one / 2)  # what is left goes to the funded tasks
+    done = fund_whole_tests(labelled, s, one, per_prompt, complete=frozenset({"LaMP-4"}))
+    assert done["LaMP-4"] == 0 and done["LaMP-1"] == pytest.approx(one)  # a completed test is answered from cache
+    unmeasured = fund_whole_tests(labelled, s, 100.0, 0.0)  # no measured speed: every task by weight, as before
+    assert all(v > 0 for v in unmeasured.values())

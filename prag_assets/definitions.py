@@ -22,7 +22,13 @@ from prag_assets.assets import (
     users,
     utility,
 )
-from prag_assets.automation.demo_job import demo_job, evidence_job, retrain_job, retrieval_eval_job
+from prag_assets.automation.demo_job import (
+    demo_job,
+    evidence_job,
+    real_evidence_job,
+    retrain_job,
+    retrieval_eval_job,
+)
 from prag_assets.automation.promotion_jobs import promotion_jobs
 from prag_assets.automation.sensors import jobs, schedules, sensors
 from prag_assets.builders.code_versions import versioned
@@ -64,7 +70,8 @@ defs = dg.Definitions(
         *pbr_checks,
         *retrieval_eval_checks,
     ],
-    jobs=[demo_job(SETTINGS), retrieval_eval_job(), retrain_job(), evidence_job(), *jobs, *promotion_jobs],
+    jobs=[demo_job(SETTINGS), retrieval_eval_job(), retrain_job(), evidence_job(), real_evidence_job(),
+          *jobs, *promotion_jobs],
     sensors=sensors,
     schedules=schedules,
     resources=default_resources(),

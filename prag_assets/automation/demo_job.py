@@ -23,7 +23,9 @@ RETRAIN_JOB = "prag_retrain"
 #: The LLM evidence that continues the main job (`prag evidence`, issue 47): the utility tests the main job's budget
 #: deferred, funded from run.evidence_budget_s, and what reads them (the report, the promotion evidence).
 EVIDENCE_JOB = "prag_llm_evidence"
-#: The run tag that tells llm_utility which budget it spends (run.evidence_budget_s in the evidence run).
+#: The same on the real PersonaBench / LongMemEval samples: the P-PRF generation the main job's budget deferred.
+REAL_EVIDENCE_JOB = "prag_llm_evidence_real_data"
+#: The run tag that tells llm_utility and query_expansions which budget they spend (the evidence run's).
 PHASE_TAG, EVIDENCE_PHASE = "prag/phase", "llm_evidence"
 
 #: The main pipeline's selection: `prag materialize`'s `--select 'not group:retrieval_eval'`.
@@ -78,6 +80,15 @@ def evidence_job() -> dg.UnresolvedAssetJobDefinition:
                                description="The LLM evidence that continues the main job (prag evidence): the "
                                "utility tests its budget deferred, within run.evidence_budget_s, continuing from the "
                                "cached scores; then the report and the promotion evidence.")  # fmt: skip
+
+
+def real_evidence_job() -> dg.UnresolvedAssetJobDefinition:
+    """`prag_llm_evidence_real_data`: the real-data retrieval evaluation with the P-PRF generation the main job's
+    budget deferred (group retrieval_eval, tagged as the evidence phase)."""
+    return dg.define_asset_job(REAL_EVIDENCE_JOB, selection=dg.AssetSelection.groups(RETRIEVAL_EVAL_GROUP),
+                               tags={PHASE_TAG: EVIDENCE_PHASE},
+                               description="The real-data retrieval evaluation with the LLM generation the main "
+                               "job's budget deferred (prag evidence).")  # fmt: skip
 
 
 def retrain_job() -> dg.UnresolvedAssetJobDefinition:

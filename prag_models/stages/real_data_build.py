@@ -219,10 +219,26 @@ def _p_prf_expansions(settings: Settings, dataset: str, questions: list[Retrieva
     return expansions
 
 
+def generation_paid(settings: Settings, questions: int) -> tuple[bool, float]:
+    """(whether the run's generation budget pays for P-PRF's two generations per question, their estimated seconds):
+    a P-PRF generation timed by `prag materialize` scaled from pbr.lamp_max_new_tokens to expansion_max_new_tokens
+    (an upper bound: most replies stop earlier). Paid where the speeds were not measured or there is no budget."""
+    from prag_models.evaluation.llm_budget import generation_budget_s, stored_throughput
+
+    speeds = stored_throughput(settings)
+    if speeds is None or settings.run.llm_budget_s <= 0:
+        return True, 0.0
+    pbr = settings.pbr
+    seconds = 2 * questions * speeds.pbr_s * pbr.expansion_max_new_tokens / max(1, pbr.lamp_max_new_tokens)
+    return seconds <= generation_budget_s(settings), seconds
+
+
 def expansion_rows(con, dataset: str, settings: Settings, load_embedder: Callable[[], Any], gen: LazyGenerator,  # noqa: ANN001
-                   qe_methods: list[str], warn: Warn) -> tuple[pd.DataFrame, dict[str, Any]]:
+                   qe_methods: list[str], warn: Warn, evidence_run: bool = False,
+                   ) -> tuple[pd.DataFrame, dict[str, Any]]:  # fmt: skip
     """Rows of query_expansions of one dataset: P-PRF pseudo utterances + reasoning (replayed or generated) and the
-    QE baselines' expansions, every generation through generation_cache; and its stats."""
+    QE baselines' expansions, every generation through generation_cache; and its stats. Generation the main job's
+    budget cannot pay is deferred to the LLM evidence run (``evidence_run``: `prag evidence`)."""
     pbr = settings.pbr
     ds = dataset_settings(pbr, dataset)
     questions, segments = read_corpus(con, dataset)
@@ -230,6 +246,11 @@ def expansion_rows(con, dataset: str, settings: Settings, load_embedder: Callabl
     wants_prf = any(m in NEEDS_EXPANSION for m in pbr.eval_methods)
     # auto: the PBR authors' cached expansions where they exist (PersonaBench), the configured LLM elsewhere
     generate_here = pbr.expansion_source == "generate" or (pbr.expansion_source == "auto" and dataset not in REPLAYABLE)
+    paid, seconds = generation_paid(settings, len(questions))
+    if wants_prf and generate_here and not (paid or evidence_run):
+        warn(f"{dataset}: P-PRF's generation (≈ {seconds:.0f} s on this machine) does not fit the run's budget: PBR "
+             "and PBR w/o P-Anchor are deferred there to `prag evidence`")  # fmt: skip
+        wants_prf = False
     before = gen.generated
     expansions = _p_prf_expansions(settings, dataset, questions, generate_here, warn) if wants_prf else {}
     if wants_prf and generate_here:

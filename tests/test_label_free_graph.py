@@ -192,3 +192,32 @@ def test_a_test_the_budget_cannot_pay_is_deferred_and_the_evidence_run_decides_i
         again, replanned, stats = utility_rows(con, "LaMP-4", settings, generator)  # the main job's budget again
         assert stats["from_cache_only"] and stats["prompts_computed"] == 0, stats
         assert replanned.at[0, "test_n"] == plan.at[0, "test_n"] and len(again) == len(frame)
+
+
+def test_a_stored_plan_decided_on_another_pilot_is_not_reused(label_free_run, tmp_path):
+    """Issue 48, defect 1: a stored plan was reused whenever its settings matched, so after new documents (or any
+    change of the retrievals) the verdict read a stale chosen method the test had not scored. A plan is now keyed by
+    the values of the pilot it was decided on: one decided on another pilot is planned again."""
+    from prag_models.config.settings import load_settings
+    from prag_models.evaluation.utility import PLAN_TABLE
+    from prag_models.llm.factory import make_generator
+    from prag_models.stages.llm_utility import utility_rows
+
+    root, _ = label_free_run
+    copy = tmp_path / "home"
+    shutil.copytree(root / "home", copy)
+    settings = load_settings(root / "prag.toml", home=str(copy), environ={"PRAG__RUN__LLM_BUDGET_S": "0"})
+    generator = make_generator(settings.generator)
+    with duckdb.connect(str(copy / "prag.duckdb")) as con:
+        _, plan, _ = utility_rows(con, "LaMP-7", settings, generator)
+        chosen, others = plan.at[0, "chosen"], [c for c in plan.at[0, "candidates"].split(", ")]
+        stale = plan.copy()
+        stale.at[0, "chosen"] = next(c for c in others if c != chosen)
+        stale.at[0, "key"] = plan.at[0, "key"].split("#pilot:")[0]  # as stored before: the settings alone
+        con.execute(f"DELETE FROM {PLAN_TABLE} WHERE task = 'LaMP-7'")
+        con.register("stale", stale)
+        con.execute(f"INSERT INTO {PLAN_TABLE} BY NAME SELECT * FROM stale")
+        frame, again, _ = utility_rows(con, "LaMP-7", settings, generator)
+    assert again.at[0, "chosen"] == chosen and again.at[0, "key"] == plan.at[0, "key"]
+    tested = set(frame.loc[frame["phase"] == "test", "method"])
+    assert chosen in tested  # the verdict's chosen method has test rows

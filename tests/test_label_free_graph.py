@@ -221,3 +221,20 @@ def test_a_stored_plan_decided_on_another_pilot_is_not_reused(label_free_run, tm
     assert again.at[0, "chosen"] == chosen and again.at[0, "key"] == plan.at[0, "key"]
     tested = set(frame.loc[frame["phase"] == "test", "method"])
     assert chosen in tested  # the verdict's chosen method has test rows
+
+
+def test_the_generated_outputs_beside_a_label_free_verdict_skip_the_pilots_samples(label_free_run):
+    """Issue 48, defect 3: the LLM evaluation column beside a label-free verdict was scored on the first samples of
+    the seeded order, which are the pilot's, whose utility chose the method; it now leaves them out."""
+    from prag_models.evaluation.verdict import verdicts_from_store
+
+    root, _ = label_free_run
+    with duckdb.connect(str(root / "home" / "prag.duckdb"), read_only=True) as con:
+        verdicts = verdicts_from_store(con, min_utility_samples=4).set_index("task")
+        for task in ("LaMP-4", "LaMP-7"):
+            pilot = {s for (s,) in con.execute("SELECT DISTINCT sample_id FROM llm_utility WHERE task = ? AND "
+                                               "phase = 'pilot'", [task]).fetchall()}  # fmt: skip
+            generated = {s for (s,) in con.execute("SELECT DISTINCT sample_id FROM generations WHERE task = ?",
+                                                   [task]).fetchall()}  # fmt: skip
+            assert pilot & generated  # the same seeded order: the first generated samples are the pilot's
+            assert verdicts.at[task, "llm_n_samples"] == len(generated - pilot), task

@@ -201,8 +201,10 @@ def verdicts_from_store(
             evidence = "LLM utility (no labels)"
         if row is not None:
             llm = dict(NO_LLM_FIELDS)
-            if task in llm_tasks:  # the generated outputs' metric of the same method, beside it
-                llm_table, llm_metric, higher = llm_scores(con, task)
+            if task in llm_tasks:  # the generated outputs' metric of the same method, beside it, on samples the
+                llm_table, llm_metric, higher = llm_scores(con, task)  # choice never saw (not the pilot's)
+                chose = set(utility_scores(con, task, "pilot")["sample_id"].astype(str))
+                llm_table = llm_table[~llm_table["sample_id"].astype(str).isin(chose)]
                 llm = llm_confirmation(llm_table, row["method"], llm_metric, higher, min_llm_samples)
         elif task in llm_tasks:
             llm_table, llm_metric, higher = llm_scores(con, task)

@@ -7,8 +7,10 @@ the champion bundle on the same samples (value i of both belongs to sample i). T
 the LLM evaluation (as many samples as the LLM budget bought), each with the n below which it does not decide. A leg
 with fewer samples than its minimum is reported and not used. The first deciding leg is the primary one:
 
-* promote when its interval of challenger − champion lies wholly on the better side of 0 and no other deciding leg's
-  interval lies wholly on the worse side;
+* promote when its difference challenger − champion is shown on the better side of 0 and no other deciding leg's is
+  shown on the worse side; "shown" is the verdict's own rule (``metrics.intervals.shown_above``): the 95 % interval
+  wholly on that side and the paired t-test's one-sided p below 2.5 % (the percentile interval alone is narrower than
+  the test at small n, issue 48);
 * keep the champion otherwise (a tie, an interval that straddles 0, a regression, no deciding leg), unless overridden.
 
 The verdict carries the figures it decided on (both means, the difference, its interval and n) for the MLflow
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from prag_models.metrics.intervals import Estimate, paired_difference
+from prag_models.metrics.intervals import Estimate, paired_difference, shown_above
 
 
 @dataclass(frozen=True)
@@ -59,18 +61,18 @@ class LegResult:
     difference: Estimate
     deciding: bool  # n reached the leg's minimum
     min_n: int = 2
+    shown_up: bool = False  # challenger − champion shown above 0 (interval and paired test, shown_above)
+    shown_down: bool = False  # ... shown below 0
 
     @property
     def better(self) -> bool:
-        """The interval lies wholly on the better side of 0."""
-        d = self.difference
-        return d.low > 0 if self.higher_is_better else d.high < 0
+        """The difference is shown on the better side of 0 (the verdict's rule: interval and paired test)."""
+        return self.shown_up if self.higher_is_better else self.shown_down
 
     @property
     def worse(self) -> bool:
-        """The interval lies wholly on the worse side of 0."""
-        d = self.difference
-        return d.high < 0 if self.higher_is_better else d.low > 0
+        """The difference is shown on the worse side of 0."""
+        return self.shown_down if self.higher_is_better else self.shown_up
 
     def text(self) -> str:
         """One line: ``retrieval ndcg@5: challenger 0.51 vs champion 0.49, difference +0.02, 95 % CI [+0.01, +0.03],
@@ -116,8 +118,10 @@ def leg_result(evidence: PairedEvidence) -> LegResult:
         raise ValueError(f"{evidence.name}: paired values need equal lengths, got {len(chal)} and {len(champ)}")
     mean = (lambda x: float(np.mean(x))) if len(chal) else (lambda x: math.nan)
     minimum = max(evidence.min_n, 2)
+    up = shown_above(chal, champ)[1] if len(chal) else False
+    down = shown_above(champ, chal)[1] if len(chal) else False
     return LegResult(evidence.name, evidence.metric, evidence.higher_is_better, mean(chal), mean(champ),
-                     evidence.difference(), len(chal) >= minimum, minimum)  # fmt: skip
+                     evidence.difference(), len(chal) >= minimum, minimum, up, down)  # fmt: skip
 
 
 def decide_promotion(task: str, evidence: Sequence[PairedEvidence], override: bool = False) -> Verdict:

@@ -96,14 +96,14 @@ def _paired(scores: pd.DataFrame, challenger: str, champion: str) -> pd.DataFram
 def evidence_rows(con, task: str, challenger_bundle: str, champion_bundle: str, settings: Settings) -> pd.DataFrame:
     """The paired per-sample rows of both legs for ``cfrag`` (the challenger) and ``cfrag@champion``."""
     from prag_models.evaluation.claims import llm_scores
-    from prag_models.evaluation.utility import UTILITY_METRIC, utility_scores
+    from prag_models.evaluation.utility import LABEL_HIT_SEES, UTILITY_METRIC, utility_scores
 
     legs = []
     if table_exists(con, "lamp_retrieval_evaluation"):
         primary = con.execute("SELECT DISTINCT metric FROM lamp_retrieval_evaluation WHERE task = ? AND is_primary",
                               [task]).fetchall()  # fmt: skip
-        if primary:
-            metric = primary[0][0]
+        if primary and (primary[0][0].startswith("ndcg") or task in LABEL_HIT_SEES):  # as the verdict: a label-hit
+            metric = primary[0][0]  # that cannot see the task (LaMP-1's titles, no relevance labels) decides nothing
             scores = con.execute("SELECT method, sample_id, value FROM lamp_retrieval_sample_scores WHERE task = ? "
                                  "AND metric = ?", [task, metric]).df()  # fmt: skip
             legs.append(("retrieval", metric, True, MIN_RETRIEVAL_SAMPLES, scores))

@@ -32,8 +32,13 @@ def sized_settings(settings: Settings) -> Settings:
         print(f"[prag] measuring this machine: the embedder, and the generator on each task's own prompts (about "
               f"{cap:.0f} s at most)", flush=True)  # fmt: skip
     started = time.perf_counter()
-    documents, texts = corpus_texts(settings)
-    docs_per_s, _ = embedder_speed(settings, texts, reports / "embedder_speed.json") if run.budget_s > 0 else (0, 0)
+    try:
+        documents, texts = corpus_texts(settings)
+    except (OSError, ValueError) as error:  # the run's first stage reports the data's error in its own words
+        run_summary.say(f"run budget: the data cannot be read to size the run ({type(error).__name__}); no cut")
+        documents, texts = 0, []
+    measured_embedder = run.budget_s > 0 and texts
+    docs_per_s, _ = embedder_speed(settings, texts, reports / "embedder_speed.json") if measured_embedder else (0, 0)
     first, reused = llm_budget.plan_run(settings, path, lambda: make_generator(settings.generator))
     measured = 0.0 if reused else time.perf_counter() - started
     if run.budget_s > 0:

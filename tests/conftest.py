@@ -57,7 +57,7 @@ MODEL_MODULES = {
     "test_marker_graph", "test_gguf_weights", "test_cfrag_training_units", "test_taste", "test_served_privacy",
     "test_feedback_probe", "test_serving_latency", "test_lineage", "test_cfrag_teacher", "test_cfrag_tuning",
     "test_tuning", "test_label_free_graph", "test_consent_cost", "test_consent_cfrag", "test_answer_scoring",
-    "test_promotion_graph",
+    "test_promotion_graph", "test_embedder_backends",
 }  # fmt: skip
 FAST = os.environ.get("PRAG_FAST_TESTS") == "1"
 

@@ -28,6 +28,7 @@ from prag_models.stages.history import (
     task_drift,
     update_summary,
 )
+from prag_models.text.embedder import embedder_key
 from prag_models.users.incremental import NotMaterializedError, ensure_tables, refresh_similar_users, update_users
 
 GROUP = "history"
@@ -165,7 +166,7 @@ def incremental_user_clusters(
         """Update one task's changed users; its partition previews them."""
         try:
             shaping = sharing_rule(step.con, step.task, settings.privacy.default_share)  # docs/privacy.md
-            report = update_users(step.con, step.task, embed, settings.embedder.model, settings.clustering,
+            report = update_users(step.con, step.task, embed, embedder_key(settings.embedder), settings.clustering,
                                   context.run_id, shaping)  # fmt: skip
         except NotMaterializedError as exc:
             context.log.warning(f"{exc}; the history stays pending")

@@ -37,6 +37,7 @@ from prag_models.stages.pbr_lamp import (
 )
 from prag_models.stages.retrieval import RETRIEVAL_COLUMNS, load_task_inputs
 from prag_models.storage.store import replace_rows
+from prag_models.text.embedder import embedder_key
 
 GROUP = "retrieval"
 
@@ -70,7 +71,7 @@ def pbr_lamp_retrievals(
         if "pbr" in methods:
             run["gen"] = CachedGenerator(models.generator(), con, settings.generator.batch_size,
                                          progress_logger(context, "PBR P-PRF generation"))  # fmt: skip
-        run["emb"] = CachedEmbedder(con, models.embedder, settings.embedder.model)
+        run["emb"] = CachedEmbedder(con, models.embedder, embedder_key(settings.embedder))
 
     def retrieve(step: TaskStep) -> dict:
         """One task's PBR rows, written in one transaction."""

@@ -92,6 +92,17 @@ class EmbedderSettings(Section):
     batch_size: int = 64
     device: str = "cpu"
     max_seq_length: int = 256
+    # How the model runs (prag_models/text/embedder.py; benchmarks/embedder_speed.py): torch fp32 | torch_int8 (torch
+    # dynamic int8 Linear layers) | onnx (ONNX Runtime fp32) | onnx_int8 (ONNX Runtime, dynamic int8 per-channel
+    # MatMuls, the feed-forward output projections kept fp32; exported once from the model folder, cached under
+    # ~/.cache/prag/onnx). "auto" = onnx_int8 on a CPU with AVX2 but no usable AVX-512 (a laptop, where embedding is
+    # a large share of the run) when onnxruntime and onnx are installed, else torch (AVX-512 keeps fp32's vectors).
+    # Measured 2026-12-05 (benchmarks/embedder_speed.py, demo documents, ratios to torch fp32 in the same run):
+    # onnx_int8 1.96x on 2 AVX-512 cores, 1.36x on the AVX2 proxy (1 core); cosine to fp32 min 0.989 / mean 0.996
+    # over 6,754 demo texts, dense NDCG@3 -0.009 +- 0.009 and label-hit@3 -0.012 +- 0.013 (paired, n = 576 / 288).
+    # torch_int8 is 2.3-2.4x but moves vectors to cosine 0.83 (not used by auto); onnx fp32 1.33x / 0.86x.
+    # Cached embeddings are keyed by the backend (model#backend; torch fp32 keeps the bare model name).
+    backend: Literal["auto", "torch", "torch_int8", "onnx", "onnx_int8"] = "auto"
 
 
 class GeneratorSettings(Section):
@@ -114,8 +125,9 @@ class GeneratorSettings(Section):
     # CPU threads of the generator: 0 = the cores this process may run on (two threads on one core spin-wait for
     # each other and run 3-4x slower than one, docs/measurements.md "LLM speed")
     threads: int = Field(0, ge=0)
-    # llama_cpp: run the GGUF as shipped ("as_is") or converted once to bf16 | f16 | q8_0 (cached under
-    # ~/.cache/prag/gguf); "auto" = bf16 when the llama.cpp build has AVX512_BF16 kernels, else as shipped
+    # llama_cpp: run the GGUF as shipped ("as_is") or converted once to bf16 | f16 | q8_0 | q4_0 (cached under
+    # ~/.cache/prag/gguf); "auto" = bf16 when the llama.cpp build has AVX512_BF16 kernels, else f16 with AVX2 (1.85x
+    # the shipped Q4_1 on one AVX2 core; q4_0 is faster but moves the utility by 0.64 nats/token), else as shipped
     llama_cpp_weights: str = "auto"
     flash_attention: bool = True  # llama_cpp: flash attention (about 10 % faster prompt evaluation on CPU)
     batch_size: int = 8

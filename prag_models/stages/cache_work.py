@@ -39,6 +39,7 @@ from prag_models.stages.generation import generation_jobs
 from prag_models.stages.pbr_lamp import lamp_expansion_items, lamp_pbr_settings
 from prag_models.stages.retrieval import load_task_inputs
 from prag_models.storage.store import table_exists
+from prag_models.text.embedder import embedder_key
 from prag_models.text.embedding_cache import CACHE_TABLE as EMBEDDING_CACHE
 from prag_models.text.embedding_cache import missing_batches, missing_query
 
@@ -74,7 +75,7 @@ def shard_users(con: Any, task: str, shard: Shard) -> list[str] | None:
 def embedding_work(con: Any, stage: str, task: str, settings: Settings, shard: Shard = None) -> Work:
     """The texts of a task's documents or queries that embedding_cache lacks (a shard: every n-th batch of them)."""
     source, params = (DOCUMENT_SOURCE if stage == "documents" else QUERY_SOURCE), [task]
-    model_id = settings.embedder.model
+    model_id = embedder_key(settings.embedder)  # names the backend: int8 vectors are not fp32's
     if table_exists(con, EMBEDDING_CACHE):
         sql, args = missing_query(source, params, model_id)
     else:  # nothing cached yet (a read-only connection cannot create the table)

@@ -20,6 +20,7 @@ from prag_models.storage.validation import (
     unique,
     validate_frame,
 )
+from prag_models.text.embedder import embedder_key
 
 TABLE_SCHEMAS = {
     "query_expansions": "dataset VARCHAR, q_id VARCHAR, user_id VARCHAR, method VARCHAR, source VARCHAR, "
@@ -81,7 +82,7 @@ def segment_embedding_problems(con, dataset: str, settings: Settings) -> list[st
     """One finite unit vector per segment, from the configured embedder."""
     df = read_rows(con, "segment_embeddings", {"dataset": dataset})
     problems = _gx(f"seg_emb_{dataset}", df, [*not_null("segment_id", "embedding"), unique("user_id", "segment_id"),
-                                               in_set("model_id", [settings.embedder.model])])
+                                               in_set("model_id", [embedder_key(settings.embedder)])])
     problems += matrix_problems(column_to_matrix(df["embedding"].tolist()), unit_norm=True)
     n = con.execute("SELECT count(*) FROM personal_segments WHERE dataset = ?", [dataset]).fetchone()[0]
     return problems + ([f"{len(df)} embeddings for {n} segments"] if n != len(df) else [])

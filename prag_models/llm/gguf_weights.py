@@ -1,7 +1,18 @@
-"""Choose and prepare the weight type llama.cpp runs: a GGUF as shipped, or converted once to bf16 / f16 / q8_0.
+"""Choose and prepare the weight type llama.cpp runs: a GGUF as shipped, or converted once to bf16 / f16 / q8_0 / q4_0.
 
-The packaged SmolLM2 ships as Q4_1. On CPUs whose llama.cpp build has AVX512_BF16, the same weights converted to
-bf16 run about 1.8x faster (benchmarks/llama_cpp_weights.py); the converted file is cached.
+The packaged SmolLM2 ships as Q4_1, for which llama.cpp has no fast CPU matmul: neither llamafile's sgemm nor a
+repacked (interleaved) kernel. "auto" runs the type measured fastest for utility scoring per CPU class
+(benchmarks/llm_throughput.py --weights as_is,q4_0,q8_0,f16,bf16; prompt tokens/s against the shipped Q4_1):
+
+- AVX512_BF16 build: bf16 (about 1.8x; llama.cpp's native bf16 kernels);
+- AVX2 build (with F16C): f16, 1.85x on one AVX2 core (241 against 130 tokens/s; llama-bench 2.08x), where q8_0 runs
+  1.79x and bf16, emulated, 1.52x. q4_0 is faster still (2.36x, repacked 8x8 kernels) but only by losing precision:
+  requantized from the shipped Q4_1 it moves the utility (log-likelihood per token) by 0.64 nats on average against
+  bf16, 14x Q4_1's own 0.045, and the paired differences a verdict tests by 0.24 (correlation 0.94), so it is a
+  choice, never "auto"; f16 matches bf16 within 0.007;
+- anything else: as shipped.
+
+The converted file is cached.
 """
 
 from __future__ import annotations
@@ -18,6 +29,11 @@ AS_IS = "as_is"
 AUTO = "auto"
 #: Weight types a GGUF can be converted to, with llama.cpp's LLAMA_FTYPE_MOSTLY_* numbers.
 FTYPES: dict[str, int] = {"f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32}
+#: "auto" per CPU class: the first rule whose features the llama.cpp build all has wins, else as shipped (docstring)
+AUTO_RULES: tuple[tuple[frozenset[str], str], ...] = (
+    (frozenset({"AVX512_BF16"}), "bf16"),
+    (frozenset({"AVX2", "F16C"}), "f16"),
+)
 
 
 def model_cache_dir() -> Path:
@@ -34,12 +50,13 @@ def cpu_features() -> set[str]:
 
 
 def resolve_weight_type(choice: str) -> str:
-    """The weight type to run for a setting: "auto" is bf16 when llama.cpp has AVX512_BF16 kernels, else as shipped."""
+    """The weight type to run for a setting: "auto" is the first AUTO_RULES type whose feature the build has."""
     if choice not in WEIGHT_CHOICES:
         raise GenerationError(f"generator.llama_cpp_weights must be one of {list(WEIGHT_CHOICES)}, got {choice!r}")
     if choice != AUTO:
         return choice
-    return "bf16" if "AVX512_BF16" in cpu_features() else AS_IS
+    features = cpu_features()
+    return next((weights for needs, weights in AUTO_RULES if needs <= features), AS_IS)
 
 
 def converted_gguf(source: Path, weight_type: str, cache_dir: Path | None = None) -> Path:

@@ -41,7 +41,9 @@ def test_materialize_prints_stages_times_and_the_verdict(tmp_path) -> None:
         assert noise not in out, noise
     budget = [ln for ln in lines if ln.startswith("[prag] LLM budget: ") and "samples per task" in ln]
     assert len(budget) == 1 and "LLM budget: 2 samples per task" in budget[0]  # the fake is fast: the configured 2 fit
-    timing = [ln for ln in lines if ln.startswith("[prag] LLM budget: timing the generator")]  # said before it starts
+    split = [ln for ln in lines if ln.startswith("[prag] run budget 900 s (run.budget_s)")]  # the whole run's budget
+    assert len(split) == 1 and lines.index(split[0]) < lines.index(budget[0])
+    timing = [ln for ln in lines if ln.startswith("[prag] measuring this machine")]  # said before it starts
     assert len(timing) == 1 and lines.index(timing[0]) < lines.index(budget[0])
     stages = [ln for ln in lines if re.match(r"\[prag\] +\d+:\d\d  \S+ +[\d.]+ s +\(\d+/\d+ steps\)$", ln)]
     assert {"lamp_samples", "feedback_labels", "generations", "lamp_evaluation"} <= {ln.split()[2] for ln in stages}

@@ -33,8 +33,11 @@ DEMO_SELECTION = dg.AssetSelection.all() - dg.AssetSelection.groups(RETRIEVAL_EV
 
 
 def settings_hash(settings: Any) -> str:
-    """A short hash of the whole configuration (two runs with the same hash ran the same settings)."""
-    dump = json.dumps(settings.model_dump(mode="json"), sort_keys=True, default=str)
+    """A short hash of the configuration (two runs with the same hash ran the same settings), the run section's time
+    budgets left out: what the budget cut on a machine is run configuration, not another configuration."""
+    values = settings.model_dump(mode="json")
+    values.pop("run", None)
+    dump = json.dumps(values, sort_keys=True, default=str)
     return hashlib.sha256(dump.encode()).hexdigest()[:12]
 
 

@@ -29,8 +29,8 @@ def sized_settings(settings: Settings) -> Settings:
     path = llm_budget.budget_path(settings)
     if llm_budget.stored_throughput(settings, path) is None:
         cap = max(llm_budget.MEASURE_MIN_S, llm_budget.MEASURE_SHARE * run.llm_budget_s)
-        print(f"[prag] measuring this machine: the embedder, and the generator on each task's own prompts (about "
-              f"{cap:.0f} s at most)", flush=True)  # fmt: skip
+        run_summary.say(f"measuring this machine: the embedder, and the generator on each task's own prompts "
+                        f"(about {cap:.0f} s at most)")  # fmt: skip
     started = time.perf_counter()
     try:
         documents, texts = corpus_texts(settings)

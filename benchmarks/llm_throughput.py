@@ -1,7 +1,7 @@
 """prag's LLM-utility throughput against llama.cpp's own benchmark of the same model file on the same cores.
 
     python benchmarks/llm_throughput.py [--samples 2] [--rounds 3] [--threads N] [--llama-bench PATH]
-                                        [--variants prag,sequential]
+                                        [--variants prag,sequential | --weights as_is,q4_0,q8_0,f16,bf16]
 
 The LLM utility (docs/methods.md §6.7) scores a gold answer as the whole assistant reply to a LaMP prompt:
 ``Generator.score_answers``. This benchmark scores prompts of the embedded demo as stage 5b builds them (a dev
@@ -21,8 +21,13 @@ a prompt shares with the one before (the chat template's system turn at least), 
 
 Variants, each in its own process (its peak RSS is its own): ``prag`` (score_answers as configured) and
 ``sequential`` (each prompt evaluated, then its answer decoded apart: prag's path before this benchmark), optionally
-with generator settings, e.g. ``prag:flash_attention=false`` (llama-bench follows the first variant's). Rounds
-alternate llama-bench and every variant (A/B/A/B, the variants' order rotated each round) and every figure is a median
+with generator settings, e.g. ``prag:flash_attention=false`` (llama-bench follows the first variant's flash
+attention). ``--weights`` runs ``prag`` once per generator.llama_cpp_weights type (gguf_weights.py): llama-bench runs
+on each variant's own GGUF, and a second table gives every type's speed against the first (as_is = the shipped Q4_1)
+and its utility quality against the reference (bf16, else f16): the mean abs difference of the log-likelihoods per
+token, and of the paired differences a verdict tests (per sample: the first and the second prompt, each minus the
+third, `dense_global`'s), with their correlation. Rounds alternate llama-bench and every variant (A/B/A/B, the
+variants' order rotated each round; a GGUF's llama-bench right before its first variant) and every figure is a median
 over rounds, so that other load on shared cores hits all sides alike; on shared cores compare ratios and CPU seconds,
 not wall-clock figures.
 """
@@ -226,50 +231,87 @@ def cpu_summary(threads: int) -> str:
 
 
 def measure(workers: list[Worker], binary: Path, rounds: int) -> dict:
-    """Alternate llama-bench and every variant for the rounds; keep every pass's figures."""
+    """Alternate llama-bench (on each variant's GGUF) and every variant for the rounds; keep every pass's figures."""
     first = workers[0].info
     medians = [int(statistics.median(b)) for b in first["bins"]]
     runs: dict[str, list[dict]] = {w.variant: [] for w in workers}
-    bench: list[dict[int, float]] = []
+    bench: dict[str, list[dict[int, float]]] = {w.info["model_path"]: [] for w in workers}
     for r in range(rounds):
-        bench.append(bench_tokens_per_s(binary, first["model_path"], medians, workers[0].threads, first["flash"]))
         for w in workers[r % len(workers) :] + workers[: r % len(workers)]:
+            path = w.info["model_path"]
+            if len(bench[path]) == r:
+                bench[path].append(bench_tokens_per_s(binary, path, medians, w.threads, first["flash"]))
             runs[w.variant].append(w.run())
-        print(f"  round {r + 1}/{rounds} done", flush=True)
+        print(f"  round {r + 1}/{rounds} done ({cpu_summary(workers[0].threads).rsplit('; ', 1)[-1]})", flush=True)
     return {"medians": medians, "runs": runs, "bench": bench}
 
 
 def report(workers: list[Worker], rows: dict, args: argparse.Namespace) -> None:
-    """Print the per-length table, the overall ratio, seconds per utility sample, peak RSS and agreement."""
+    """Print the per-length table (each variant against llama-bench on its own GGUF), then the weight types'."""
     medians, bins = rows["medians"], workers[0].info["bins"]
     bin_tokens = [sum(b) for b in bins]
     n_prompts, per_sample = sum(len(b) for b in bins), PROMPTS_PER_SAMPLE / sum(len(b) for b in bins)
-    bench = [statistics.median(run[m] for run in rows["bench"]) for m in medians]
-    bench_s = sum(t / ts for t, ts in zip(bin_tokens, bench, strict=True))  # llama-bench's time for the same tokens
+    bench = {p: [statistics.median(run[m] for run in runs) for m in medians] for p, runs in rows["bench"].items()}
+    bench_s = {p: sum(t / ts for t, ts in zip(bin_tokens, x, strict=True)) for p, x in bench.items()}  # same tokens
     print(f"\n{n_prompts} utility prompts ({args.samples} samples x {len(TASKS)} tasks x {PROMPTS_PER_SAMPLE}), "
-          f"{sum(bin_tokens)} tokens, {args.rounds} rounds (medians); model {workers[0].info['model_path']}; "
+          f"{sum(bin_tokens)} tokens, {args.rounds} rounds (medians); "
           f"llama-bench -p <len> -n 0 -t {args.threads} -fa {int(workers[0].info['flash'])}\n")  # fmt: skip
     cols = " | ".join(f"~{m} tokens ({len(b)} prompts): tok/s, ratio" for m, b in zip(medians, bins, strict=True))
     print(f"| | {cols} | all: tok/s, ratio | s per utility sample (CPU s) | peak RSS MB | max abs Δ loglik |")
     print("|---" * (5 + len(bins)) + "|")
-    print(f"| llama-bench | {' | '.join(f'{x:.0f}' for x in bench)} | {sum(bin_tokens) / bench_s:.0f} | "
-          f"{bench_s * per_sample:.3f} | | |")  # fmt: skip
-    first = rows["runs"][workers[0].variant][0]["scores"]
+    for path, x in bench.items():
+        print(f"| llama-bench {Path(path).name} | {' | '.join(f'{v:.0f}' for v in x)} | "
+              f"{sum(bin_tokens) / bench_s[path]:.0f} | {bench_s[path] * per_sample:.3f} | | |")  # fmt: skip
+    stats = {}
     for w in workers:
-        runs = rows["runs"][w.variant]
+        runs, path = rows["runs"][w.variant], w.info["model_path"]
         secs = [statistics.median(run["seconds"][k] for run in runs) for k in range(len(bins))]
         total = statistics.median(sum(run["seconds"]) for run in runs)
         cpu = statistics.median(sum(run["cpu_seconds"]) for run in runs)
-        cells = [f"{t / s:.0f}, {t / s / x:.2f}" for t, s, x in zip(bin_tokens, secs, bench, strict=True)]
+        cells = [f"{t / s:.0f}, {t / s / x:.2f}" for t, s, x in zip(bin_tokens, secs, bench[path], strict=True)]
+        same = next(v for v in workers if v.info["model_path"] == path)  # the first variant on this GGUF
+        first = rows["runs"][same.variant][0]["scores"]
         diff = max(abs(a[0] - b[0]) for run in runs for a, b in zip(run["scores"], first, strict=True))
-        print(f"| {w.variant} | {' | '.join(cells)} | {sum(bin_tokens) / total:.0f}, {bench_s / total:.2f} | "
+        stats[w.variant] = {"total": total, "cpu": cpu, "bench_s": bench_s[path], "scores": runs[0]["scores"]}
+        print(f"| {w.variant} | {' | '.join(cells)} | {sum(bin_tokens) / total:.0f}, {bench_s[path] / total:.2f} | "
               f"{total * per_sample:.3f} ({cpu * per_sample:.3f}) | {max(r['peak_mb'] for r in runs):.0f} | "
               f"{diff:.1e} |")  # fmt: skip
-    print(f"\nratio: prag's tokens/s over llama-bench's at the same lengths (goal >= 0.9). A utility sample is "
-          f"{PROMPTS_PER_SAMPLE} prompts. max abs Δ loglik: against {workers[0].variant}'s first pass, over every "
-          "pass (0 = the same bits; `sequential` differs: llama.cpp rounds an answer decoded apart from its prompt "
-          "differently, by up to 0.2 nats with bf16 weights, 1.1 with Q4_1).")  # fmt: skip
+    print(f"\nratio: prag's tokens/s over llama-bench's on the same GGUF at the same lengths (goal >= 0.9). A utility "
+          f"sample is {PROMPTS_PER_SAMPLE} prompts. max abs Δ loglik: against the first pass of the first variant on "
+          "the same GGUF, over every pass (0 = the same bits; `sequential` differs: llama.cpp rounds an answer decoded "
+          "apart from its prompt differently, by up to 0.2 nats with bf16 weights, 1.1 with Q4_1).")  # fmt: skip
+    if args.weights:
+        weight_table(workers, stats, sum(bin_tokens), per_sample)
     print(cpu_summary(args.threads) + " (at the end)")
+
+
+def weight_table(workers: list[Worker], stats: dict, tokens: int, per_sample: float) -> None:
+    """Every weight type's speed against the first variant's and its utility quality against bf16 (else f16)."""
+    import numpy as np
+
+    names = {w.variant: w.variant.rsplit("=", 1)[-1] for w in workers}
+    ref = next((v for t in ("bf16", "f16") for v, n in names.items() if n == t), workers[0].variant)
+    base = stats[workers[0].variant]
+
+    def utilities(variant: str) -> tuple[np.ndarray, np.ndarray]:
+        """Log-likelihood per token of every prompt, and each sample's paired differences."""
+        u = np.array([loglik / max(n, 1) for loglik, n in stats[variant]["scores"]]).reshape(-1, PROMPTS_PER_SAMPLE)
+        return u.ravel(), (u[:, :-1] - u[:, -1:]).ravel()  # per prompt; paired against the sample's last prompt
+
+    ref_u, ref_d = utilities(ref)
+    b = names[workers[0].variant]
+    print(f"\n| weights | llama-bench tok/s (× {b}) | prag tok/s (× {b}) | s per utility sample, CPU s "
+          f"(× {b} by CPU s) | mean abs Δ loglik/token vs {names[ref]} "
+          f"| paired differences: mean abs Δ, correlation vs {names[ref]} |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
+    for w in workers:
+        s, (u, d) = stats[w.variant], utilities(w.variant)
+        corr = float(np.corrcoef(d, ref_d)[0, 1]) if d.std() > 0 and ref_d.std() > 0 else float("nan")
+        print(f"| {names[w.variant]} | {tokens / s['bench_s']:.0f} ({base['bench_s'] / s['bench_s']:.2f}×) | "
+              f"{tokens / s['total']:.0f} ({base['total'] / s['total']:.2f}×) | {s['total'] * per_sample:.3f}, "
+              f"{s['cpu'] * per_sample:.3f} ({base['cpu'] / s['cpu']:.2f}×) | {np.abs(u - ref_u).mean():.4f} | "
+              f"{np.abs(d - ref_d).mean():.4f}, {corr:.4f} |")  # fmt: skip
+    print(f"\n{len(ref_u)} prompts, {len(ref_d)} paired differences (first pass of each variant).")
 
 
 def main() -> int:
@@ -279,19 +321,24 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="alternations of llama-bench and the variants")
     ap.add_argument("--variants", default="prag,sequential",
                     help="comma-separated; the first is the reference of the agreement column")  # fmt: skip
-    ap.add_argument("--threads", type=int, default=None, help="default: generator.threads")
+    ap.add_argument("--weights", help="comma-separated weight types (e.g. as_is,q4_0,q8_0,f16,bf16): one prag "
+                    "variant each (prag:llama_cpp_weights=<type>) instead of --variants")  # fmt: skip
+    ap.add_argument("--threads", type=int, default=None, help="default: generator.threads (0: the usable cores)")
     ap.add_argument("--llama-bench", help="a llama-bench binary (default: build it once into ~/.cache)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--root", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.threads is None:
+    if not args.threads:
         from prag_models.config.settings import Settings
+        from prag_models.llm.base import usable_cores
 
-        args.threads = Settings().generator.threads
+        args.threads = usable_cores(Settings().generator.threads)  # 0 = the cores this process may run on
     if args.worker:
         worker(args.worker, Path(args.root), args.samples, args.threads)
         return 0
     variants = args.variants.split(",")
+    if args.weights:
+        variants = [f"prag:llama_cpp_weights={w}" for w in args.weights.split(",")]
     for variant in variants:
         parse_variant(variant)
     binary = llama_bench(args.llama_bench)

@@ -26,7 +26,7 @@ def test_weight_setting_is_validated() -> None:
 
 
 def test_auto_follows_the_llama_cpp_build() -> None:
-    expected = "bf16" if "AVX512_BF16" in cpu_features() else "f16" if {"AVX2", "F16C"} <= cpu_features() else "as_is"
+    expected = "bf16" if "AVX512_BF16" in cpu_features() else "q8_0" if "AVX2" in cpu_features() else "as_is"
     assert resolve_weight_type("auto") == expected
     assert resolve_weight_type("as_is") == "as_is" and resolve_weight_type("f16") == "f16"
     assert "AVX2" in cpu_features()  # the build's report is parsed, not empty
@@ -36,8 +36,8 @@ def test_auto_follows_the_llama_cpp_build() -> None:
     ("features", "expected"),
     [
         ({"AVX", "AVX2", "F16C", "FMA", "AVX512", "AVX512_VNNI", "AVX512_BF16", "REPACK"}, "bf16"),  # AVX-512 BF16
-        ({"AVX", "AVX2", "F16C", "FMA", "BMI2", "REPACK"}, "f16"),  # AVX2 only: f16 beats Q4_1, lossless q4_0 is not
-        ({"AVX", "AVX2", "F16C", "FMA", "AVX512", "AVX512_VNNI"}, "f16"),  # AVX-512 without BF16: AVX2's rule
+        ({"AVX", "AVX2", "F16C", "FMA", "BMI2", "REPACK"}, "q8_0"),  # AVX2 only: q4_0 is faster, but not lossless
+        ({"AVX", "AVX2", "F16C", "FMA", "AVX512", "AVX512_VNNI"}, "q8_0"),  # AVX-512 without BF16: AVX2's rule
         ({"SSE3", "SSSE3"}, "as_is"),  # nothing measured: the GGUF as shipped
     ],
 )

@@ -126,8 +126,9 @@ class GeneratorSettings(Section):
     # each other and run 3-4x slower than one, docs/measurements.md "LLM speed")
     threads: int = Field(0, ge=0)
     # llama_cpp: run the GGUF as shipped ("as_is") or converted once to bf16 | f16 | q8_0 | q4_0 (cached under
-    # ~/.cache/prag/gguf); "auto" = bf16 when the llama.cpp build has AVX512_BF16 kernels, else f16 with AVX2 (1.85x
-    # the shipped Q4_1 on one AVX2 core; q4_0 is faster but moves the utility by 0.64 nats/token), else as shipped
+    # ~/.cache/prag/gguf); "auto" = bf16 when the llama.cpp build has AVX512_BF16 kernels, else q8_0 with AVX2 (1.79x
+    # the shipped Q4_1 on one AVX2 core, 1.41x with 2 threads; q4_0 is faster but moves the utility by 0.64 nats per
+    # token), else as shipped (prag_models/llm/gguf_weights.py)
     llama_cpp_weights: str = "auto"
     flash_attention: bool = True  # llama_cpp: flash attention (about 10 % faster prompt evaluation on CPU)
     batch_size: int = 8

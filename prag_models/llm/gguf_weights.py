@@ -1,15 +1,17 @@
 """Choose and prepare the weight type llama.cpp runs: a GGUF as shipped, or converted once to bf16 / f16 / q8_0 / q4_0.
 
 The packaged SmolLM2 ships as Q4_1, for which llama.cpp has no fast CPU matmul: neither llamafile's sgemm nor a
-repacked (interleaved) kernel. "auto" runs the type measured fastest for utility scoring per CPU class
-(benchmarks/llm_throughput.py --weights as_is,q4_0,q8_0,f16,bf16; prompt tokens/s against the shipped Q4_1):
+repacked (interleaved) kernel. "auto" runs the lossless type measured fastest for utility scoring per CPU class
+(benchmarks/llm_throughput.py --weights as_is,q4_0,q8_0,f16,bf16, 2026-12-05, shared cores; × the shipped Q4_1):
 
-- AVX512_BF16 build: bf16 (about 1.8x; llama.cpp's native bf16 kernels);
-- AVX2 build (with F16C): f16, 1.85x on one AVX2 core (241 against 130 tokens/s; llama-bench 2.08x), where q8_0 runs
-  1.79x and bf16, emulated, 1.52x. q4_0 is faster still (2.36x, repacked 8x8 kernels) but only by losing precision:
-  requantized from the shipped Q4_1 it moves the utility (log-likelihood per token) by 0.64 nats on average against
-  bf16, 14x Q4_1's own 0.045, and the paired differences a verdict tests by 0.24 (correlation 0.94), so it is a
-  choice, never "auto"; f16 matches bf16 within 0.007;
+- AVX512_BF16 build: bf16, llama.cpp's native bf16 kernels (2 threads: 2.72x; q8_0 1.76x, f16 1.44x);
+- AVX2 build: q8_0 (llamafile's AVX2 sgemm). One AVX2 core: 1.79x (233 against 130 tokens/s), f16 1.85x, bf16
+  (emulated) 1.52x; two threads: q8_0 1.41x, f16 1.22x, bf16 0.83x (llama-bench 1.66x / 1.12x / 1.18x): q8_0 is
+  within 3 % of the best on one core and the best on two. q4_0 (repacked 8x8 kernels) is faster still (2.36x / 1.51x)
+  but only by losing precision: requantized from the shipped Q4_1 it moves the utility (log-likelihood per token) by
+  0.64 nats on average against bf16 (= the shipped weights) and the paired differences a verdict tests by 0.24
+  (correlation 0.94), so it is a choice, never "auto"; q8_0 moves them by 0.035 / 0.042, less than Q4_1's own
+  kernels (0.045 / 0.047);
 - anything else: as shipped.
 
 The converted file is cached.
@@ -32,7 +34,7 @@ FTYPES: dict[str, int] = {"f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32}
 #: "auto" per CPU class: the first rule whose features the llama.cpp build all has wins, else as shipped (docstring)
 AUTO_RULES: tuple[tuple[frozenset[str], str], ...] = (
     (frozenset({"AVX512_BF16"}), "bf16"),
-    (frozenset({"AVX2", "F16C"}), "f16"),
+    (frozenset({"AVX2"}), "q8_0"),
 )
 
 

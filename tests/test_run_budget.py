@@ -42,3 +42,11 @@ def test_whole_tests_are_funded_in_order_and_the_rest_waits() -> None:
     assert done["LaMP-4"] == 0 and done["LaMP-1"] == pytest.approx(one)  # a completed test is answered from cache
     unmeasured = fund_whole_tests(labelled, s, 100.0, 0.0)  # no measured speed: every task by weight, as before
     assert all(v > 0 for v in unmeasured.values())
+
+
+def test_the_evidence_run_funds_tasks_with_no_test_before_extending_a_cut_one() -> None:
+    s = _settings()
+    labelled = {"LaMP-1": True, "LaMP-2": True}
+    one = prompts_needed(True, s) * 2.0
+    budgets = fund_whole_tests(labelled, s, one, 2.0, decided=frozenset({"LaMP-1"}))
+    assert budgets["LaMP-2"] == pytest.approx(one) and budgets["LaMP-1"] == 0

@@ -151,7 +151,8 @@ def prompts_needed(labelled: bool, settings: Settings) -> int:
 
 
 def task_budgets(con, settings: Settings, total_s: float, per_prompt_s: float,
-                 complete: frozenset[str] = frozenset()) -> dict[str, float]:  # fmt: skip
+                 complete: frozenset[str] = frozenset(), decided: frozenset[str] = frozenset(),
+                 ) -> dict[str, float]:  # fmt: skip
     """Each task's seconds of the utility's budget, a whole test at a time: tasks no label sees first (the utility
     is their only evidence), then data.tasks' order; each is funded with its pilot and smallest deciding test while
     the budget lasts, and what is left is shared by the funded tasks, those no label sees weighing EVIDENCE_WEIGHT.
@@ -159,19 +160,22 @@ def task_budgets(con, settings: Settings, total_s: float, per_prompt_s: float,
     run completed (``complete``: answered from the cache). Without a measured cost per prompt, every task is funded
     by weight alone. Fixed by the data, the settings and the machine's speed, not by any test outcome."""
     labelled = {t: labelled_choice(con, t) is not None for t in settings.data.tasks}
-    return fund_whole_tests(labelled, settings, total_s, per_prompt_s, complete)
+    return fund_whole_tests(labelled, settings, total_s, per_prompt_s, complete, decided)
 
 
 def fund_whole_tests(labelled: dict[str, bool], settings: Settings, total_s: float, per_prompt_s: float,
-                     complete: frozenset[str] = frozenset()) -> dict[str, float]:  # fmt: skip
-    """task_budgets on given tasks (in data.tasks order) and whether labels decide each."""
+                     complete: frozenset[str] = frozenset(), decided: frozenset[str] = frozenset(),
+                     ) -> dict[str, float]:  # fmt: skip
+    """task_budgets on given tasks (in data.tasks order) and whether labels decide each; tasks whose test already
+    decided (``decided``: at least utility.min_samples, cut short of its planned n) come after those with none."""
     tasks = list(labelled)
     weights = {t: 1 if labelled[t] else EVIDENCE_WEIGHT for t in tasks}
     if per_prompt_s <= 0 or total_s <= 0:
         return {t: total_s * weights[t] / max(1, sum(weights.values())) for t in tasks}
     funded: dict[str, float] = {}
     left = total_s
-    for task in sorted((t for t in tasks if t not in complete), key=lambda t: (labelled[t], tasks.index(t))):
+    order = sorted((t for t in tasks if t not in complete), key=lambda t: (t in decided, labelled[t], tasks.index(t)))
+    for task in order:
         need = prompts_needed(labelled[task], settings) * per_prompt_s
         if need <= left:
             funded[task], left = need, left - need
@@ -179,15 +183,17 @@ def fund_whole_tests(labelled: dict[str, bool], settings: Settings, total_s: flo
     return {t: funded[t] + left * weights[t] / share if t in funded else 0.0 for t in tasks}
 
 
-def completed_tasks(con, settings: Settings, generator_id: str) -> frozenset[str]:
-    """The tasks whose stored plan (for these settings and generator) ran its whole planned test: the LLM evidence
-    run answers them from the cache and funds the others."""
+def completed_tasks(con, settings: Settings, generator_id: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(the tasks whose stored plan, for these settings and generator, ran its whole planned test: the LLM evidence
+    run answers them from the cache; the tasks whose test decided but was cut short of its planned n)."""
     if not table_exists(con, PLAN_TABLE):
-        return frozenset()
+        return frozenset(), frozenset()
     prefix = plan_key(settings, generator_id)
     rows = con.execute(f"SELECT task, evidence, test_n, planned_n, key FROM {PLAN_TABLE}").fetchall()
-    return frozenset(t for t, evidence, test_n, planned_n, key in rows
-                     if evidence != DEFERRED and test_n >= planned_n and str(key).startswith(prefix))  # fmt: skip
+    ours = [(t, int(n), int(planned)) for t, evidence, n, planned, key in rows
+            if evidence != DEFERRED and str(key).startswith(prefix)]  # fmt: skip
+    complete = frozenset(t for t, n, planned in ours if n >= planned)
+    return complete, frozenset(t for t, n, _ in ours if n >= settings.utility.min_samples) - complete
 
 
 def task_budget_s(con, task: str, settings: Settings, evidence_run: bool = False, per_prompt_s: float | None = None,
@@ -198,8 +204,8 @@ def task_budget_s(con, task: str, settings: Settings, evidence_run: bool = False
     total = run.evidence_budget_s if evidence_run else run.llm_budget_s * u.budget_share
     if per_prompt_s is None:
         per_prompt_s = measured_prompt_s(settings)
-    complete = completed_tasks(con, settings, generator_id) if evidence_run else frozenset()
-    return task_budgets(con, settings, total, per_prompt_s, complete).get(task, 0.0)
+    complete, decided = completed_tasks(con, settings, generator_id) if evidence_run else (frozenset(), frozenset())
+    return task_budgets(con, settings, total, per_prompt_s, complete, decided).get(task, 0.0)
 
 
 def measured_prompt_s(settings: Settings) -> float:

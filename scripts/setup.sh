@@ -29,6 +29,8 @@ LLAMA_VERSION=0.3.36
 LLAMA_FLAGS=""
 if [ "$(uname -m)" = "x86_64" ]; then
   LLAMA_FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+  # Only the targets prag uses: llama and ggml, not the multimodal (llava / mtmd) library nobody here loads
+  LLAMA_FLAGS="$LLAMA_FLAGS -DLLAVA_BUILD=OFF"
   cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
   has_all=1
   for f in avx512f avx512bw avx512vl avx512_vnni avx512vbmi avx512_bf16; do

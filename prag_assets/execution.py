@@ -21,6 +21,16 @@ if TYPE_CHECKING:
     from prag_models.compute.engines import Engine
 
 
+#: The run tag saying which budget a run's LLM stages spend: the LLM evidence run's (run.evidence_budget_s, `prag
+#: evidence`, jobs prag_llm_evidence*) or, without it, the main job's (issue 47).
+PHASE_TAG, EVIDENCE_PHASE = "prag/phase", "llm_evidence"
+
+
+def evidence_run(context: dg.AssetExecutionContext) -> bool:
+    """Whether this run is the LLM evidence that continues the main job (its tag says so)."""
+    return context.run.tags.get(PHASE_TAG) == EVIDENCE_PHASE
+
+
 @dataclass
 class TaskStep:
     """What one task's build gets: the run's context, the open DuckDB connection, the task, settings, models, MLflow;

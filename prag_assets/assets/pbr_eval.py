@@ -14,9 +14,9 @@ import json
 import dagster as dg
 import pandas as pd
 
-from prag_assets.automation.demo_job import EVIDENCE_PHASE, PHASE_TAG
 from prag_assets.builders.dataset_table import DatasetRun, dataset_asset, per_dataset
 from prag_assets.builders.dataset_table import run_datasets as run_datasets  # the checks' datasets of a run
+from prag_assets.execution import evidence_run
 from prag_assets.metadata import frame_table, preview, progress_logger
 from prag_models.methods.pbr_report import retrieval_markdown
 from prag_models.mlops.tuning_log import log_tuning
@@ -83,9 +83,8 @@ def _expansions(run: DatasetRun) -> dict:
 
     def rows(con, dataset: str):
         """One dataset's expansions."""
-        evidence_run = run.context.run.tags.get(PHASE_TAG) == EVIDENCE_PHASE  # prag evidence: generation paid
         frame, stats = build.expansion_rows(con, dataset, run.settings, run.models.embedder, gen[0], qe_methods,
-                                            run.context.log.warning, evidence_run)  # fmt: skip
+                                            run.context.log.warning, evidence_run(run.context))  # fmt: skip
         run.context.log.info(f"{dataset}: {stats}")
         return frame, stats
 

@@ -7,9 +7,8 @@ from prag_assets.assets.lamp_data import lamp_samples
 from prag_assets.assets.pbr_lamp import pbr_lamp_retrievals
 from prag_assets.assets.retrieval import baseline_retrievals, clusterrag_retrievals
 from prag_assets.assets.retrieval_evaluation import lamp_retrieval_evaluation
-from prag_assets.automation.demo_job import EVIDENCE_PHASE, PHASE_TAG
 from prag_assets.builders.task_table import stage_asset
-from prag_assets.execution import TaskStep
+from prag_assets.execution import TaskStep, evidence_run
 from prag_assets.metadata import progress_logger
 from prag_models.evaluation.utility import PLAN_TABLE, UTILITY_TABLE
 from prag_models.stages.llm_utility import utility_rows
@@ -30,9 +29,8 @@ GROUP = "evaluation"
 def llm_utility(step: TaskStep) -> dict:
     """Pilot, plan and test of one task's utility comparison, written in one transaction."""
     progress = progress_logger(step.context, f"{step.task} utility")
-    evidence_run = step.context.run.tags.get(PHASE_TAG) == EVIDENCE_PHASE  # prag evidence: run.evidence_budget_s
     frame, plan, stats = utility_rows(step.con, step.task, step.settings, step.models.generator(), progress,
-                                      evidence_run)  # fmt: skip
+                                      evidence_run(step.context))  # fmt: skip
     if "deferred" in stats:
         step.context.log.warning(f"{step.task}: LLM utility deferred to `prag evidence`: {stats['deferred']}")
     where = {"task": step.task}

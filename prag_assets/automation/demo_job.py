@@ -11,6 +11,8 @@ from typing import Any
 
 import dagster as dg
 
+from prag_assets.execution import EVIDENCE_PHASE, PHASE_TAG
+
 #: The job's name (`dagster job launch -j prag_demo`, the UI's Jobs list).
 PRAG_DEMO_JOB = "prag_demo"
 
@@ -25,8 +27,6 @@ RETRAIN_JOB = "prag_retrain"
 EVIDENCE_JOB = "prag_llm_evidence"
 #: The same on the real PersonaBench / LongMemEval samples: the P-PRF generation the main job's budget deferred.
 REAL_EVIDENCE_JOB = "prag_llm_evidence_real_data"
-#: The run tag that tells llm_utility and query_expansions which budget they spend (the evidence run's).
-PHASE_TAG, EVIDENCE_PHASE = "prag/phase", "llm_evidence"
 
 #: The main pipeline's selection: `prag materialize`'s `--select 'not group:retrieval_eval'`.
 DEMO_SELECTION = dg.AssetSelection.all() - dg.AssetSelection.groups(RETRIEVAL_EVAL_GROUP)

@@ -66,8 +66,7 @@ def child_env(settings: Settings) -> dict[str, str]:
 
 def deferred_note(settings: Settings) -> list[str]:
     """What the main job deferred to `prag evidence`, with the time it needs on this machine ([] when nothing)."""
-    from prag_models.evaluation.utility import PLAN_TABLE
-    from prag_models.stages.llm_utility import DEFERRED
+    from prag_models.evaluation.utility import DEFERRED, PLAN_TABLE
     from prag_models.storage.store import DuckDBBusyError, read_connection, table_exists
 
     try:

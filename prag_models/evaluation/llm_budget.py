@@ -19,6 +19,12 @@ from prag_models.config.settings import Settings
 from prag_models.data.tasks import LABELS
 from prag_models.generation.answers import LABEL_SCORING, answer_mode, max_new_tokens_for
 
+# The measured speeds and where they are kept: prag_models/llm/speeds.py (the methods read them too); re-exported
+from prag_models.llm.speeds import Throughput as Throughput
+from prag_models.llm.speeds import budget_path as budget_path
+from prag_models.llm.speeds import machine_key as machine_key
+from prag_models.llm.speeds import stored_throughput as stored_throughput
+
 log = logging.getLogger(__name__)
 
 #: Dev samples per task whose prompts are timed (after one warm-up call): about 10 s in all over the six tasks with
@@ -35,23 +41,6 @@ MEASURE_MIN_S = 30.0
 #: a v1 plan timed prompts of the maximal length and would keep cutting the evaluation to one sample).
 PLAN_VERSION = "v3"  # v3: seconds per utility prompt timed too (utility_s), the machine key stored
 
-
-@dataclass(frozen=True)
-class Throughput:
-    """Measured seconds per label-scored, generated (task budget) and P-PRF prompt, and prompt tokens/s."""
-
-    scored_s: float
-    generated_s: float
-    prompt_tokens_per_s: float
-    measured_in_s: float
-    pbr_s: float = 0.0  # one P-PRF generation (pbr.lamp_max_new_tokens)
-    realistic: bool = True  # timed on the tasks' own prompts (False: synthetic prompts of the maximal length)
-    utility_s: float = 0.0  # one utility prompt: a task prompt and a gold-length answer scored (0: not timed)
-
-    def per_utility_prompt(self) -> float:
-        """Seconds one utility (or feedback) prompt costs: timed where the generator scores answers, else a scored
-        prompt's."""
-        return self.utility_s or self.scored_s or self.generated_s
 
 
 @dataclass(frozen=True)
@@ -247,31 +236,6 @@ def plan_key(settings: Settings) -> str:
              list(settings.retrieval.methods), settings.generator.model_dump(mode="json"),
              settings.prompt.model_dump(mode="json")]  # fmt: skip
     return json.dumps(parts, sort_keys=True)
-
-
-def machine_key(settings: Settings) -> str:
-    """What the measured speeds depend on: how they are measured, the CPU, the generator, the prompts and the tasks
-    (not the budget: a stage reads the speeds under any budget)."""
-    from prag_models.evaluation.run_budget import cpu_description
-
-    parts = [PLAN_VERSION, cpu_description(), settings.generator.model_dump(mode="json"),
-             settings.prompt.model_dump(mode="json"), list(settings.data.tasks)]  # fmt: skip
-    return json.dumps(parts, sort_keys=True)
-
-
-def budget_path(settings: Settings) -> Path:
-    """Where `prag materialize` stores the LLM budget's plan and the measured speeds (under the home)."""
-    return settings.home_path / "reports" / "llm_budget.json"
-
-
-def stored_throughput(settings: Settings, path: Path | None = None) -> Throughput | None:
-    """This machine's LLM speeds as `prag materialize` measured them for the same generator, prompts and tasks, else
-    None (a stage then times its own prompts)."""
-    try:
-        data = json.loads((path or budget_path(settings)).read_text(encoding="utf-8"))
-        return Throughput(**data["throughput"]) if data.get("machine_key") == machine_key(settings) else None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def stored_plan(path: Path, settings: Settings) -> LlmPlan | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from prag_models.config.settings import Settings
+from prag_models.llm.speeds import cpu_description as cpu_description  # re-exported
 
 #: The graph's work other than the LLM and document embedding (user vectors and clustering, retrieval by every
 #: method, the user encoder's training, tuning, checks, Dagster's start-up and the PersonaBench / LongMemEval group's
@@ -83,28 +84,6 @@ def corpus_texts(settings: Settings) -> tuple[int, list[str]]:
                     if len(texts) < EMBED_PROBE_TEXTS:
                         texts.setdefault(doc.text)
     return len(seen), list(texts)
-
-
-def cpu_description() -> str:
-    """The CPU as its speed depends on it: model, vector width the kernels may use (AVX-512 switched off by
-    ATEN_CPU_CAPABILITY=avx2 counts as AVX2), and the cores this process may run on."""
-    import os
-
-    model, flags = "unknown CPU", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and model == "unknown CPU":
-                model = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = set(value.split())
-    except OSError:
-        pass
-    wide = "avx512f" in flags and os.environ.get("ATEN_CPU_CAPABILITY", "").lower() not in ("avx2", "default")
-    kind = ("AVX-512" + (" (BF16)" if "avx512_bf16" in flags else "")) if wide else ("AVX2" if "avx2" in flags
-                                                                                    else "no AVX2")  # fmt: skip
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return f"{model}, {kind}, {cores} core{'s' if cores > 1 else ''}"
 
 
 def _speed_key(settings: Settings) -> str:

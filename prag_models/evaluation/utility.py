@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 UTILITY_TABLE = "llm_utility"
 PLAN_TABLE = "llm_utility_plans"
 UTILITY_METRIC = "utility"  # nats per gold token (higher is better)
+#: A plan's evidence when the run's budget could not pay the task's test and the cache did not hold it (issue 47)
+DEFERRED = "deferred"
 #: generation_cache key suffix of utility values; bump the version when the scored text changes
 UTILITY_KEY = "#utility-v2"
 _JSON_KEY = {"LaMP-4": "title", "LaMP-5": "title", "LaMP-7": "tweet"}

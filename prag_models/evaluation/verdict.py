@@ -225,7 +225,7 @@ def verdicts_from_store(
 
 def _deferred(plan: dict | None) -> bool:
     """Whether a task's stored utility plan says its test was deferred to the LLM evidence run."""
-    from prag_models.stages.llm_utility import DEFERRED
+    from prag_models.evaluation.utility import DEFERRED
 
     return plan is not None and plan.get("evidence") == DEFERRED
 

@@ -35,6 +35,7 @@ from prag_models.data.source import llm_eval_order
 from prag_models.evaluation.claims import PERSONALIZED, fold_of
 from prag_models.evaluation.retrieval import LLM_SUBSET_METHODS
 from prag_models.evaluation.utility import (
+    DEFERRED,
     PLAN_TABLE,
     affordable,
     can_score,
@@ -58,8 +59,6 @@ UTILITY_COLUMNS = ["task", "method", "sample_id", "phase", "loglik", "tokens", "
 PLAN_COLUMNS = ["task", "evidence", "chosen", "fold_choices", "candidates", "pilot_n", "pilot_gain", "pilot_sd",
                 "seconds_per_prompt", "budget_s", "affordable_n", "planned_n", "test_n", "key"]  # fmt: skip
 PLAN_VERSION = "v2"  # v2: whole tests funded (issue 47), planned_n the power's n before the budget's cap
-#: The plan's evidence when the budget could not pay the task's test in this run and the cache did not hold it.
-DEFERRED = "deferred"
 
 
 @dataclass

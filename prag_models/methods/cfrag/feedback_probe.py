@@ -109,7 +109,7 @@ def second_stage_ids(
 def probe_seconds(settings: Settings) -> tuple[float, float] | None:
     """(the task's seconds of run.feedback_budget_s, seconds per feedback prompt on this machine), or None when the
     probe is not limited (no budget set, or the machine's speed was not measured)."""
-    from prag_models.evaluation.llm_budget import stored_throughput
+    from prag_models.llm.speeds import stored_throughput
 
     if settings.run.feedback_budget_s < 0:
         return None

@@ -18,17 +18,22 @@ TASKS = ["LaMP-2", "LaMP-4", "LaMP-7"]
 def label_free_run(tmp_path_factory) -> tuple[Path, object]:
     """A tiny demo world's LaMP files without its manifest (the planted truth), materialized with source = lamp."""
     root = tmp_path_factory.mktemp("label_free")
+    return root, materialize_graph(_label_free_world(root, TASKS, seed=11, trials=3), TASKS, raise_on_error=False)
+
+
+def _label_free_world(root: Path, tasks: list[str], seed: int, trials: int) -> Path:
+    """A tiny demo world's LaMP files of the tasks under root, its planted relevance labels left behind, and the
+    config of a run on them (source = lamp, the fake generator, small tuning and utility sizes)."""
     files = root / "lamp"
-    write_demo(files, users=24, communities=3, dev_samples=16, seed=11, tasks=TASKS)
+    write_demo(files, users=24, communities=3, dev_samples=16, seed=seed, tasks=tasks)
     (files / "demo_manifest.json").unlink()  # the planted relevance labels stay behind
-    config = write_config(
+    return write_config(
         root / "prag.toml", root / "home", generator_backend="fake",
-        data={"source": "lamp", "lamp_dir": str(files), "tasks": TASKS},
-        tuning={"enabled": True, "budget_s": 2.0, "utility_budget_s": 2.0, "utility_samples": 4, "utility_trials": 3},
+        data={"source": "lamp", "lamp_dir": str(files), "tasks": tasks},
+        tuning={"enabled": True, "budget_s": 2.0, "utility_budget_s": 2.0, "utility_samples": 4,
+                "utility_trials": trials},
         utility={"pilot_samples": 4, "min_samples": 4},
     )  # fmt: skip
-    result = materialize_graph(config, TASKS, raise_on_error=False)
-    return root, result
 
 
 def test_label_free_files_run_to_the_end_with_a_verdict_per_task_naming_its_evidence(label_free_run):
@@ -127,16 +132,7 @@ def test_a_run_of_label_free_tasks_alone_ends_with_verdicts_decided_by_the_utili
     """Issue 48, defect 0: with no task that labels can score, the retrieval evaluation still writes its (empty)
     tables, its blocking check passes, and the LLM utility decides every task (it failed on the missing table)."""
     tasks = ["LaMP-4", "LaMP-5", "LaMP-7"]
-    files = tmp_path / "lamp"
-    write_demo(files, users=24, communities=3, dev_samples=16, seed=13, tasks=tasks)
-    (files / "demo_manifest.json").unlink()
-    config = write_config(
-        tmp_path / "prag.toml", tmp_path / "home", generator_backend="fake",
-        data={"source": "lamp", "lamp_dir": str(files), "tasks": tasks},
-        tuning={"enabled": True, "budget_s": 2.0, "utility_budget_s": 2.0, "utility_samples": 4, "utility_trials": 2},
-        utility={"pilot_samples": 4, "min_samples": 4},
-    )  # fmt: skip
-    result = materialize_graph(config, tasks, raise_on_error=False)
+    result = materialize_graph(_label_free_world(tmp_path, tasks, seed=13, trials=2), tasks, raise_on_error=False)
     failed = [e.asset_check_key.name for e in result.get_asset_check_evaluations() if not e.passed]
     assert result.success and not failed, failed
     from prag_models.evaluation.verdict import verdicts_from_store
@@ -238,3 +234,35 @@ def test_the_generated_outputs_beside_a_label_free_verdict_skip_the_pilots_sampl
                                                    [task]).fetchall()}  # fmt: skip
             assert pilot & generated  # the same seeded order: the first generated samples are the pilot's
             assert verdicts.at[task, "llm_n_samples"] == len(generated - pilot), task
+
+
+def test_a_cached_pilot_still_costs_its_measured_seconds(label_free_run, tmp_path):
+    """Issue 48, defect 5: with every pilot prompt cached the measured cost per prompt was 0, so the test's size
+    ignored the budget. The machine's measured seconds per prompt now stand in for a pilot that cost nothing."""
+    import json
+
+    from prag_models.config.settings import load_settings
+    from prag_models.evaluation.llm_budget import Throughput, budget_path, machine_key
+    from prag_models.llm.factory import make_generator
+    from prag_models.stages.llm_utility import prompts_needed, utility_rows
+
+    root, _ = label_free_run
+    copy = tmp_path / "home"
+    shutil.copytree(root / "home", copy)
+    environ = {"PRAG__UTILITY__PILOT_SAMPLES": "4", "PRAG__UTILITY__MIN_SAMPLES": "4"}
+    settings = load_settings(root / "prag.toml", home=str(copy), environ=environ)
+    with duckdb.connect(str(copy / "prag.duckdb")) as con:  # the pilot's prompts cached by an earlier run
+        utility_rows(con, "LaMP-4", settings, make_generator(settings.generator))
+        con.execute("DELETE FROM llm_utility_plans")
+    slow = Throughput(scored_s=1.0, generated_s=1.0, prompt_tokens_per_s=100.0, measured_in_s=1.0, utility_s=1.0)
+    path = budget_path(settings)
+    path.write_text(json.dumps({"throughput": slow.__dict__, "machine_key": machine_key(settings)}), "utf-8")
+    # a budget that funds LaMP-4's whole test and little more: the plan's cap must follow it, not every sample
+    need = prompts_needed(False, settings) * 1.0
+    budget = load_settings(root / "prag.toml", home=str(copy), environ={
+        **environ, "PRAG__RUN__LLM_BUDGET_S": str((need + 6) / settings.utility.budget_share)})  # fmt: skip
+    with duckdb.connect(str(copy / "prag.duckdb")) as con:
+        _, plan, stats = utility_rows(con, "LaMP-4", budget, make_generator(settings.generator))
+    assert plan.at[0, "seconds_per_prompt"] == 1.0, stats
+    rest = 16 - 4  # the tiny world's dev samples after the pilot
+    assert plan.at[0, "affordable_n"] < rest, plan.to_dict("records")

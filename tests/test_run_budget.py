@@ -50,3 +50,24 @@ def test_the_evidence_run_funds_tasks_with_no_test_before_extending_a_cut_one() 
     one = prompts_needed(True, s) * 2.0
     budgets = fund_whole_tests(labelled, s, one, 2.0, decided=frozenset({"LaMP-1"}))
     assert budgets["LaMP-2"] == pytest.approx(one) and budgets["LaMP-1"] == 0
+
+
+def test_the_run_ends_by_saying_what_its_budget_did_not_pay(tmp_path) -> None:
+    import duckdb
+    import pandas as pd
+
+    from prag_assets.cli.budget import budget_cuts
+
+    s = load_settings(environ={}, home=str(tmp_path), data={"tasks": ["LaMP-2", "LaMP-5"]})
+    plans = pd.DataFrame({"task": ["LaMP-2", "LaMP-5"], "evidence": ["labels chose", "deferred"],
+                          "budget_s": [30.0, 141.0]})  # fmt: skip
+    probes = pd.DataFrame({"task": ["LaMP-2", "LaMP-5"], "decision": ["not_measured", "continued"]})
+    with duckdb.connect(str(tmp_path / "t.duckdb")) as con:
+        assert budget_cuts(con, s, "not_measured", "feedback_probe") == []  # nothing stored: nothing to say
+        con.register("p", plans)
+        con.register("q", probes)
+        con.execute("CREATE TABLE llm_utility_plans AS SELECT * FROM p")
+        con.execute("CREATE TABLE feedback_probe AS SELECT * FROM q")
+        deferred, probe = budget_cuts(con, s, "not_measured", "feedback_probe")
+    assert "LLM evidence of LaMP-5" in deferred and "141 s" in deferred and "prag evidence" in deferred
+    assert "probe of LaMP-2 was not measured" in probe

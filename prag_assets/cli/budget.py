@@ -65,26 +65,41 @@ def child_env(settings: Settings) -> dict[str, str]:
 
 
 def deferred_note(settings: Settings) -> list[str]:
-    """What the main job deferred to `prag evidence`, with the time it needs on this machine ([] when nothing)."""
-    from prag_models.evaluation.utility import DEFERRED, PLAN_TABLE
-    from prag_models.storage.store import DuckDBBusyError, read_connection, table_exists
+    """What the run's budget did not pay, each with its cost on this machine ([] when nothing): the utility tests
+    deferred to `prag evidence`, and the feedback probes not measured (CFRAG keeps its initialisation)."""
+    from prag_models.methods.cfrag.feedback_probe import NOT_MEASURED, PROBE_TABLE
+    from prag_models.storage.store import DuckDBBusyError, read_connection
 
     try:
         with read_connection(settings.duckdb_path) as (con, _):
-            if not table_exists(con, PLAN_TABLE):
-                return []
-            rows = con.execute(f"SELECT task, budget_s FROM {PLAN_TABLE} WHERE evidence = ? ORDER BY task",
-                               [DEFERRED]).fetchall()  # fmt: skip
+            return budget_cuts(con, settings, NOT_MEASURED, PROBE_TABLE)
     except (FileNotFoundError, DuckDBBusyError):
         return []
-    rows = [(t, s) for t, s in rows if t in settings.data.tasks]
-    if not rows:
-        return []
-    need = sum(float(s) for _, s in rows)
-    tasks = ", ".join(t for t, _ in rows)
-    return [f"the LLM evidence of {tasks} did not fit this run's budget (≈ {need:.0f} s on this machine): "
-            f"`prag evidence` continues it (run.evidence_budget_s = {settings.run.evidence_budget_s:.0f} s a run, "
-            "from the cached scores)"]  # fmt: skip
+
+
+def budget_cuts(con, settings: Settings, not_measured: str, probe_table: str) -> list[str]:  # noqa: ANN001
+    """deferred_note's lines, read on an open connection."""
+    from prag_models.evaluation.utility import DEFERRED, PLAN_TABLE
+    from prag_models.storage.store import table_exists
+
+    lines = []
+    tasks = list(settings.data.tasks)
+    if table_exists(con, PLAN_TABLE):
+        sql = f"SELECT task, budget_s FROM {PLAN_TABLE} WHERE evidence = ? ORDER BY task"
+        rows = [(t, float(s)) for t, s in con.execute(sql, [DEFERRED]).fetchall() if t in tasks]
+        if rows:
+            lines.append(f"the LLM evidence of {', '.join(t for t, _ in rows)} did not fit this run's budget (≈ "
+                         f"{sum(s for _, s in rows):.0f} s on this machine): `prag evidence` continues it "
+                         f"(run.evidence_budget_s = {settings.run.evidence_budget_s:.0f} s a run, from the cached "
+                         "scores)")  # fmt: skip
+    if table_exists(con, probe_table):
+        probes = [t for (t,) in con.execute(f"SELECT DISTINCT task FROM {probe_table} WHERE decision = ? ORDER BY "
+                                            "task", [not_measured]).fetchall() if t in tasks]  # fmt: skip
+        if probes:
+            lines.append(f"the CFRAG feedback probe of {', '.join(probes)} was not measured on this machine (its "
+                         "share of run.feedback_budget_s pays fewer samples than its test needs): CFRAG keeps its "
+                         "initialised retriever and rerankers there")  # fmt: skip
+    return lines
 
 
 def deferred_generation(settings: Settings) -> bool:

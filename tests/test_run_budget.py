@@ -71,3 +71,12 @@ def test_the_run_ends_by_saying_what_its_budget_did_not_pay(tmp_path) -> None:
         deferred, probe = budget_cuts(con, s, "not_measured", "feedback_probe")
     assert "LLM evidence of LaMP-5" in deferred and "141 s" in deferred and "prag evidence" in deferred
     assert "probe of LaMP-2 was not measured" in probe
+
+
+@pytest.mark.parametrize("bad", ["-5", "soon", "nan"])
+def test_prag_evidence_refuses_a_budget_that_is_not_seconds(bad, capsys) -> None:
+    from prag_assets.cli.commands import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["evidence", "--budget", bad])
+    assert exit_info.value.code == 2 and "--budget" in capsys.readouterr().err

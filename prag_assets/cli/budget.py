@@ -130,9 +130,20 @@ class EvidenceHelpers:
 def add_evidence_command(sub: argparse._SubParsersAction, helpers: EvidenceHelpers) -> None:
     """Register `prag evidence`."""
     e = sub.add_parser("evidence", help="run the LLM evidence the main job's budget deferred (job prag_llm_evidence)")
-    e.add_argument("--budget", type=float, default=None,
+    e.add_argument("--budget", type=_seconds, default=None,
                    help="seconds this run may spend (default run.evidence_budget_s; 0 = every test as planned)")
     e.set_defaults(func=lambda args: _evidence(args, helpers))
+
+
+def _seconds(text: str) -> float:
+    """A --budget value: seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the budget is 0 (every test as planned) or more seconds")
+    return value
 
 
 def _evidence(args: argparse.Namespace, helpers: EvidenceHelpers) -> int:
@@ -143,7 +154,7 @@ def _evidence(args: argparse.Namespace, helpers: EvidenceHelpers) -> int:
     settings = load_settings()
     if args.budget is not None:
         settings = settings.model_copy(update={"run": settings.run.model_copy(
-            update={"evidence_budget_s": max(0.0, args.budget)})})  # fmt: skip
+            update={"evidence_budget_s": args.budget})})  # fmt: skip
     tasks = [t for t in ALL_TASKS if t in settings.data.tasks]
     if not tasks:
         print("no tasks configured (data.tasks)", flush=True)

@@ -120,13 +120,35 @@ def index_clusters(index: ProfileIndex, rows: np.ndarray, labels: np.ndarray) ->
     return DocumentClusters(rows, labels, centroids, ivf, sizes, quantizer, members, starts)
 
 
+def _probe(index: ProfileIndex, clusters: DocumentClusters, order: np.ndarray, top_clusters: int, k: int) -> int:
+    """How many clusters to open in centroid order: the top B, then more until they hold k distinct texts (or every
+    cluster is open)."""
+    n_clusters = len(order)
+    probe = max(1, min(top_clusters, n_clusters))
+    while probe < n_clusters and clusters.sizes[order[:probe]].sum() < k:
+        probe += 1
+    if index.text_keys is None:
+        return probe
+    keys = np.unique(index.text_keys[clusters.rows[_listed(clusters, order[:probe])]])
+    while probe < n_clusters and len(keys) < k:
+        keys = np.union1d(keys, index.text_keys[clusters.rows[_listed(clusters, order[probe : probe + 1])]])
+        probe += 1
+    return probe
+
+
+def _listed(clusters: DocumentClusters, chosen: np.ndarray) -> np.ndarray:
+    """The pool positions of the chosen clusters' documents, cluster by cluster."""
+    return np.concatenate([clusters.members[clusters.starts[c] : clusters.starts[c + 1]] for c in chosen])
+
+
 def retrieve_two_stage(
     index: ProfileIndex, clusters: DocumentClusters, query_vector: np.ndarray, k: int, top_clusters: int
 ) -> tuple[list[Retrieved], int]:
     """Pick the top-B clusters by cos(q, centroid), then the top-k documents inside them, one per text (FAISS IVF
     search over those lists only).
 
-    If the B clusters hold fewer than k documents, further clusters are added in centroid order.
+    If the B clusters hold fewer than k distinct texts, further clusters are added in centroid order (docs/methods.md
+    §3.5), so that two-stage shows k texts whenever the pool holds them.
     Returns the documents and the number of documents scored (the O(K + B·N/K) cost: centroids + listed documents).
     """
     if len(clusters.rows) == 0 or len(clusters.centroids) == 0:
@@ -135,24 +157,29 @@ def retrieve_two_stage(
     n_clusters = len(clusters.centroids)
     cos = clusters.centroids @ q[0]
     order = np.argsort(-cos, kind="stable")
-    probe = max(1, min(top_clusters, n_clusters))
-    while probe < n_clusters and clusters.sizes[order[:probe]].sum() < k:
-        probe += 1
+    probe = _probe(index, clusters, order, top_clusters, k)
     chosen = order[:probe]
     size = int(clusters.sizes[chosen].sum())
     if clusters.ivf is None:  # a small pool: score the chosen lists' documents directly
-        listed = np.concatenate([clusters.members[clusters.starts[c] : clusters.starts[c + 1]] for c in chosen])
+        listed = _listed(clusters, chosen)
         scores = index.vectors[clusters.rows[listed]] @ q[0]
         top = np.lexsort((listed, -scores))
         return index.as_retrieved(clusters.rows[listed[top]], scores[top], k), size + n_clusters
     clusters.ivf.nprobe = probe  # search_preassigned takes exactly nprobe lists per query
-    depth = index.depth(k)
+    found = _ivf_top(index, clusters, q, chosen, cos, min(index.depth(k), size), k)
+    if len(found) < k and index.depth(k) < size:  # one text filled the whole depth: rank every listed document
+        found = _ivf_top(index, clusters, q, chosen, cos, size, k)
+    return found, size + n_clusters
+
+
+def _ivf_top(index: ProfileIndex, clusters: DocumentClusters, q: np.ndarray, chosen: np.ndarray, cos: np.ndarray,
+             depth: int, k: int) -> list[Retrieved]:  # fmt: skip
+    """The first k distinct texts of the chosen lists' top ``depth`` documents (FAISS IVF search)."""
     scores, local = clusters.ivf.search_preassigned(
-        q, min(depth, size), chosen[None, :].astype(np.int64), cos[chosen][None, :].astype(np.float32)
+        q, depth, chosen[None, :].astype(np.int64), cos[chosen][None, :].astype(np.float32)
     )
     keep = local[0] >= 0
     # FAISS returns equal scores in list order; order by (score desc, pool position) as the flat path does
     pairs = sorted(zip(-scores[0][keep], local[0][keep], strict=True))
     pool_pos = np.asarray([p for _, p in pairs], dtype=np.int64)
-    found = index.as_retrieved(clusters.rows[pool_pos], [-s for s, _ in pairs], k)
-    return found, size + n_clusters
+    return index.as_retrieved(clusters.rows[pool_pos], [-s for s, _ in pairs], k)

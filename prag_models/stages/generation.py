@@ -25,7 +25,8 @@ GENERATION_COLUMNS = ["task", "method", "sample_id", "user_id", "generator_id", 
 
 
 def retrieved_texts(con, task: str, methods: tuple[str, ...]) -> dict[str, dict[str, list[str]]]:
-    """method → sample → texts of the retrieved documents in rank order (configured methods only)."""
+    """method → sample → texts of the retrieved documents in rank order (the given methods only), each sample's
+    rankings cut to the count every one of those methods gives it (``common_count``)."""
     out: dict[str, dict[str, list[str]]] = {}
     for table in RETRIEVAL_TABLES:
         if not table_exists(con, table):
@@ -40,7 +41,18 @@ def retrieved_texts(con, task: str, methods: tuple[str, ...]) -> dict[str, dict[
             if method in methods:
                 doc = prompt_document(task, text, json.loads(fields))
                 out.setdefault(method, {}).setdefault(sample_id, []).append(doc)
-    return out
+    return common_count(out)
+
+
+def common_count(docs: dict[str, dict[str, list[str]]]) -> dict[str, dict[str, list[str]]]:
+    """Each sample's rankings cut to the fewest texts any method retrieved for it, so that every method an LLM
+    comparison prompts shows as many texts as the others (docs/methods.md §0, "Like with like"); a method with no
+    ranking for a sample does not count."""
+    fewest: dict[str, int] = {}
+    for by_sample in docs.values():
+        for sample_id, texts in by_sample.items():
+            fewest[sample_id] = min(fewest.get(sample_id, len(texts)), len(texts))
+    return {m: {s: texts[: fewest[s]] for s, texts in by_sample.items()} for m, by_sample in docs.items()}
 
 
 def generation_jobs(

@@ -7,7 +7,7 @@ import pytest
 
 from prag_models.config.settings import load_settings
 from prag_models.evaluation.run_budget import REST_PER_EMBED_S, split_budget
-from prag_models.stages.llm_utility import fund_whole_tests, prompts_needed
+from prag_models.stages.utility_funding import fund_whole_tests, prompts_needed
 
 
 def _settings(**run):

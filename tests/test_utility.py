@@ -91,3 +91,22 @@ def test_beating_the_own_profile_needs_the_same_test_as_beating_everybody():
     row = utility_task_verdict(pd.DataFrame(rows, columns=["method", "sample_id", "value"]),
                                "clusterrag_community", 20, 0.01)  # fmt: skip
     assert row["verdict"] == OWN, row
+
+
+@pytest.mark.parametrize(
+    ("base_gain", "own_gain", "p", "stops"),
+    [(0.5, 0.5, 0.001, True), (0.5, 0.0, 0.001, False), (-0.5, 0.0, 0.001, True), (0.02, 0.02, 0.001, False),
+     (0.5, 0.5, 0.0, False), (0.5, None, 0.001, True)],
+)  # fmt: skip
+def test_the_interim_look_stops_only_on_an_effect_clear_in_every_comparison_the_verdict_needs(
+    base_gain, own_gain, p, stops
+):
+    """Issue 47: one interim look (Haybittle–Peto) stops the utility test early only where every comparison the
+    verdict needs is below utility.interim_p: a clear gain over dense_global (and over the own profile where it is
+    compared), or a clear loss, never a gain shown over dense_global alone; interim_p = 0 turns it off."""
+    from prag_models.evaluation.utility import clear_at_interim
+
+    rng = np.random.default_rng(3)
+    base = base_gain + rng.normal(0, 0.3, 20)
+    own = None if own_gain is None else own_gain + rng.normal(0, 0.3, 20)
+    assert clear_at_interim(base, own, p) is stops

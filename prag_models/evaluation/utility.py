@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from prag_models.config.settings import Settings
 from prag_models.data.tasks import TASK_KIND
 from prag_models.llm.cache import cached_outputs
 from prag_models.metrics.intervals import planned_samples as planned_samples  # re-exported
@@ -33,6 +34,7 @@ PLAN_TABLE = "llm_utility_plans"
 UTILITY_METRIC = "utility"  # nats per gold token (higher is better)
 #: A plan's evidence when the run's budget could not pay the task's test and the cache did not hold it (issue 47)
 DEFERRED = "deferred"
+PLAN_VERSION = "v3"  # v3: one interim look (utility.interim_p); v2: whole tests funded, planned_n before the cap
 #: generation_cache key suffix of utility values; bump the version when the scored text changes
 UTILITY_KEY = "#utility-v2"
 _JSON_KEY = {"LaMP-4": "title", "LaMP-5": "title", "LaMP-7": "tweet"}
@@ -96,6 +98,18 @@ def per_token(logliks: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     return np.asarray(logliks, dtype=np.float64) / np.maximum(np.asarray(tokens, dtype=np.float64), 1.0)
 
 
+def clear_at_interim(base: np.ndarray, own: np.ndarray | None, interim_p: float) -> bool:
+    """Whether the interim look stops the test (utility.interim_p): the paired gain over dense_global below
+    interim_p either way, and where it is up and the own profile is compared, the gain over it too."""
+    from prag_models.metrics.intervals import paired_p_value
+
+    if interim_p <= 0 or len(base) < 2 or paired_p_value(base) >= interim_p:
+        return False
+    if float(np.mean(base)) < 0 or own is None:
+        return True
+    return float(np.mean(own)) > 0 and paired_p_value(own) < interim_p
+
+
 def affordable(seconds: float, prompts_per_sample: int, seconds_per_prompt: float) -> int:
     """How many samples of ``prompts_per_sample`` prompts fit ``seconds``."""
     cost = prompts_per_sample * max(seconds_per_prompt, 1e-6)
@@ -139,3 +153,10 @@ def utility_plan(con, task: str) -> dict[str, Any] | None:
     rows = con.execute(f"SELECT * FROM {PLAN_TABLE} WHERE task = ?", [task]).df()
     return None if rows.empty else rows.iloc[0].to_dict()
 
+
+def plan_key(settings: Settings, generator_id: str) -> str:
+    """What a stored plan depends on: the utility settings, generator, prompt and the retrieval settings (not the
+    budget: a plan the budget cut is planned again by a run with more seconds, utility_rows)."""
+    parts = [PLAN_VERSION, settings.utility.model_dump(mode="json"), generator_id,
+             settings.prompt.model_dump(mode="json"), settings.retrieval.k, list(settings.data.tasks)]  # fmt: skip
+    return json.dumps(parts, sort_keys=True)

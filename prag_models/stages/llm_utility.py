@@ -39,9 +39,11 @@ from prag_models.evaluation.utility import (
     PLAN_TABLE,
     affordable,
     can_score,
+    clear_at_interim,
     gold_answer,
     labelled_choice,
     per_token,
+    plan_key,
     planned_samples,
     utility_values,
 )
@@ -49,6 +51,7 @@ from prag_models.evaluation.verdict import BASELINE, OWN_PROFILE
 from prag_models.generation.answers import lamp_prompt
 from prag_models.methods.cfrag.variants import CHAMPION_METHOD
 from prag_models.stages.generation import retrieved_texts
+from prag_models.stages.utility_funding import measured_prompt_s, prompts_needed, stopped_flag, task_budget_s
 from prag_models.storage.store import table_exists
 
 if TYPE_CHECKING:
@@ -57,8 +60,8 @@ if TYPE_CHECKING:
 CHALLENGER = "cfrag"  # the challenger bundle's full CFRAG; cfrag@champion is the champion bundle's
 UTILITY_COLUMNS = ["task", "method", "sample_id", "phase", "loglik", "tokens", "value", "generator_id"]
 PLAN_COLUMNS = ["task", "evidence", "chosen", "fold_choices", "candidates", "pilot_n", "pilot_gain", "pilot_sd",
-                "seconds_per_prompt", "budget_s", "affordable_n", "planned_n", "test_n", "key"]  # fmt: skip
-PLAN_VERSION = "v2"  # v2: whole tests funded (issue 47), planned_n the power's n before the budget's cap
+                "seconds_per_prompt", "budget_s", "affordable_n", "planned_n", "test_n", "key",
+                "stopped_early"]  # fmt: skip
 
 
 @dataclass
@@ -79,14 +82,7 @@ class UtilityPlan:
     planned_n: int
     test_n: int
     key: str
-
-
-def plan_key(settings: Settings, generator_id: str) -> str:
-    """What a stored plan depends on: the utility settings, generator, prompt and the retrieval settings (not the
-    budget: a plan the budget cut is planned again by a run with more seconds, utility_rows)."""
-    parts = [PLAN_VERSION, settings.utility.model_dump(mode="json"), generator_id,
-             settings.prompt.model_dump(mode="json"), settings.retrieval.k, list(settings.data.tasks)]  # fmt: skip
-    return json.dumps(parts, sort_keys=True)
+    stopped_early: bool = False  # the interim look decided at test_n < planned_n (utility.interim_p)
 
 
 def _stored_plan(con, task: str, key: str) -> UtilityPlan | None:
@@ -97,7 +93,7 @@ def _stored_plan(con, task: str, key: str) -> UtilityPlan | None:
     if rows.empty or rows.iloc[0]["key"] != key:
         return None
     row = rows.iloc[0].to_dict()
-    return UtilityPlan(**{c: row[c] for c in PLAN_COLUMNS})
+    return UtilityPlan(**{c: row[c] for c in PLAN_COLUMNS if c in row} | {"stopped_early": stopped_flag(row)})
 
 
 class _Scorer:
@@ -132,87 +128,6 @@ class _Scorer:
         for (m, s), ll, n, v in zip(pairs, logliks, tokens, values, strict=True):
             self.rows.append((self.task, m, s, phase, float(ll), int(n), float(v), self.generator.model_id))
         return {pair: float(v) for pair, v in zip(pairs, values, strict=True)}
-
-
-#: How much more of the utility's budget a task no label sees gets than one whose label verdict it only confirms: its
-#: test is the verdict (three prompts a sample against two) and it has no other evidence.
-EVIDENCE_WEIGHT = 3
-
-
-def prompts_needed(labelled: bool, settings: Settings) -> int:
-    """Prompts of a task's pilot and smallest deciding test: labelled, the chosen method and dense_global; without
-    labels, every candidate, dense_global and dense on the pilot and three prompts a test sample."""
-    u = settings.utility
-    if labelled:
-        return 2 * (u.pilot_samples + u.min_samples)
-    candidates = len([m for m in PERSONALIZED if m not in LLM_SUBSET_METHODS])
-    return u.pilot_samples * (candidates + 2) + 3 * u.min_samples
-
-
-def task_budgets(con, settings: Settings, total_s: float, per_prompt_s: float,
-                 complete: frozenset[str] = frozenset(), decided: frozenset[str] = frozenset(),
-                 ) -> dict[str, float]:  # fmt: skip
-    """Each task's seconds of the utility's budget, a whole test at a time: tasks no label sees first (the utility
-    is their only evidence), then data.tasks' order; each is funded with its pilot and smallest deciding test while
-    the budget lasts, and what is left is shared by the funded tasks, those no label sees weighing EVIDENCE_WEIGHT.
-    A task not funded gets 0 (only what is cached; its test is deferred), and so does a task whose test an earlier
-    run completed (``complete``: answered from the cache). Without a measured cost per prompt, every task is funded
-    by weight alone. Fixed by the data, the settings and the machine's speed, not by any test outcome."""
-    labelled = {t: labelled_choice(con, t) is not None for t in settings.data.tasks}
-    return fund_whole_tests(labelled, settings, total_s, per_prompt_s, complete, decided)
-
-
-def fund_whole_tests(labelled: dict[str, bool], settings: Settings, total_s: float, per_prompt_s: float,
-                     complete: frozenset[str] = frozenset(), decided: frozenset[str] = frozenset(),
-                     ) -> dict[str, float]:  # fmt: skip
-    """task_budgets on given tasks (in data.tasks order) and whether labels decide each; tasks whose test already
-    decided (``decided``: at least utility.min_samples, cut short of its planned n) come after those with none."""
-    tasks = list(labelled)
-    weights = {t: 1 if labelled[t] else EVIDENCE_WEIGHT for t in tasks}
-    if per_prompt_s <= 0 or total_s <= 0:
-        return {t: total_s * weights[t] / max(1, sum(weights.values())) for t in tasks}
-    funded: dict[str, float] = {}
-    left = total_s
-    order = sorted((t for t in tasks if t not in complete), key=lambda t: (t in decided, labelled[t], tasks.index(t)))
-    for task in order:
-        need = prompts_needed(labelled[task], settings) * per_prompt_s
-        if need <= left:
-            funded[task], left = need, left - need
-    share = sum(weights[t] for t in funded)
-    return {t: funded[t] + left * weights[t] / share if t in funded else 0.0 for t in tasks}
-
-
-def completed_tasks(con, settings: Settings, generator_id: str) -> tuple[frozenset[str], frozenset[str]]:
-    """(the tasks whose stored plan, for these settings and generator, ran its whole planned test: the LLM evidence
-    run answers them from the cache; the tasks whose test decided but was cut short of its planned n)."""
-    if not table_exists(con, PLAN_TABLE):
-        return frozenset(), frozenset()
-    prefix = plan_key(settings, generator_id)
-    rows = con.execute(f"SELECT task, evidence, test_n, planned_n, key FROM {PLAN_TABLE}").fetchall()
-    ours = [(t, int(n), int(planned)) for t, evidence, n, planned, key in rows
-            if evidence != DEFERRED and str(key).startswith(prefix)]  # fmt: skip
-    complete = frozenset(t for t, n, planned in ours if n >= planned)
-    return complete, frozenset(t for t, n, _ in ours if n >= settings.utility.min_samples) - complete
-
-
-def task_budget_s(con, task: str, settings: Settings, evidence_run: bool = False, per_prompt_s: float | None = None,
-                  generator_id: str = "") -> float:  # fmt: skip
-    """The task's seconds: of run.evidence_budget_s in the LLM evidence run (tasks an earlier run completed
-    excluded), else of the utility's share of run.llm_budget_s (task_budgets); 0 = only what is cached."""
-    u, run = settings.utility, settings.run
-    total = run.evidence_budget_s if evidence_run else run.llm_budget_s * u.budget_share
-    if per_prompt_s is None:
-        per_prompt_s = measured_prompt_s(settings)
-    complete, decided = completed_tasks(con, settings, generator_id) if evidence_run else (frozenset(), frozenset())
-    return task_budgets(con, settings, total, per_prompt_s, complete, decided).get(task, 0.0)
-
-
-def measured_prompt_s(settings: Settings) -> float:
-    """Seconds per utility prompt as `prag materialize` measured this machine (0 when it did not)."""
-    from prag_models.evaluation.llm_budget import stored_throughput
-
-    speeds = stored_throughput(settings)
-    return speeds.per_utility_prompt() if speeds is not None else 0.0
 
 
 def _covered(docs: dict[str, dict[str, list[str]]], methods: list[str], samples: list[str]) -> list[str]:
@@ -319,7 +234,7 @@ def _pilot_plan_test(scorer: _Scorer, con, task: str, settings: Settings, order:
     budgeted = budget > 0 and per_prompt > 0
     paid = affordable(budget - spent, prompts_per_sample, per_prompt) if budgeted else len(rest)
     cap = min(len(rest), paid)
-    if stored is not None and (stored.test_n >= stored.planned_n or cap <= stored.test_n):
+    if stored is not None and (stored.test_n >= stored.planned_n or stored.stopped_early or cap <= stored.test_n):
         plan = stored
     else:
         # "ship" needs both comparisons shown: the test is sized for the one that needs more samples
@@ -333,9 +248,20 @@ def _pilot_plan_test(scorer: _Scorer, con, task: str, settings: Settings, order:
                            len(pilot_ids), float(np.mean(diffs)), float(np.std(diffs, ddof=1)) if len(diffs) > 1
                            else 0.0, per_prompt, budget, cap, planned, test_n, key)  # fmt: skip
 
-    # 3. test
-    test_ids = rest[: int(plan.test_n)]
-    scorer.score([(m, s) for s in test_ids for m in dict.fromkeys([chosen_of[s], BASELINE, *own])], "test")
+    # 3. test, with one interim look after min_samples (utility.interim_p) where a new plan wants more
+    def test(ids: list[str]) -> dict[tuple[str, str], float]:
+        return scorer.score([(m, s) for s in ids for m in dict.fromkeys([chosen_of[s], BASELINE, *own])], "test")
+
+    first = min(u.min_samples, int(plan.test_n)) if plan is not stored and u.interim_p > 0 else int(plan.test_n)
+    values = test(rest[:first])
+    if first < int(plan.test_n):
+        ids = rest[:first]
+        base = np.asarray([values[(chosen_of[s], s)] - values[(BASELINE, s)] for s in ids])
+        mine = np.asarray([values[(chosen_of[s], s)] - values[(own[0], s)] for s in ids]) if own else None
+        if clear_at_interim(base, mine, u.interim_p):
+            plan.test_n, plan.stopped_early = first, True
+        else:
+            test(rest[first : int(plan.test_n)])
     return plan
 
 

@@ -1,0 +1,72 @@
+"""The utility test's interim look (issue 47, utility.interim_p): a test planned past utility.min_samples looks once
+after min_samples and stops there only on a clear effect; the LLM evidence run counts a stopped test as complete."""
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+from prag_models.config.settings import Settings
+from prag_models.evaluation.claims import PERSONALIZED
+from prag_models.evaluation.utility import PLAN_TABLE
+from prag_models.stages.llm_utility import PLAN_COLUMNS, _pilot_plan_test
+from prag_models.stages.utility_funding import completed_tasks
+
+CHOSEN = "clusterrag_community"
+
+
+class _StubScorer:
+    """Scores every (method, sample): the chosen method at 0, every other method at -gain on the test (-0.1 on the
+    pilot, which underestimates the effect so the plan wants more than min_samples), with noise."""
+
+    def __init__(self, gain: float) -> None:
+        self.gain, self.rng = gain, np.random.default_rng(5)
+        self.generator = type("G", (), {"model_id": "stub"})()
+        self.seconds, self.computed, self.cache_only = 0.0, 0, False
+        self.scored: dict[str, set[str]] = {}
+
+    def score(self, pairs: list[tuple[str, str]], phase: str) -> dict[tuple[str, str], float]:
+        self.scored.setdefault(phase, set()).update(s for _, s in pairs)
+        gain = self.gain if phase == "test" else 0.1
+        return {(m, s): (0.0 if m == CHOSEN else -gain) + self.rng.normal(0, 0.3) for m, s in pairs}
+
+
+def _settings(interim_p: float = 0.001) -> Settings:
+    """Default settings with a 4-sample pilot, min_samples 6 and power 0.999 (a plan that wants more than 6)."""
+    base = Settings()
+    utility = {"pilot_samples": 4, "min_samples": 6, "power": 0.999, "interim_p": interim_p}
+    return base.model_copy(update={"utility": base.utility.model_copy(update=utility)})
+
+
+def _plan(gain: float, interim_p: float) -> tuple[object, _StubScorer]:
+    """A label-free task's pilot, plan and test on stub scores (power 0.999: the plan wants more than min_samples)."""
+    settings = _settings(interim_p)
+    ids = [f"s{i:03d}" for i in range(60)]
+    docs = {m: {s: ["text"] for s in ids} for m in [*PERSONALIZED, "dense_global", "dense"]}
+    scorer = _StubScorer(gain)
+    with duckdb.connect() as con:
+        plan = _pilot_plan_test(scorer, con, "LaMP-7", settings, ids, ids[:4], ids[4:], docs, 0.0, 0.0)
+    return plan, scorer
+
+
+def test_a_clear_effect_stops_at_the_interim_look_and_the_evidence_run_counts_it_complete():
+    """A large gain over dense_global and the own profile: the test stops after min_samples (6 test samples scored),
+    the plan says so, and completed_tasks treats it as complete (the evidence run does not extend it)."""
+    plan, scorer = _plan(gain=1.0, interim_p=0.001)
+    assert plan.planned_n > 6 and plan.stopped_early and plan.test_n == 6, plan
+    assert len(scorer.scored["test"]) == 6
+    settings = _settings()
+    row = {c: getattr(plan, c) for c in PLAN_COLUMNS}
+    with duckdb.connect() as con:
+        con.register("plan_frame", pd.DataFrame([row]))
+        con.execute(f"CREATE TABLE {PLAN_TABLE} AS SELECT * FROM plan_frame")
+        complete, decided = completed_tasks(con, settings, "stub")
+    assert "LaMP-7" in complete and "LaMP-7" not in decided
+
+
+@pytest.mark.parametrize(("gain", "interim_p"), [(0.05, 0.001), (1.0, 0.0)])
+def test_without_a_clear_effect_or_without_the_look_the_test_runs_to_its_planned_n(gain, interim_p):
+    """A small gain (not clear at the look), or the look turned off: every planned test sample is scored."""
+    plan, scorer = _plan(gain=gain, interim_p=interim_p)
+    assert not plan.stopped_early and plan.test_n == min(plan.planned_n, 56) > 6, plan
+    assert len(scorer.scored["test"]) == plan.test_n

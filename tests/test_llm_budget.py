@@ -32,11 +32,26 @@ def test_the_budget_sizes_the_count_and_never_exceeds_the_configured_one() -> No
     chosen = [plan(s.model_copy(update={"run": s.run.model_copy(update={"llm_budget_s": b / left})}), t) for b in
               (1.0, 3 * per_sample, 5.5 * per_sample, 1000 * per_sample)]  # fmt: skip
     assert abs(chosen[0].per_sample_s - per_sample) < 1e-9
-    assert [p.chosen for p in chosen] == [1, 3, 5, 8]  # at least one, at most data.llm_eval_samples
+    # issue 47: data.llm_eval_samples whole or none, never a figure of fewer samples than configured
+    assert [p.chosen for p in chosen] == [0, 0, 0, 8]
+    assert [p.generation_samples for p in chosen] == [0, 0, 0, -1]
+    assert chosen[1].deferred and "deferred to `prag evidence`" in chosen[1].line() and not chosen[3].cut
     no_utility = s.model_copy(update={"utility": s.utility.model_copy(update={"enabled": False}),
-                                      "run": s.run.model_copy(update={"llm_budget_s": 3 * per_sample})})
-    assert plan(no_utility, t).chosen == 3  # without the utility the whole budget is the generations'
-    assert chosen[1].cut and not chosen[3].cut and "cut from 8" in chosen[1].line()
+                                      "run": s.run.model_copy(update={"llm_budget_s": 8 * per_sample})})
+    assert plan(no_utility, t).chosen == 8  # without the utility the whole budget is the generations'
+    every = s.model_copy(update={"data": s.data.model_copy(update={"llm_eval_samples": 0}),
+                                 "run": s.run.model_copy(update={"llm_budget_s": 3 * per_sample / left})})
+    assert plan(every, t).chosen == 3 and plan(every, t).generation_samples == 3  # "all": as many as fit
+
+
+def test_a_run_the_budget_defers_takes_no_llm_evaluation_sample() -> None:
+    """run.generation_samples = 0 (the budget deferred the generated outputs and P-PRF): no sample; -1: the
+    configured count; N: at most N."""
+    ids = [f"s{i:03d}" for i in range(40)]
+    s = _settings(llm_eval_samples=8)
+    counts = [len(llm_eval_sample_ids(ids, s.model_copy(update={"run": s.run.model_copy(
+        update={"generation_samples": g})}))) for g in (-1, 0, 3, 20)]  # fmt: skip
+    assert counts == [8, 0, 3, 8]
 
 
 def test_the_speeds_are_measured_once_per_machine_and_generator_and_the_plan_follows_the_settings(tmp_path) -> None:

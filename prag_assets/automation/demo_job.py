@@ -77,12 +77,15 @@ def retrieval_eval_job() -> dg.UnresolvedAssetJobDefinition:
 
 
 def evidence_job() -> dg.UnresolvedAssetJobDefinition:
-    """`prag_llm_evidence`: the LLM utility and what reads it, tagged as the evidence phase."""
-    selection = dg.AssetSelection.assets("llm_utility").downstream() - dg.AssetSelection.groups(RETRIEVAL_EVAL_GROUP)
-    return dg.define_asset_job(EVIDENCE_JOB, selection=selection, tags={PHASE_TAG: EVIDENCE_PHASE},
+    """`prag_llm_evidence`: the LLM work the main job's budget may defer (the utility, the generated outputs, P-PRF
+    on LaMP) and what reads it, tagged as the evidence phase."""
+    deferrable = dg.AssetSelection.assets("llm_utility", "generations", "pbr_lamp_retrievals").downstream()
+    return dg.define_asset_job(EVIDENCE_JOB, selection=deferrable - dg.AssetSelection.groups(RETRIEVAL_EVAL_GROUP),
+                               tags={PHASE_TAG: EVIDENCE_PHASE},
                                description="The LLM evidence that continues the main job (prag evidence): the "
-                               "utility tests its budget deferred, within run.evidence_budget_s, continuing from the "
-                               "cached scores; then the report and the promotion evidence.")  # fmt: skip
+                               "utility tests and the generated outputs its budget deferred, within "
+                               "run.evidence_budget_s, continuing from the cached scores; then the report and the "
+                               "promotion evidence.")  # fmt: skip
 
 
 def real_evidence_job() -> dg.UnresolvedAssetJobDefinition:

@@ -51,7 +51,8 @@ def _task_problems(con, client, task: str) -> tuple[list[str], dict]:
     "Every model kind of the bundle has the task's metrics recorded, the primary one included; each "
     "value is finite and within the metric's bounds ([0, 1], MAE/RMSE [0, 4]) and equals (to 4 significant "
     "digits) the eval.bundle.<metric> tag of "
-    "its MLflow version. Tasks without `cfrag` in retrieval.methods are skipped.",
+    "its MLflow version. Tasks without `cfrag` in retrieval.methods are skipped, and so is a run whose budget "
+    "deferred the generated outputs (run.generation_samples = 0).",
 )
 def recorded_metrics_in_bounds(
     context: dg.AssetCheckExecutionContext,
@@ -66,6 +67,10 @@ def recorded_metrics_in_bounds(
         for task in tasks:
             if METHOD not in settings.retrieval.methods:
                 outcomes[task] = TaskOutcome(metadata={"skipped": "cfrag is not in retrieval.methods"})
+                continue
+            if settings.run.generation_samples == 0:  # nothing generated, nothing recorded: no figure of n = 0
+                outcomes[task] = TaskOutcome(metadata={"skipped": "the run's budget deferred the generated outputs "
+                                                       "to `prag evidence` (run.generation_samples = 0)"})  # fmt: skip
                 continue
             problems, info = _task_problems(con, client, task)
             outcomes[task] = TaskOutcome(errors=problems, metadata={"metrics": dg.MetadataValue.json(info)})

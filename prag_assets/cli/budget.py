@@ -16,7 +16,7 @@ from prag_models.config.settings import ALL_TASKS, Settings, load_settings
 
 def sized_settings(settings: Settings) -> Settings:
     """The run's settings sized to this machine: run.llm_budget_s lowered to what run.budget_s leaves the LLM,
-    run.feedback_budget_s set (unless configured) and data.llm_eval_samples to what the LLM evaluation's share pays;
+    run.feedback_budget_s set (unless configured) and run.generation_samples to what the LLM evaluation's share pays;
     each part said on one line, the whole stored as reports/run_budget.json."""
     from prag_models.evaluation import llm_budget
     from prag_models.evaluation.run_budget import corpus_texts, embedder_speed, split_budget
@@ -53,12 +53,13 @@ def sized_settings(settings: Settings) -> Settings:
         (reports / "run_budget.json").write_text(json.dumps(budget.metadata(), indent=1), encoding="utf-8")
     plan = llm_budget.plan(settings, first.throughput) if run.budget_s > 0 else first
     run_summary.say(plan.line() + (" [stored speeds reused]" if reused else ""))
-    return settings.model_copy(update={"data": settings.data.model_copy(update={"llm_eval_samples": plan.chosen})})
+    return settings.model_copy(update={"run": settings.run.model_copy(
+        update={"generation_samples": plan.generation_samples})})  # fmt: skip
 
 
 def child_env(settings: Settings) -> dict[str, str]:
     """The sized settings a run's child process gets (the environment overrides the TOML file)."""
-    return {"PRAG__DATA__LLM_EVAL_SAMPLES": str(settings.data.llm_eval_samples),
+    return {"PRAG__RUN__GENERATION_SAMPLES": str(settings.run.generation_samples),
             "PRAG__RUN__LLM_BUDGET_S": repr(float(settings.run.llm_budget_s)),
             "PRAG__RUN__FEEDBACK_BUDGET_S": repr(float(settings.run.feedback_budget_s)),
             "PRAG__RUN__EVIDENCE_BUDGET_S": repr(float(settings.run.evidence_budget_s))}  # fmt: skip
@@ -84,6 +85,10 @@ def budget_cuts(con, settings: Settings, not_measured: str, probe_table: str) ->
 
     lines = []
     tasks = list(settings.data.tasks)
+    if settings.run.generation_samples == 0:
+        lines.append(f"the generated outputs and P-PRF on LaMP ({settings.data.llm_eval_samples} samples a task) did "
+                     "not fit this run's budget whole: `prag evidence` runs them (their figures are not shown until "
+                     "then)")  # fmt: skip
     if table_exists(con, PLAN_TABLE):
         sql = f"SELECT task, budget_s FROM {PLAN_TABLE} WHERE evidence = ? ORDER BY task"
         rows = [(t, float(s)) for t, s in con.execute(sql, [DEFERRED]).fetchall() if t in tasks]
@@ -115,6 +120,43 @@ def deferred_generation(settings: Settings) -> bool:
     except (FileNotFoundError, DuckDBBusyError):
         return False
     return not set(settings.pbr.datasets) <= with_prf
+
+
+def evidence_settings(settings: Settings) -> tuple[Settings, str]:
+    """(the evidence run's settings, the line saying it): the generated outputs and P-PRF on LaMP are run whole
+    (data.llm_eval_samples a task) when run.evidence_budget_s pays them after the deferred utility tests, their
+    seconds then taken from the utility's part, else they stay deferred."""
+    from prag_models.evaluation.llm_budget import per_sample_seconds, stored_throughput
+    from prag_models.evaluation.utility import DEFERRED, PLAN_TABLE
+    from prag_models.storage.store import DuckDBBusyError, read_connection, table_exists
+
+    run, n = settings.run, settings.data.llm_eval_samples
+    speeds = stored_throughput(settings)
+    if run.evidence_budget_s <= 0 or n <= 0 or speeds is None:
+        return settings, ""
+    utility_s, done = 0.0, 0
+    try:
+        with read_connection(settings.duckdb_path) as (con, _):
+            if table_exists(con, PLAN_TABLE):
+                sql = f"SELECT coalesce(sum(budget_s), 0) FROM {PLAN_TABLE} WHERE evidence = ?"
+                utility_s = float(con.execute(sql, [DEFERRED]).fetchone()[0])
+            if table_exists(con, "generations"):
+                counts = dict(con.execute("SELECT task, count(DISTINCT sample_id) FROM generations GROUP BY task")
+                              .fetchall())  # fmt: skip
+                done = min((int(counts.get(t, 0)) for t in settings.data.tasks), default=0)
+    except (FileNotFoundError, DuckDBBusyError):
+        pass
+    need = 0.0 if done >= n else per_sample_seconds(settings, speeds) * n
+    left = run.evidence_budget_s - utility_s
+    if need > left:
+        line = (f"the generated outputs and P-PRF on LaMP ({n} samples a task, ≈ {need:.0f} s) stay deferred: the "
+                f"deferred utility tests take ≈ {utility_s:.0f} s of this run's {run.evidence_budget_s:.0f} s "
+                "(raise --budget to run them too)")  # fmt: skip
+        return settings.model_copy(update={"run": run.model_copy(update={"generation_samples": 0})}), line
+    line = f"the generated outputs and P-PRF on LaMP: {n} samples a task (≈ {need:.0f} s)" if need else ""
+    sized = run.model_copy(update={"generation_samples": -1,
+                                   "evidence_budget_s": max(1.0, run.evidence_budget_s - need)})  # fmt: skip
+    return settings.model_copy(update={"run": sized}), line
 
 
 @dataclass(frozen=True)
@@ -164,6 +206,9 @@ def _evidence(args: argparse.Namespace, helpers: EvidenceHelpers) -> int:
         helpers.recover(settings)
         run_summary.say(f"LLM evidence: the deferred utility tests within {settings.run.evidence_budget_s:.0f} s "
                         "(run.evidence_budget_s), continuing from the cached scores")  # fmt: skip
+        settings, line = evidence_settings(settings)
+        if line:
+            run_summary.say(line)
         code, summary = helpers.launch(settings, "", f"{tasks[0]}...{tasks[-1]}", tasks, False, started,
                                        EVIDENCE_JOB, "prag evidence")  # fmt: skip
         helpers.publish(settings, code)

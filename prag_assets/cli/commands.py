@@ -171,7 +171,8 @@ def _report(args: argparse.Namespace) -> int:
         print(rev.summary_markdown(frames["lamp_retrieval_evaluation"], comparisons))
     if "lamp_evaluation" in frames:
         print("\n## LLM evaluation (data.llm_eval_samples per task; value ± half-width of the 95 % interval)\n")
-        print(evaluation_markdown(frames["lamp_evaluation"]))
+        print(evaluation_markdown(frames["lamp_evaluation"]) if len(frames["lamp_evaluation"]) else
+              "(none yet: the run's budget deferred the generated outputs to `prag evidence`)")  # fmt: skip
         if "lamp_evaluation_comparisons" in frames and len(frames["lamp_evaluation_comparisons"]):
             print("\nPaired differences of the primary metric (positive = better than the baseline):\n")
             print(comparisons_markdown(frames["lamp_evaluation_comparisons"]))

@@ -30,5 +30,10 @@ class RunSettings(Section):
     # keeps its initialisation. -1 = `prag materialize` sets it from run.budget_s (what the LLM evaluation leaves),
     # or no limit without a whole-run budget.
     feedback_budget_s: float = Field(-1.0, ge=-1)
+    # LLM-evaluation samples per task this run generates for (generated outputs, PBR's P-PRF on LaMP), set by `prag
+    # materialize` from the budget: -1 = data.llm_eval_samples as configured; 0 = none: the budget cannot pay the
+    # configured count whole, so they are deferred to `prag evidence` (whole figures or none, issue 47); N = a cut to N
+    # (only where data.llm_eval_samples = 0, all). Run configuration: it changes no code version.
+    generation_samples: int = Field(-1, ge=-1)
     # Where the Dagster UI runs (scripts/ui.sh): MLflow runs and versions link back to their Dagster run there.
     dagster_ui_url: str = "http://127.0.0.1:3000"

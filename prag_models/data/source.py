@@ -173,7 +173,12 @@ def llm_eval_order(sample_ids: Iterable[str]) -> list[str]:
 
 def llm_eval_sample_ids(sample_ids: Iterable[str], settings: Settings) -> list[str]:
     """The dev samples the LLM evaluation uses: the first data.llm_eval_samples of a fixed seeded order of the ids
-    (0 = all), sorted; a larger count only adds samples."""
-    n = settings.data.llm_eval_samples
+    (0 = all), sorted, as run.generation_samples lets this run take them (0 = none: deferred); a larger count only
+    adds samples."""
+    n, cut = settings.data.llm_eval_samples, settings.run.generation_samples
+    if cut == 0:
+        return []
+    if cut > 0:
+        n = cut if n <= 0 else min(n, cut)
     order = llm_eval_order(sample_ids)
     return sorted(order if n <= 0 else order[:n])

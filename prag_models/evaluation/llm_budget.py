@@ -59,10 +59,26 @@ class LlmPlan:
         """Whether the budget lowered the configured count."""
         return self.limit <= 0 or self.chosen < self.limit
 
+    @property
+    def deferred(self) -> bool:
+        """Whether the budget pays no LLM-evaluation sample: the generated outputs and P-PRF wait for `prag
+        evidence`."""
+        return self.chosen == 0
+
+    @property
+    def generation_samples(self) -> int:
+        """run.generation_samples of a run sized by this plan: -1 as configured, 0 deferred, else the cut count."""
+        return 0 if self.deferred else -1 if not self.cut or self.chosen >= 10**9 else self.chosen
+
     def line(self) -> str:
         """One line saying what the budget chose and cut."""
         t = self.throughput
         limit = "all" if self.limit <= 0 else str(self.limit)
+        if self.deferred:
+            need = f", ≈ {self.per_sample_s * self.limit:.0f} s on this machine" if self.limit > 0 else ""
+            return (f"LLM budget: the generated outputs and P-PRF ({limit} samples a task{need}) do not fit the "
+                    f"{self.budget_s:.0f} s the utility leaves of run.llm_budget_s: deferred to `prag evidence` "
+                    f"(whole figures or none); {t.prompt_tokens_per_s:,.0f} prompt tokens/s")  # fmt: skip
         cut = f"cut from {limit}" if self.cut else f"the configured {limit} fit"
         kind = "the tasks' own prompts" if t.realistic else "synthetic prompts of the maximal length"
         return (f"LLM budget: {self.chosen} samples per task ({cut}) for {self.budget_s:.0f} s of generated outputs "
@@ -103,7 +119,8 @@ def probe_prompts(generator: Any, settings: Settings) -> ProbePrompts:
     from prag_models.generation.prompts import prompt_document
     from prag_models.methods.pbr import expansion_prompts
 
-    one = settings.model_copy(update={"data": settings.data.model_copy(update={"llm_eval_samples": PROBE_PROMPTS})})
+    one = settings.model_copy(update={"data": settings.data.model_copy(update={"llm_eval_samples": PROBE_PROMPTS}),
+                                      "run": settings.run.model_copy(update={"generation_samples": -1})})
     pbr = settings.pbr
     answers: dict[str, list[str]] = {}
     expansions: dict[str, list[str]] = {}
@@ -216,15 +233,15 @@ def generation_budget_s(settings: Settings) -> float:
 
 
 def plan(settings: Settings, t: Throughput) -> LlmPlan:
-    """The largest sample count the generation budget pays for (at least 1, at most data.llm_eval_samples when that
-    is set)."""
+    """The sample count the generation budget pays for: data.llm_eval_samples whole or none (0: deferred to `prag
+    evidence`); with data.llm_eval_samples = 0 (all), as many as fit."""
     per_sample, limit, budget = (
         per_sample_seconds(settings, t),
         settings.data.llm_eval_samples,
         generation_budget_s(settings),
     )
     fits = int(budget // per_sample) if per_sample > 0 else 10**9
-    chosen = max(1, fits if limit <= 0 else min(limit, fits))
+    chosen = fits if limit <= 0 else limit if fits >= limit else 0
     return LlmPlan(budget, per_sample, chosen, limit, t, plan_key(settings))
 
 

@@ -109,7 +109,7 @@ def evaluation_chart(table: pd.DataFrame, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    primary = table[table["is_primary"]] if "is_primary" in table else table
+    primary = table[table["is_primary"].astype(bool)] if "is_primary" in table else table
     tasks = sorted(primary["task"].unique())
     cols = min(3, max(1, len(tasks)))
     rows = max(1, math.ceil(len(tasks) / cols))

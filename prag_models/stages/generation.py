@@ -110,6 +110,7 @@ def generation_rows(
         "samples": len(samples),
         # the count run.llm_budget_s left (prag_models/evaluation/llm_budget.py), with the budget it was sized to
         "llm_eval_samples": settings.data.llm_eval_samples,
+        "generation_samples": settings.run.generation_samples,  # 0: deferred to `prag evidence` by the budget
         "llm_budget_s": settings.run.llm_budget_s,
         "generator": generator.model_id,
     }

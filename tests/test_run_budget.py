@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from prag_models.config.settings import load_settings
-from prag_models.evaluation.run_budget import REST_PER_EMBED_S, split_budget
+from prag_models.evaluation.run_budget import REST_PER_EMBED_BY_BACKEND, REST_PER_EMBED_S, split_budget
 from prag_models.stages.utility_funding import fund_whole_tests, prompts_needed
 
 
-def _settings(**run):
-    return load_settings(environ={}, home="/nonexistent", run=run)
+def _settings(backend: str = "torch", **run):
+    return load_settings(environ={}, home="/nonexistent", run=run, embedder={"backend": backend})
 
 
 def test_a_fast_machine_keeps_the_llm_cap_and_the_probe_gets_the_rest() -> None:
@@ -27,6 +27,16 @@ def test_a_slow_machine_gives_the_llm_what_the_graph_leaves_and_the_probe_nothin
     assert "the CFRAG feedback probe 0 s" in " ".join(slow.lines())
     unlimited = split_budget(_settings(budget_s=0, llm_budget_s=360), 6000, 24.0)
     assert unlimited.llm_s == 360 and unlimited.feedback_s == -1  # no whole-run budget: the probe is not limited
+
+
+def test_a_faster_embedder_backend_does_not_shrink_the_rest_of_the_graph() -> None:
+    """The int8 ONNX embedder is faster than torch, the graph's other torch work is not: its ratio is larger, so the
+    estimate of the rest stays what the proxy measured (236 s, not 171 s)."""
+    torch_run = split_budget(_settings(budget_s=900), documents=6000, docs_per_s=80.0)
+    int8_run = split_budget(_settings("onnx_int8", budget_s=900), documents=6000, docs_per_s=80.0)
+    assert torch_run.rest_s == pytest.approx(75 * REST_PER_EMBED_S)
+    assert int8_run.rest_s == pytest.approx(75 * REST_PER_EMBED_BY_BACKEND["onnx_int8"])
+    assert int8_run.rest_s > torch_run.rest_s
 
 
 def test_whole_tests_are_funded_in_order_and_the_rest_waits() -> None:

@@ -23,6 +23,17 @@ from prag_models.llm.speeds import cpu_description as cpu_description  # re-expo
 #: torch / BLAS speed: the demo measured 2.2 on 2 AVX-512 cores (93 s against 43 s) and 2.0 on a real 2-core
 #: AVX2-only machine (594 s against 296 s, segments included), docs/measurements.md "The demo".
 REST_PER_EMBED_S = 2.2
+#: The same ratio where the embedder is faster than the rest of the graph's torch work: ONNX Runtime int8 embeds 1.36x
+#: torch fp32's documents/s on one AVX2 core, the rest stays as fast, so the ratio grows; on the one-core AVX2 proxy
+#: the rest took 236 s against 78 s of int8 embedding (docs/measurements.md "The demo").
+REST_PER_EMBED_BY_BACKEND = {"onnx_int8": 3.0}
+
+
+def rest_per_embed_s(settings: Settings) -> float:
+    """Seconds of the graph's non-LLM work per second of document embedding with this run's embedder backend."""
+    from prag_models.text.embedder import resolve_backend
+
+    return REST_PER_EMBED_BY_BACKEND.get(resolve_backend(settings.embedder), REST_PER_EMBED_S)
 #: Texts embedded to time the embedder, after one warm-up batch (about a second on 2 AVX-512 cores).
 EMBED_PROBE_TEXTS = 192
 #: Bump when the embedder's measurement changes (a stored speed from an older one is measured again).
@@ -37,7 +48,7 @@ class RunBudget:
     documents: int  # profile documents over the configured tasks
     embed_docs_per_s: float
     embed_s: float  # estimated document embedding (documents / speed)
-    rest_s: float  # estimated non-LLM work besides embedding (REST_PER_EMBED_S x embed_s)
+    rest_s: float  # estimated non-LLM work besides embedding (rest_per_embed_s x embed_s)
     measured_s: float  # what measuring the machine took in this run (0 when stored speeds were reused)
     llm_s: float  # the LLM evaluation's seconds (utility, generated outputs, P-PRF): at most run.llm_budget_s
     feedback_s: float  # the CFRAG feedback probe's seconds over every task
@@ -61,7 +72,7 @@ def split_budget(settings: Settings, documents: int, docs_per_s: float, measured
     run.llm_budget_s), then the feedback probe; without a whole-run budget (0) the LLM evaluation keeps
     run.llm_budget_s and the probe is not limited (feedback_s = -1)."""
     embed = documents / max(docs_per_s, 1e-6)
-    rest = REST_PER_EMBED_S * embed
+    rest = rest_per_embed_s(settings) * embed
     cap = settings.run.llm_budget_s
     if settings.run.budget_s <= 0:
         return RunBudget(0.0, documents, docs_per_s, embed, rest, measured_s, cap, -1.0)

@@ -6,7 +6,7 @@ import json
 
 import dagster as dg
 import duckdb
-from conftest import check_results, materialize_graph, write_config
+from conftest import check_results, materialize_graph, partition_metadata, write_config
 
 from prag_models.config.settings import load_settings
 
@@ -22,6 +22,8 @@ def test_a_deferred_llm_evaluation_leaves_no_figure_and_the_evidence_run_generat
     result = materialize_graph(config, TASKS)
     failed = {name for name, (passed, severity) in check_results(result).items() if not passed and severity == "ERROR"}
     assert result.success and not failed, failed
+    gate = partition_metadata(result, "cfrag_model_evaluation")
+    assert all("promotion_evidence" in str(gate[t]) for t in TASKS), gate  # the gate's evidence is still recorded
     settings = load_settings(config)
     with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM generations").fetchone()[0] == 0

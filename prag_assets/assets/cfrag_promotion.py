@@ -30,6 +30,8 @@ def cfrag_model_evaluation(step: TaskStep) -> dict:
     stats = record_task_evaluation(step.con, step.task, step.mlflow.target(), step.settings)
     if "skipped" in stats:
         step.context.log.warning(f"{step.task}: {stats['skipped']}: nothing recorded")
-    else:
+    elif "versions" in stats:
         step.context.log.info(f"{step.task}: recorded {stats['metrics']} on {list(stats['versions'].values())}")
+    else:  # the run's budget deferred the generated outputs: the gate's evidence only
+        step.context.log.info(f"{step.task}: metrics {stats['metrics']}; {stats['promotion_evidence']}")
     return stats

@@ -43,7 +43,7 @@ def record_task_evaluation(con, task: str, target: MlflowTarget, settings: Setti
     """Record one task's `cfrag` metrics on its bundle's MLflow versions and in cfrag_model_evaluations, and the
     paired evidence against the champion bundle in cfrag_promotion_evidence (stages/promotion_evidence.py)."""
     scores = read_rows(con, "lamp_evaluation", {"task": task, "method": METHOD})
-    if scores.empty:
+    if scores.empty and settings.run.generation_samples != 0:
         if table_exists(con, EVAL_TABLE):
             con.execute(f"DELETE FROM {EVAL_TABLE} WHERE task = ?", [task])
         return {"skipped": f"no '{METHOD}' rows in lamp_evaluation (is it in retrieval.methods?)"}
@@ -52,6 +52,9 @@ def record_task_evaluation(con, task: str, target: MlflowTarget, settings: Setti
     if set(versions) != set(KINDS):
         raise LookupError(f"{task}: {BUNDLE_TABLE} lists {sorted(versions)}, expected {list(KINDS)}: "
                           "re-materialize cfrag_retrievals")  # fmt: skip
+    if scores.empty:  # the budget deferred the generated outputs: no figure to record, the gate's evidence still
+        out: dict[str, Any] = {"metrics": "deferred to `prag evidence` (run.generation_samples = 0)"}
+        return out | _promotion_evidence(con, task, versions, settings)
     metrics = {m: float(v) for m, v in zip(scores["metric"], scores["value"], strict=True)}
     version, generators = evaluation_data_version(con, task)
     n_samples = str(int(scores["n_samples"].max()))
@@ -70,12 +73,17 @@ def record_task_evaluation(con, task: str, target: MlflowTarget, settings: Setti
     replace_rows(con, EVAL_TABLE, frame, {"task": task})
     out = {"versions": recorded, "metrics": {m: float(bundle_figure(v)) for m, v in metrics.items()},
            "data_version": version, "n_samples": n_samples}  # fmt: skip
+    return out | _promotion_evidence(con, task, versions, settings)
+
+
+def _promotion_evidence(con, task: str, versions: dict[str, int], settings: Settings) -> dict[str, Any]:
+    """Record the paired evidence of the task's bundle against the champion bundle; what it says."""
     champion = read_rows(con, CHAMPION_TABLE, {"task": task}) if table_exists(con, CHAMPION_TABLE) else None
     if champion is None or champion.empty:
         record_evidence(con, task, pd.DataFrame())
-        return out | {"promotion_evidence": "none: the champion bundle is the challenger (nothing to compare)"}
+        return {"promotion_evidence": "none: the champion bundle is the challenger (nothing to compare)"}
     champion_key = bundle_key({k: int(v) for k, v in zip(champion["kind"], champion["version"], strict=True)})
     rows = evidence_rows(con, task, bundle_key(versions), champion_key, settings)
     record_evidence(con, task, rows)
     legs = read_evidence(con, task, bundle_key(versions), champion_key)
-    return out | {"champion_bundle": champion_key, "promotion_evidence": evidence_summary(legs)}
+    return {"champion_bundle": champion_key, "promotion_evidence": evidence_summary(legs)}

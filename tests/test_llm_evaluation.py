@@ -23,7 +23,8 @@ def test_classification_rows_carry_n_and_an_interval() -> None:
     gens = _gens("LaMP-2", {"good": golds, "random": ["comedy"] * 20}, golds)
     table = evaluate_generations("LaMP-2", gens).set_index(["method", "metric"])
     good, rnd = table.loc[("good", "accuracy")], table.loc[("random", "accuracy")]
-    assert good.value == 1.0 and good.ci_low == good.ci_high == 1.0 and good.n_samples == 20
+    # every answer right: no spread to bootstrap, so Wilson's interval (issue 50.3: never a point with ± 0)
+    assert good.value == 1.0 and 0.8 < good.ci_low < 0.9 and good.ci_high == 1.0 and good.n_samples == 20
     assert rnd.value == 0.5 and rnd.ci_low < 0.5 < rnd.ci_high
     f1 = table.loc[("random", "f1_macro")]
     assert f1.ci_low <= f1.value <= f1.ci_high and table.loc[("good", "accuracy"), "is_primary"]
@@ -67,7 +68,7 @@ def test_report_markdown_and_chart_fit(tmp_path: Path) -> None:
     gens = _gens("LaMP-2", {"a": golds, "random": ["romance"] * 20, "dense": golds[:18] + ["comedy"] * 2}, golds)
     table = evaluate_generations("LaMP-2", gens)
     markdown = evaluation_markdown(table)
-    assert "±" in markdown and "(n=20)" in markdown and "**1.000 ± 0.000**" in markdown
+    assert "±" in markdown and "(n=20)" in markdown and "**1.000 ± 0.081**" in markdown
     assert "▲" in comparisons_markdown(compare_with_baselines("LaMP-2", gens))
     import matplotlib.image
 

@@ -52,7 +52,8 @@ def _cell(row: pd.Series) -> str:
     if pd.isna(row["value"]):
         return ""
     if "ci_low" not in row or pd.isna(row.get("ci_low")):
-        return f"{row['value']:.3f}"
+        n = row.get("n_samples")
+        return f"not measured (n={int(n)})" if isinstance(n, (int, float)) and n == n and n < 2 else f"{row['value']:.3f}"
     return f"{row['value']:.3f} ± {(row['ci_high'] - row['ci_low']) / 2:.3f}"
 
 

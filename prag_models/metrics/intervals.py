@@ -90,14 +90,22 @@ def _interval(data: tuple[np.ndarray, ...], fn, paired: bool, how: Bootstrap):
 def estimate(
     values: Sequence[float] | np.ndarray, statistic: str = "mean", bootstrap: Bootstrap = Bootstrap()
 ) -> Estimate:
-    """The statistic of per-sample values with its bootstrap interval (NaNs everywhere when there is no sample)."""
+    """The statistic of per-sample values with its bootstrap interval (NaNs everywhere when there is no sample).
+    Where every value is the same 0 or 1 (a proportion of n hits or misses, n = 1 included) the bootstrap has no
+    spread to resample, so the mean's interval is Wilson's; any other single value has no interval (NaN): a figure
+    is never shown as a point with ± 0 (issue 50)."""
     _check(statistic)
     x = np.asarray(values, dtype=np.float64).ravel()
     if len(x) == 0:
         return Estimate(math.nan, math.nan, math.nan, 0)
     value = float(_apply(statistic, x))
+    if statistic == "mean" and np.ptp(x) == 0 and value in (0.0, 1.0):
+        from statsmodels.stats.proportion import proportion_confint
+
+        low, high = proportion_confint(int(x.sum()), len(x), alpha=1 - bootstrap.confidence, method="wilson")
+        return Estimate(value, float(low), float(high), len(x))
     if len(x) == 1:
-        return Estimate(value, value, value, 1)
+        return Estimate(value, math.nan, math.nan, 1)
     low, high = _interval((x,), lambda a, axis=-1: _apply(statistic, a, axis), False, bootstrap)
     return Estimate(value, min(low, value), max(high, value), len(x))
 

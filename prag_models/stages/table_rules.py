@@ -171,8 +171,8 @@ def retrieval_extra(table: str) -> Extra:
                 if consent.neighbours:
                     nb = consent.neighbours.get(method, {}).get(r.user_id, set())
                     top_n, group = consent.community_top_n, consent.community_groups
-            if method == "dense_global" or (method == "clusterrag_community" and top_n):
-                ok = True  # not personalized / top-N most similar users of all
+            if method in ("dense_global", "item_cf") or (method == "clusterrag_community" and top_n):
+                ok = True  # everyone the asker may see (not personalized; item_cf) / top-N most similar users of all
             elif method in groups:
                 ok = group.get(r.source_user_id, -1) == group.get(r.user_id, -2)
             elif method in own_only:
@@ -240,7 +240,7 @@ def evaluation_extra(con, task: str, df: pd.DataFrame, settings: Settings) -> li
         low, high = metric_bounds(r.metric)
         if not low <= r.value <= high:
             problems.append(f"{r.method} {r.metric} = {r.value} outside [{low}, {high}]")
-        if not r.ci_low - 1e-9 <= r.value <= r.ci_high + 1e-9:
+        if r.ci_low == r.ci_low and not r.ci_low - 1e-9 <= r.value <= r.ci_high + 1e-9:  # NaN: no interval at n = 1
             problems.append(f"{r.method} {r.metric} = {r.value} outside its interval [{r.ci_low}, {r.ci_high}]")
     return problems
 

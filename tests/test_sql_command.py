@@ -73,13 +73,53 @@ def test_no_file_is_written_or_read_outside_the_database(home, tmp_path, capsys,
         for reader in (f"read_csv_auto('{outside}')", f"read_text('{outside}')"):
             assert cli.main(["sql", f"SELECT * FROM {reader}"]) == 1
             err = capsys.readouterr().err
-            assert "disabled by configuration" in err and "zqoutside" not in err
+            assert "would read a file" in err and "zqoutside" not in err
         assert cli.main(["sql", f"SET enable_external_access = true; COPY (SELECT 1 AS x) TO '{written}'"]) == 1
         assert "locked" in capsys.readouterr().err and not written.exists()
         assert cli.main(["sql", "select count(*) as n from lamp_evaluation", "--format", "json"]) == 0
         captured = capsys.readouterr()
         assert json.loads(captured.out) == [{"n": 2}]
         assert ("snapshot" in captured.err) == held
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait(timeout=30)
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["live file", "snapshot while a run holds the file"])
+def test_the_database_file_itself_cannot_be_read(home, capsys, held) -> None:
+    """External access off still lets DuckDB read the open database's own file, freed blocks (erased rows) included
+    (issue 51): every table function that reads files is refused before the query runs, however it is called, and
+    the catalog views and generators still work."""
+    from prag_models.storage.store import publish_snapshot, snapshot_path
+
+    with duckdb.connect(str(home / "prag.duckdb")) as con:  # a deleted row whose bytes stay in the file
+        con.execute("CREATE TABLE erased AS SELECT 'zqerased' || range AS text FROM range(500)")
+        con.execute("CHECKPOINT")
+        con.execute("DELETE FROM erased")
+        con.execute("CHECKPOINT")
+    assert b"zqerased" in (home / "prag.duckdb").read_bytes()
+    holder = None
+    if held:
+        publish_snapshot(home / "prag.duckdb")
+        holder = hold_writer(home / "prag.duckdb")
+    db = snapshot_path(home / "prag.duckdb") if held else home / "prag.duckdb"
+    try:
+        for query in (f"SELECT content FROM read_blob('{db}')", f"SELECT * FROM read_text('{db}')",
+                      f"SELECT * FROM read_csv('{db}', all_varchar = true, header = false)",
+                      f"SELECT * FROM read_parquet('{db}')", f"SELECT * FROM read_json('{db}')",
+                      f"SELECT * FROM glob('{db.parent}/*')", f"SELECT * FROM \"READ_BLOB\"('{db}')",
+                      f"SELECT (SELECT content FROM read_blob('{db}'))", f"CALL read_blob('{db}')",
+                      f"EXPLAIN ANALYZE SELECT * FROM read_blob('{db}')", "SELECT * FROM query('FROM glob(''*'')')",
+                      f"FROM '{db}'"):  # fmt: skip
+            assert cli.main(["sql", query, "--format", "csv"]) == 1, query
+            captured = capsys.readouterr()
+            assert "would read a file" in captured.err and "never a file" in captured.err, query
+            assert "zqerased" not in captured.out + captured.err and "DUCK" not in captured.out, query
+        for query in ("SELECT count(*) AS n FROM range(3)", "SELECT count(*) AS n FROM duckdb_tables()",
+                      "SELECT count(*) AS n FROM pragma_table_info('lamp_evaluation')"):  # fmt: skip
+            assert cli.main(["sql", query, "--format", "json"]) == 0, query
+            assert json.loads(capsys.readouterr().out)[0]["n"] >= 2
     finally:
         if holder is not None:
             holder.kill()

@@ -12,7 +12,7 @@ def run_forget(user: str, task: str | None = None) -> int:
     from prag_models.config.settings import load_settings
     from prag_models.mlops.promotion import mlflow_target
     from prag_models.mlops.registry import make_client
-    from prag_models.privacy.forget import forget
+    from prag_models.privacy.forget import compact_file, forget
     from prag_models.privacy.rules import publish_readers_snapshot
     from prag_models.storage.store import connect, snapshot_path
 
@@ -29,6 +29,9 @@ def run_forget(user: str, task: str | None = None) -> int:
             if not erasure.already_erased and snapshot_path(path).exists():
                 # the readers' copy must not keep the user either: republished before any run can take the file
                 published = publish_readers_snapshot(path, con)
+            # the deleted rows' bytes stay in the file's freed blocks until it is rewritten; again for a user erased
+            # before, so that running forget again finishes an erasure a crash interrupted
+            compact_file(con, path)
     except LookupError as exc:
         print(f"prag forget: {exc}", file=sys.stderr)
         return 1

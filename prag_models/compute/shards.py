@@ -34,8 +34,9 @@ SUCCESS = "_SUCCESS"
 #: How a shard folder's rows enter their cache table (a key already cached keeps its row).
 _INSERT = {
     EMBEDDING_CACHE: insert_uncached_sql("_prag_shard"),
-    GENERATION_CACHE: f"INSERT INTO {GENERATION_CACHE} "
-    "SELECT generator_id, prompt_hash, max_new_tokens, prompt, output, created_at FROM _prag_shard "
+    # no provenance (users NULL) until a stage looks the rows up with it (llm/cache.record_provenance)
+    GENERATION_CACHE: f"INSERT INTO {GENERATION_CACHE} (generator_id, prompt_hash, max_new_tokens, prompt, output, "
+    "created_at) SELECT generator_id, prompt_hash, max_new_tokens, prompt, output, created_at FROM _prag_shard "
     "ON CONFLICT DO NOTHING",
 }
 _ENSURE = {EMBEDDING_CACHE: ensure_embedding_cache, GENERATION_CACHE: ensure_generation_cache}

@@ -22,7 +22,7 @@ import pandas as pd
 
 from prag_models.config.settings import Settings
 from prag_models.data.tasks import TASK_KIND
-from prag_models.llm.cache import cached_outputs
+from prag_models.llm.cache import Provenance, cached_outputs
 from prag_models.metrics.intervals import planned_samples as planned_samples  # re-exported
 from prag_models.storage.store import table_exists
 
@@ -71,9 +71,11 @@ def utility_values(
     batch_size: int = 8,
     progress: Callable[[int, int], None] | None = None,
     cache_only: bool = False,
+    users: Provenance | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """(log-likelihood, tokens) of each answer after its prompt through the cache, and how many were computed; with
-    cache_only a prompt the cache lacks raises LookupError before any LLM call."""
+    cache_only a prompt the cache lacks raises LookupError before any LLM call. ``users``: whose data each prompt
+    and answer show (the cache's provenance)."""
     if len(prompts) != len(answers):
         raise ValueError(f"{len(prompts)} prompts for {len(answers)} answers")
     keyed = [f"{p}{_SEPARATOR}{a}" for p, a in zip(prompts, answers, strict=True)]
@@ -86,7 +88,7 @@ def utility_values(
         scored = generator.score_answers([p for p, _ in pairs], [a for _, a in pairs])
         return [_encode(loglik, tokens) for loglik, tokens in scored]
 
-    outputs, ran = cached_outputs(con, generator.model_id + UTILITY_KEY, 0, keyed, compute, batch_size, progress)
+    outputs, ran = cached_outputs(con, generator.model_id + UTILITY_KEY, 0, keyed, compute, batch_size, progress, users)
     decoded = [_decode(o) for o in outputs]
     logliks = np.asarray([d[0] for d in decoded], dtype=np.float64)
     tokens = np.asarray([d[1] for d in decoded], dtype=np.int64)

@@ -53,9 +53,11 @@ class UtilityObjective:
                         self.generator, self.settings.prompt)
             for s, docs in zip(ids, found, strict=True)
         ]  # fmt: skip
+        # the cache's provenance: the sample's user (input and gold) and the owners of the documents shown
+        users = [[u, *(r.source_user_id for r in docs)] for u, docs in zip(samples["user_id"], found, strict=True)]
         started = time.perf_counter()
         logliks, tokens, _ = utility_values(self.con, self.generator, prompts, [self.inputs[s][1] for s in ids],
-                                            self.settings.generator.batch_size)  # fmt: skip
+                                            self.settings.generator.batch_size, users=users)  # fmt: skip
         self.seconds += time.perf_counter() - started
         return UTILITY_METRIC, per_token(logliks, tokens)
 

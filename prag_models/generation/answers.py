@@ -16,7 +16,7 @@ from prag_models.generation.prompts import (
     parse_output,
 )
 from prag_models.llm.base import GenerationError, Generator, generate_batch
-from prag_models.llm.cache import cached_outputs
+from prag_models.llm.cache import Provenance, cached_outputs
 
 if TYPE_CHECKING:
     import duckdb
@@ -133,15 +133,17 @@ def answer_cached(
     con: duckdb.DuckDBPyConnection,
     progress: Callable[[int, int], None] | None = None,
     max_new_tokens: int | None = None,
+    users: Provenance | None = None,
 ) -> tuple[list[str], int]:
     """Raw answers to a task's prompts through the DuckDB cache, and how many prompts the model actually ran.
 
     Label scoring caches the chosen label under label_scoring_key (budget 0); generation caches the
     completion under the model id and its new-token budget (max_new_tokens, default: the task's budget).
+    ``users``: whose data each prompt shows (the cache's provenance, what `prag forget` deletes by).
     """
     compute = answer_batches(task, generator, settings, max_new_tokens)
     key, variant = answer_key(task, generator, settings, max_new_tokens)
-    return cached_outputs(con, key, variant, prompts, compute, settings.batch_size, progress)
+    return cached_outputs(con, key, variant, prompts, compute, settings.batch_size, progress, users)
 
 
 def lamp_prompt(task: str, user_input: str, docs: Sequence[str], generator: Generator, p: PromptSettings) -> str:

@@ -292,7 +292,8 @@ def answer(
     found = retrieve(method, documents, user, query, query_vector, settings, models)
     shown = [documents.prompt_docs[r.row] for r in found]
     prompt = lamp_prompt(task, user_input, shown, generator, settings.prompt)
-    outputs, _ = answer_cached(task, generator, [prompt], settings.generator, con)
+    users = [[user.user_id, *(r.source_user_id for r in found)]]  # the cache's provenance: whose data it shows
+    outputs, _ = answer_cached(task, generator, [prompt], settings.generator, con, users=users)
     return ServedAnswer(
         task, method, user, query, found, shown, prompt, outputs[0], parse_output(task, outputs[0]),
         dict(model_uris or {}),

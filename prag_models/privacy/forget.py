@@ -8,36 +8,35 @@ retrieved documents, neighbour lists, feedback labels), rows keyed by the user's
 embeddings, generations, per-sample scores), rows keyed only by the user's documents or texts (``doc_id`` of no
 remaining user: relevance labels; ``content_hash``: the embedding cache, whose rows are the vectors of the user's
 document texts, questions and, for taste similarity, document titles — each under the hash of its text) and the LLM
-answer cache entries whose prompt shows one of the user's documents or questions. With ``task`` only that task's
-rows go (tables without a task column are matched by the user's ids of that task).
+cache entries whose provenance (``users``: whose input, documents and gold the prompt shows, llm/cache.py) names the
+user, or is not known (rows cached before provenance: a cache is only a cache). With ``task`` only that task's rows
+go (tables without a task column are matched by the user's ids of that task; the LLM cache records users, not tasks,
+so the user's entries of every task go). Cache entries are never matched by text: a document or input cut short by
+the prompt budget matches no whole text, and every LaMP input starts with the task's fixed template. A cached vector
+whose text another remaining user (or, erasing one task, the user in another task) still has — as a document, a
+question or a title — stays: it is that text's vector, not the erased user's.
 
-A cached prompt is the user's when ids say so — its ``prompt_hash`` is on a row of the user's samples (generations),
-or on a generations row whose retrieval (same task, method, sample) showed one of the user's documents, whole or
-truncated by the token budget — or when it shows one of the user's whole texts: the user's whole input as the
-prompt's user input (``...\nUser input: <input>`` at its end), or one of the user's whole documents as a profile
-entry (``<i>. <document>`` followed by a line break; LaMP-3's ``'review': <text> 'score': ``), or anywhere in the
-prompt for a whole input, question or document of at least ``WHOLE_TEXT_MIN`` characters (PBR's expansion prompts
-show documents and the question in their own layout). Never by a prefix:
-every LaMP input starts with the task's fixed template. Texts another remaining user also has are not the user's
-alone and match by ids only; likewise a cached vector whose text another remaining user (or, erasing one task, the
-user in another task) still has — as a document, a question or a title — stays: it is that text's vector, not the
-erased user's.
+DuckDB does not overwrite the blocks deleted rows leave in the file, so ``compact_file`` then rewrites the file
+(COPY FROM DATABASE into a new file, then an atomic rename), as the readers' snapshot is built.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from prag_models.llm.cache import CACHE_TABLE, USERS_COLUMN, ensure_cache_table
 from prag_models.storage.faults import maybe_fail
 from prag_models.storage.hashing import SQL_HASH
-from prag_models.storage.store import table_exists, transaction
+from prag_models.storage.store import snapshot_path, table_exists, transaction
 
 AUDIT_TABLE = "erasure_audit"
 AUDIT_DDL = (
@@ -48,11 +47,6 @@ AUDIT_DDL = (
 USER_COLUMNS = ("user_id", "source_user_id", "neighbour_id")
 #: Tables never searched for the user: the audit itself (it names who was erased, by design).
 KEPT_TABLES = (AUDIT_TABLE,)
-#: How a LaMP prompt shows its user input (``generation.prompts.build_prompt``; tests/privacy pin it).
-USER_INPUT_MARK = "\nUser input: "
-#: A whole text at least this long matches wherever a prompt holds it (other prompt formats: PBR's expansions);
-#: a shorter one only in the LaMP prompt's positions (profile entry, user input), so that "lol" erases nothing else.
-WHOLE_TEXT_MIN = 20
 RETRAIN_TAG = "privacy.needs_retraining"
 ERASURES_TAG = "privacy.erasures"
 
@@ -88,18 +82,14 @@ def _tables(con) -> dict[str, set[str]]:
 
 
 def _owned(con, tables: dict[str, set[str]], user_id: str, task: str | None) -> pd.DataFrame:
-    """(task, kind, value) of the user's ids: its samples, documents, content hashes and texts, per task."""
+    """(task, kind, value) of the user's ids: its samples and documents, per task."""
     parts = []
     where, params = ("user_id = ?", [user_id]) if task is None else ("user_id = ? AND task = ?", [user_id, task])
     if "lamp_samples" in tables:
         parts.append(f"SELECT task, 'sample' AS kind, sample_id AS value FROM lamp_samples WHERE {where}")
-        parts.append(f"SELECT task, 'input', input FROM lamp_samples WHERE {where}")
-        if "query" in tables["lamp_samples"]:  # the question alone, as PBR's expansion prompts show it
-            parts.append(f"SELECT task, 'query', query FROM lamp_samples WHERE {where}")
     for table in ("profile_documents", "profile_history", "lamp_sample_profiles"):
-        if {"task", "user_id", "doc_id", "text"} <= tables.get(table, set()):
+        if {"task", "user_id", "doc_id"} <= tables.get(table, set()):
             parts.append(f"SELECT task, 'doc', doc_id FROM {table} WHERE {where}")
-            parts.append(f"SELECT task, 'document', text FROM {table} WHERE {where}")
     if not parts:
         return pd.DataFrame(columns=["task", "kind", "value"])
     sql = " UNION ".join(parts)
@@ -164,20 +154,14 @@ def _conditions(cols: set[str], table: str) -> list[str]:
         conds.append(f"EXISTS (SELECT 1 FROM _forget_ids f WHERE f.kind = 'sample' AND f.value = t.sample_id{match})")
     if "prompt_hash" in cols:  # a generation or cache entry of a prompt that showed the user's question or document
         conds.append("EXISTS (SELECT 1 FROM _forget_ids f WHERE f.kind = 'prompt' AND f.value = t.prompt_hash)")
+    if table == CACHE_TABLE:  # an LLM cache entry by its provenance; NULL: not known, so perhaps the user's
+        conds.append(f"list_contains(t.{USERS_COLUMN}, $user) OR t.{USERS_COLUMN} IS NULL")
     if set(USER_COLUMNS) & cols:  # a row of another user that merely shares an id or a text with the user stays
         return conds
     if "doc_id" in cols:
         conds.append(f"EXISTS (SELECT 1 FROM _forget_ids f WHERE f.kind = 'orphan' AND f.value = t.doc_id{match})")
     if "content_hash" in cols:
         conds.append("EXISTS (SELECT 1 FROM _forget_ids f WHERE f.kind = 'hash' AND f.value = t.content_hash)")
-    if "prompt" in cols:
-        mark = USER_INPUT_MARK.replace("\n", "' || chr(10) || '")
-        conds.append(f"EXISTS (SELECT 1 FROM _forget_ids f WHERE f.kind = 'input' AND "
-                     f"suffix(t.prompt, '{mark}' || f.value))")  # fmt: skip
-        conds.append("EXISTS (SELECT 1 FROM _forget_ids f WHERE f.kind = 'document' AND (contains(t.prompt, "
-                     "'. ' || f.value || chr(10)) OR contains(t.prompt, ': ' || f.value || ' ''score'': ')))")
-        conds.append(f"EXISTS (SELECT 1 FROM _forget_ids f WHERE f.kind IN ('input', 'query', 'document') AND "
-                     f"length(f.value) >= {WHOLE_TEXT_MIN} AND contains(t.prompt, f.value))")  # fmt: skip
     return conds
 
 
@@ -211,21 +195,10 @@ def _prompt_hashes(con, tables: dict[str, set[str]], user_id: str, task: str | N
     return out
 
 
-def _others_texts(con, tables: dict[str, set[str]], user_id: str) -> set[str]:
-    """Whole inputs and document texts other users still have (in any task): not the user's alone."""
-    parts = ["SELECT input FROM lamp_samples WHERE user_id <> ?"] if "lamp_samples" in tables else []
-    parts += ["SELECT query FROM lamp_samples WHERE user_id <> ?"] if "query" in tables.get("lamp_samples", ()) else []
-    parts += [f"SELECT text FROM {t} WHERE user_id <> ?" for t in ("profile_documents", "profile_history")
-              if {"user_id", "text"} <= tables.get(t, set())]  # fmt: skip
-    if not parts:
-        return set()
-    return {v for (v,) in con.execute(" UNION ".join(parts), [user_id] * len(parts)).fetchall()}
-
-
 def _ids(con, tables: dict[str, set[str]], user_id: str, task: str | None) -> pd.DataFrame:
     """The user's ids to match: samples, orphan documents (no other user has them), the hashes of the texts whose
-    cached vectors are the user's alone (documents, titles, questions), the prompt hashes tied to the user by ids, and
-    the user's whole inputs and document texts (those no other user also has)."""
+    cached vectors are the user's alone (documents, titles, questions) and the prompt hashes tied to the user by
+    ids."""
     owned = _owned(con, tables, user_id, task)
     samples = owned[owned["kind"] == "sample"]
     frames = [samples]
@@ -238,10 +211,6 @@ def _ids(con, tables: dict[str, set[str]], user_id: str, task: str | None) -> pd
     frames += [docs.assign(kind="orphan"), _cache_hashes(con, tables, user_id, task)]
     prompts = _prompt_hashes(con, tables, user_id, task, samples["value"].astype(str).tolist())
     frames.append(pd.DataFrame([(None, "prompt", h) for h in sorted(prompts)], columns=["task", "kind", "value"]))
-    others = _others_texts(con, tables, user_id)
-    for kind in ("input", "query", "document"):
-        texts = {str(v) for v in owned.loc[owned["kind"] == kind, "value"] if str(v).strip()} - others
-        frames.append(pd.DataFrame([(None, kind, v) for v in sorted(texts)], columns=["task", "kind", "value"]))
     return pd.concat(frames, ignore_index=True).astype({"value": str})
 
 
@@ -264,6 +233,8 @@ def start_erasure(con, user_id: str, task: str | None = None, now: datetime | No
 def forget_rows(con, erasure: Erasure) -> Erasure:
     """Delete every row of the erasure's user (of its task) from every table in ONE transaction and audit it (with
     the model versions already flagged)."""
+    if table_exists(con, CACHE_TABLE):
+        ensure_cache_table(con)  # a cache from before provenance gets the column, NULL: its rows all go
     user_id, task, tables = erasure.user_id, erasure.task, _tables(con)
     ids = _ids(con, tables, user_id, task)
     con.register("_forget_ids", ids)
@@ -291,6 +262,45 @@ def forget_rows(con, erasure: Erasure) -> Erasure:
         con.unregister("_forget_ids")
     con.execute("CHECKPOINT")  # deleted rows leave the file's live blocks now, not at some later checkpoint
     return erasure
+
+
+def _sync(path: Path) -> None:
+    """fsync a file or folder: what is renamed or was renamed survives a power cut."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def compact_file(con, path: str | Path) -> Path:
+    """Rewrite the DuckDB file with only its live rows (DuckDB never overwrites the blocks deleted rows leave behind):
+    COPY FROM DATABASE into a new file beside it, then an atomic rename over it, as the readers' snapshot is built.
+    ``con``: the caller's read-write connection on ``path`` (holding its lock), closed here: it still reads the old
+    file. A crash leaves the old file or the new one whole: the old one is checkpointed first, so it has no WAL that
+    could be replayed onto the new one."""
+    live = Path(path)
+    fresh, wal = live.with_name(live.name + ".compact"), live.with_name(live.name + ".wal")
+    fresh_wal, snapshot_tmp = fresh.with_name(fresh.name + ".wal"), Path(f"{snapshot_path(live)}.tmp")
+    for leftover in (fresh, fresh_wal, snapshot_tmp):  # of an interrupted copy (we hold the lock: nobody else copies)
+        leftover.unlink(missing_ok=True)
+    con.execute("CHECKPOINT")
+    if wal.exists() and wal.stat().st_size:
+        raise RuntimeError(f"{wal} still holds changes after a checkpoint: {live} was not compacted")
+    (name,) = con.execute("SELECT current_database()").fetchone()
+    con.execute(f"ATTACH '{fresh}' AS prag_compact")
+    try:
+        con.execute(f'COPY FROM DATABASE "{name}" TO prag_compact')
+    finally:
+        con.execute("DETACH prag_compact")
+    if fresh_wal.exists():
+        raise RuntimeError(f"{fresh} was not checkpointed when detached: {live} was not compacted")
+    _sync(fresh)
+    wal.unlink(missing_ok=True)  # an empty WAL of the old file
+    os.replace(fresh, live)
+    _sync(live.parent)
+    con.close()
+    return live
 
 
 def flag_models(client: Any, erasure: Erasure, tasks: set[str]) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -42,6 +42,24 @@ def retrieved_texts(con, task: str, methods: tuple[str, ...]) -> dict[str, dict[
                 doc = prompt_document(task, text, json.loads(fields))
                 out.setdefault(method, {}).setdefault(sample_id, []).append(doc)
     return common_count(out)
+
+
+def prompt_users(con, task: str, pairs: Sequence[tuple[str, str]]) -> list[list[str]]:
+    """Whose data the prompt of each (method, sample id) pair shows: the sample's user (input, gold) and the owners of
+    the method's retrieved documents for the sample; the LLM caches record it (provenance, what forget deletes by)."""
+    who: dict[tuple[str, str], set[str]] = {}
+    con.register("_prag_pairs", pd.DataFrame(list(pairs), columns=["method", "sample_id"], dtype="string"))
+    try:
+        parts = [f"SELECT p.method, p.sample_id, r.source_user_id FROM _prag_pairs p JOIN {t} r ON r.task = $task "
+                 "AND r.method = p.method AND r.sample_id = p.sample_id" for t in RETRIEVAL_TABLES
+                 if table_exists(con, t)]  # fmt: skip
+        parts.append("SELECT p.method, p.sample_id, s.user_id FROM _prag_pairs p JOIN lamp_samples s "
+                     "ON s.task = $task AND s.sample_id = p.sample_id")  # fmt: skip
+        for method, sample_id, user in con.execute(" UNION ".join(parts), {"task": task}).fetchall():
+            who.setdefault((method, sample_id), set()).add(user)
+    finally:
+        con.unregister("_prag_pairs")
+    return [sorted(who.get(pair, ())) for pair in pairs]
 
 
 def common_count(docs: dict[str, dict[str, list[str]]]) -> dict[str, dict[str, list[str]]]:
@@ -85,10 +103,14 @@ def generation_rows(
     samples, jobs = generation_jobs(con, task, settings, generator)
     mode = answer_mode(task, settings.generator)
     ran = 0
+    who: dict[str, set[str]] = {}
+    for job, users in zip(jobs, prompt_users(con, task, [(j.method, j.sample_id) for j in jobs]), strict=True):
+        who.setdefault(job.prompt, set()).update(users)
 
     def answer(prompts: list[str]) -> list[str]:
         nonlocal ran
-        outputs, now = answer_cached(task, generator, prompts, settings.generator, con, progress=progress)
+        outputs, now = answer_cached(task, generator, prompts, settings.generator, con, progress=progress,
+                                     users=[who[p] for p in prompts])  # fmt: skip
         ran += now
         return outputs
 

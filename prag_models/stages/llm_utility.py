@@ -118,10 +118,13 @@ class _Scorer:
             for m, s in pairs
         ]  # fmt: skip
         answers = [gold_answer(self.task, self.samples.at[s, "gold"]) for _, s in pairs]
+        from prag_models.stages.generation import prompt_users  # the cache's provenance (docs/privacy.md)
+
+        users = prompt_users(self.con, self.task, pairs)
         started = time.perf_counter()
         logliks, tokens, ran = utility_values(self.con, self.generator, prompts, answers,
                                               self.settings.generator.batch_size, self.progress,
-                                              cache_only=self.cache_only)  # fmt: skip
+                                              cache_only=self.cache_only, users=users)  # fmt: skip
         if ran:
             self.computed, self.seconds = self.computed + ran, self.seconds + time.perf_counter() - started
         values = per_token(logliks, tokens)

@@ -17,6 +17,7 @@ from prag_models.llm.cache import generate_cached
 from prag_models.methods.pbr import (
     PbrExpansion,
     anchor_vector,
+    expansion_prompts,
     fusion_weights_of,
     generate_expansions,
     pbr_query_vectors,
@@ -63,12 +64,14 @@ class CachedGenerator(Generator):
         self.inner, self.con, self.batch_size, self.progress = inner, con, batch_size, progress
         self.model_id = inner.model_id
         self.generated = 0
+        self.users: dict[str, list[str]] = {}  # prompt -> whose data it shows (the cache's provenance), if known
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
         """Outputs through the cache; counts the prompts generated now."""
         outputs, new = generate_cached(
-            self.inner, list(prompts), max_new_tokens, self.con, self.batch_size, self.progress
-        )
+            self.inner, list(prompts), max_new_tokens, self.con, self.batch_size, self.progress,
+            [self.users.get(p) for p in prompts],
+        )  # fmt: skip
         self.generated += new
         return outputs
 
@@ -105,6 +108,11 @@ def lamp_expansions(
 ) -> dict[str, PbrExpansion]:
     """P-PRF of every dev sample with a profile: the top-k1 own documents by cosine, then the two LLM prompts."""
     items = lamp_expansion_items(index, samples, pbr)
+    if isinstance(generator, CachedGenerator):  # each prompt shows one user's question and own documents
+        owner = dict(zip(samples["sample_id"], samples["user_id"], strict=True))
+        utterances, reasoning = expansion_prompts(generator, items, pbr.num_pseudo, pbr.lamp_history_tokens)
+        shown = zip([*utterances, *reasoning], [*items, *items], strict=True)
+        generator.users |= {prompt: [str(owner[item[0]])] for prompt, item in shown}
     return generate_expansions(generator, items, pbr.num_pseudo, pbr.lamp_max_new_tokens, pbr.lamp_history_tokens)
 
 

@@ -47,11 +47,15 @@ def _store(path) -> duckdb.DuckDBPyConnection:
                                          "source_user_id": ["a"], "score": [1.0]}),
         "relevance_labels": pd.DataFrame({"task": TASK, "sample_id": ["s-b", "s-b"], "doc_id": ["da1", "shared"]}),
         "embedding_cache": pd.DataFrame({"model_id": "m", "content_hash": cached}),
-        "generation_cache": pd.DataFrame({"generator_id": "g", "prompt_hash": ["p1", "p2", "p3"],
+        # the LLM cache's provenance (users): p4 shows a's document cut short (no text or id ties it to a), p5 is
+        # a row cached before provenance (NULL: not known, so perhaps a's)
+        "generation_cache": pd.DataFrame({"generator_id": "g", "prompt_hash": ["p1", "p2", "p3", "p4", "p5"],
                                           "prompt": [build_prompt(TASK, "b q", ["alpha secret diary entry"]),
                                                      build_prompt(TASK, "tag of: alpha heist", []),
-                                                     build_prompt(TASK, "c q", ["y"])],
-                                          "output": ["o", "o", "o"]}),
+                                                     build_prompt(TASK, "c q", ["y"]),
+                                                     build_prompt(TASK, "c q", ["alpha secr"]),
+                                                     build_prompt(TASK, "b q", ["x"])],
+                                          "output": "o", "users": [["a", "b"], ["a"], ["c"], ["a", "c"], None]}),
         "lamp_evaluation": pd.DataFrame({"task": [TASK], "method": ["m"], "value": [0.5]}),
     }  # fmt: skip
     for name, frame in frames.items():
@@ -81,9 +85,11 @@ def test_forget_deletes_every_row_audits_and_is_idempotent(tmp_path) -> None:
     erasure = forget(con, "a", TASK)
     assert _user_rows(con, "a") == {}
     assert erasure.deleted == {
-        "clusterrag_retrievals": 1, "embedding_cache": 3, "feedback_labels": 1, "generation_cache": 2,
+        "clusterrag_retrievals": 1, "embedding_cache": 3, "feedback_labels": 1, "generation_cache": 4,
         "lamp_samples": 1, "profile_documents": 2, "query_embeddings": 1, "relevance_labels": 1, "similar_users": 2,
     }  # fmt: skip
+    # the LLM cache by provenance only: c's own prompt stays, whatever text it shares with a's
+    assert con.execute("SELECT prompt_hash, users FROM generation_cache").fetchall() == [("p3", ["c"])]
     # other users keep their rows, including the document id user b shares with a
     assert con.execute("SELECT count(*) FROM profile_documents WHERE user_id = 'b'").fetchall()[0][0] == 1
     assert con.execute("SELECT doc_id FROM relevance_labels").fetchall() == [("shared",)]
@@ -93,7 +99,7 @@ def test_forget_deletes_every_row_audits_and_is_idempotent(tmp_path) -> None:
     assert cache == {"h-x", "h-c1", *map(content_hash, ["b q", "c q", "b title", "c title"])}
     assert con.execute("SELECT count(*) FROM lamp_evaluation").fetchall()[0][0] == 1  # aggregates stay
     audit = con.execute(f"SELECT user_id, task, rows_deleted, tables_json FROM {AUDIT_TABLE}").fetchall()
-    assert len(audit) == 1 and audit[0][:3] == ("a", TASK, 14) and "alpha" not in audit[0][3]
+    assert len(audit) == 1 and audit[0][:3] == ("a", TASK, 16) and "alpha" not in audit[0][3]
     again = forget(con, "a", TASK)
     assert again.already_erased and again.rows_deleted == 0
     assert con.execute(f"SELECT count(*) FROM {AUDIT_TABLE}").fetchall()[0][0] == 1

@@ -1,8 +1,7 @@
 """`prag forget` on LaMP-shaped inputs (issue 26): every LaMP-2 input starts with the task's fixed template, so
-matching cached prompts by a text prefix erases every user's prompts. Cache entries are matched by ids (the
-generations rows of the user's samples, and those whose retrieval showed the user's documents) and by whole texts
-(the user's whole input as the prompt's user input, the user's whole document as one of its profile entries, or a
-long whole text anywhere, as PBR's expansion prompts show them)."""
+matching cached prompts by a text prefix erases every user's prompts. Cache entries are matched by their provenance
+(the users whose data the prompt shows, issue 51) and by ids (the generations rows of the user's samples, and those
+whose retrieval showed the user's documents), never by text."""
 
 from __future__ import annotations
 
@@ -46,6 +45,9 @@ def _store(path) -> tuple[duckdb.DuckDBPyConnection, dict[str, str]]:
         "pbr-a": _pbr(docs["a"], queries["a"]),  # PBR's expansion prompt: its own layout, the question alone
         "pbr-b": _pbr(docs["b"], queries["b"]),
     }
+    # whose data each prompt shows (the cache's provenance)
+    users = {"zs-a": "a", "zs-b": "b", "zs-c": "c", "b-shows-a-truncated": "ab", "c-shows-a-whole": "ac",
+             "c-own": "c", "served-a": "a", "pbr-a": "a", "pbr-b": "b"}  # fmt: skip
     gens = [("zero_shot", "s-a", "a", "zs-a"), ("zero_shot", "s-b", "b", "zs-b"), ("zero_shot", "s-c", "c", "zs-c"),
             ("m", "s-b", "b", "b-shows-a-truncated"), ("m", "s-c", "c", "c-own")]  # fmt: skip
     frames = {
@@ -63,7 +65,8 @@ def _store(path) -> tuple[duckdb.DuckDBPyConnection, dict[str, str]]:
                                              "prompt_hash"]),
         "generation_cache": pd.DataFrame({"generator_id": "g", "prompt_hash": [prompt_hash(p) for p in
                                                                                 prompts.values()],
-                                          "max_new_tokens": 8, "prompt": list(prompts.values()), "output": "o"}),
+                                          "max_new_tokens": 8, "prompt": list(prompts.values()), "output": "o",
+                                          "users": [list(users[n]) for n in prompts]}),
     }  # fmt: skip
     con = duckdb.connect(str(path))
     for name, frame in frames.items():
@@ -73,7 +76,7 @@ def _store(path) -> tuple[duckdb.DuckDBPyConnection, dict[str, str]]:
     return con, {prompt_hash(p): name for name, p in prompts.items()}
 
 
-def test_forget_matches_cached_prompts_by_ids_and_whole_texts_not_the_template(tmp_path) -> None:
+def test_forget_matches_cached_prompts_by_provenance_and_ids_not_the_template(tmp_path) -> None:
     con, names = _store(tmp_path / "t.duckdb")
     assert len({p[:48] for (p,) in con.execute("SELECT input FROM lamp_samples").fetchall()}) == 1  # the template
     erasure = forget(con, "a", TASK)

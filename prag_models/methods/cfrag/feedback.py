@@ -320,7 +320,8 @@ def _label_pairs(
             scores, outputs, new = oracle_scores(con, task, chunk, settings), [ORACLE_OUTPUT] * len(chunk), 0
         else:
             prompts, golds = feedback_prompts(task, inputs, chunk, generator, settings)
-            scores, outputs, new = feedback_scores(task, generator, prompts, golds, settings, con, max_new)
+            users = [[s.user_id, c.source_user_id] for s, c in chunk]  # the input and gold, and the candidate's owner
+            scores, outputs, new = feedback_scores(task, generator, prompts, golds, settings, con, max_new, users)
         generated += new
         rows = [
             (task, s.sample_id, c.doc_id, c.source_user_id, generator.model_id, version, out, score)

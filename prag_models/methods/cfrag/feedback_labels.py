@@ -106,10 +106,12 @@ def feedback_scores(
     settings: Settings,
     con: Any,
     max_new_tokens: int,
+    users: Sequence[Sequence[str]] | None = None,
 ) -> tuple[list[float], list[str], int]:
     """(score, output, model calls) of each feedback prompt, through the DuckDB caches (§2.5).
 
     ``gold_loglik``: the gold's log-probability (output = the gold); ``metric``: the task metric of the answer.
+    ``users``: whose data each prompt and gold show (the caches' provenance).
     """
     from prag_models.generation.answers import answer_cached
     from prag_models.llm.cache import cached_outputs
@@ -117,7 +119,8 @@ def feedback_scores(
     if settings.cfrag.feedback_signal == "gold_loglik":
         keyed = gold_prompts(prompts, golds)
         compute = partial(gold_loglik_batch, generator)
-        raw, ran = cached_outputs(con, gold_loglik_key(generator), 0, keyed, compute, GOLD_BATCH)
+        raw, ran = cached_outputs(con, gold_loglik_key(generator), 0, keyed, compute, GOLD_BATCH, users=users)
         return [float(v) for v in raw], list(golds), ran
-    outputs, ran = answer_cached(task, generator, list(prompts), settings.generator, con, None, max_new_tokens)
+    outputs, ran = answer_cached(task, generator, list(prompts), settings.generator, con, None, max_new_tokens,
+                                 users)  # fmt: skip
     return score_outputs(task, outputs, golds), outputs, ran

@@ -53,7 +53,8 @@ def _cell(row: pd.Series) -> str:
         return ""
     if "ci_low" not in row or pd.isna(row.get("ci_low")):
         n = row.get("n_samples")
-        return f"not measured (n={int(n)})" if isinstance(n, (int, float)) and n == n and n < 2 else f"{row['value']:.3f}"
+        single = isinstance(n, (int, float)) and n == n and n < 2
+        return f"not measured (n={int(n)})" if single else f"{row['value']:.3f}"
     return f"{row['value']:.3f} ± {(row['ci_high'] - row['ci_low']) / 2:.3f}"
 
 

@@ -62,7 +62,7 @@ def build_demo_home(root: Path) -> str:
     """Run the job prag_demo (the main pipeline, fake generator) over DEMO_TASKS into root; returns the run id."""
     import dagster as dg
 
-    from prag_assets.automation.demo_job import PRAG_DEMO_JOB, demo_job
+    from prag_assets.automation.demo_job import PRAG_DEMO_JOB, demo_job, location_tags
     from prag_assets.definitions import defs
     from prag_assets.resources.resource_set import default_resources
     from prag_models.config.settings import load_settings
@@ -78,7 +78,7 @@ def build_demo_home(root: Path) -> str:
     )  # fmt: skip
     result = job_defs.resolve_job_def(PRAG_DEMO_JOB).execute_in_process(
         instance=home.instance(),
-        tags=range_tags(DEMO_TASKS),
+        tags={**range_tags(DEMO_TASKS), **location_tags()},  # as prag materialize tags its runs
     )
     assert result.success
     return result.run_id

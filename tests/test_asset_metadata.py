@@ -96,15 +96,19 @@ def test_retrieval_evaluation_partition_shows_only_its_task(demo_home) -> None:
 
 
 def test_report_opens_with_the_verdict_then_the_compact_table_then_the_chart(demo_home) -> None:
-    """lamp_evaluation_report: the verdict's deciding columns first (the terminal's short table, as markdown), every
+    """lamp_evaluation_report: the verdict's deciding columns first (the terminal's short table, as a table), every
     column of the verdict (typed), the chart of the verdict's gain per task, then the method x task table."""
     from prag_models.evaluation.verdict_view import DECIDING_HEADERS
 
     metadata = _latest(demo_home.instance(), "lamp_evaluation_report")
     assert list(metadata)[:4] == ["verdict", "verdict_all_columns", "chart", "primary_metric"]
-    short = metadata["verdict"].value.splitlines()
-    assert short[0] == "| " + " | ".join(DECIDING_HEADERS) + " |"
-    assert [row.split(" | ")[0].strip("| ") for row in short[2:]] == sorted(DEMO_TASKS)
+    # issue 50.4: the short verdict as a table the page shows inline (markdown hides behind "Show Markdown"), six
+    # short columns that fit the 896 px metadata box at 1,280 px: no cell wider than 48 characters
+    short = metadata["verdict"].value
+    assert [c.name for c in short.schema.columns] == DECIDING_HEADERS
+    assert [r.data["task"] for r in short.records] == sorted(DEMO_TASKS)
+    assert all(len(str(v)) <= 48 for r in short.records for v in r.data.values())
+    assert all("[" in r.data["gain [95 % CI]"] and r.data["n"].isdigit() for r in short.records)
     verdict = metadata["verdict_all_columns"].value
     kinds = {c.name: c.type for c in verdict.schema.columns}
     assert list(kinds)[:3] == ["task", "verdict", "method"] and kinds["gain"] == "float" and kinds["n_samples"] == "int"
@@ -113,5 +117,5 @@ def test_report_opens_with_the_verdict_then_the_compact_table_then_the_chart(dem
     assert [c.name for c in compact.schema.columns][:2] == ["method", "role"]
     assert any(c.name.startswith("LaMP-3 ") for c in compact.schema.columns)
     assert "data:image/png;base64," in metadata["chart"].value
-    assert metadata["chart_path"].value.endswith("verdict_gain.png")
+    assert "reports/verdict_gain.png" in metadata["files_in_home"].value and "/" != metadata["files_in_home"].value[0]
     assert "table" not in metadata  # the long format stays in DuckDB

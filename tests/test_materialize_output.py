@@ -99,6 +99,7 @@ def _assert_named_and_tagged(home, config) -> None:
     assert [r.job_name for r in runs] == ["prag_demo"]
     tags = runs[0].tags
     assert tags["prag/command"] == "prag materialize" and tags["prag/tasks"] == TASK
+    assert tags[".dagster/repository"] == "__repository__@prag"  # on the job's page in the UI (issue 50.1)
     assert tags["prag/settings_hash"] == settings_hash(load_settings(config))
     commit = code_commit(ROOT)
     assert tags.get("prag/git_commit", "") == commit and (commit or not (ROOT / ".git").exists())

@@ -203,17 +203,21 @@ def test_task_partition_of_the_retrieval_evaluation_shows_only_that_task(ui):
 
 def test_report_opens_with_the_verdict(ui):
     """The report asset's page shows the short verdict first, then every verdict column (rendered: its gain columns),
-    the chart of the verdict's gain (a markdown image; its PNG's path below), then the compact method x task table."""
-    dom = _dom(ui, "/assets/lamp_evaluation_report", ["primary_metric", "chart", "gain_low", "verdict_gain.png"])
+    the chart of the verdict's gain (a markdown image; its PNG's path below), then the compact method x task table.
+    The short verdict is a table rendered inline (its headers in the page, not behind "Show Markdown")."""
+    dom = _dom(ui, "/assets/lamp_evaluation_report", ["primary_metric", "chart", "gain_low", "verdict_gain.png",
+                                                       "gain [95 % CI]", "LLM evidence"])  # fmt: skip
     positions = [dom.find(f">{label}<") for label in ("verdict", "gain_low", "chart", "primary_metric")]
     assert -1 not in positions and positions == sorted(positions), positions
 
 
 def test_runs_are_listed_under_the_named_job(ui):
-    """The runs list filtered by the job prag_demo shows the demo's run with its data, tasks and settings tags (the
-    in-process run carries no code-location origin, so the location's own job page lists only runs launched there)."""
+    """The runs list filtered by the job prag_demo shows the demo's run with its data, tasks and settings tags, and
+    so does the job's own page in the code location (issue 50.1: an in-process run tagged with the location's
+    repository label, as `prag materialize` tags its runs)."""
     _dom(ui, "/runs?q%5B0%5D=job%3Aprag_demo",
          [ui["run_id"][:8], "prag/tasks: LaMP-2,LaMP-3", "prag/data_source: demo", "prag/settings_hash"])
+    _dom(ui, "/locations/prag/jobs/prag_demo/runs", [ui["run_id"][:8]])
 
 
 LINKS = """query($key: AssetKeyInput!, $partition: String!) { assetOrError(assetKey: $key) { ... on Asset {

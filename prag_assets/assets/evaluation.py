@@ -17,7 +17,7 @@ from prag_assets.resources.settings import PragSettingsResource
 from prag_models.evaluation.llm import compare_with_baselines, evaluate_generations
 from prag_models.evaluation.report import comparisons_markdown, primary_by_task, write_evaluation_report
 from prag_models.evaluation.verdict import verdicts_for, verdicts_markdown
-from prag_models.evaluation.verdict_view import deciding_markdown, verdict_chart
+from prag_models.evaluation.verdict_view import DECIDING_HEADERS, deciding_markdown, deciding_rows, verdict_chart
 from prag_models.storage.store import read_rows, replace_many
 
 GROUP = "evaluation"
@@ -95,17 +95,24 @@ def lamp_evaluation_report(
     chart = verdict_chart(verdicts, folder / "verdict_gain.png")
     image = base64.b64encode(chart.read_bytes()).decode()
     context.log.info(f"verdict written to {folder / 'verdict.md'}, evaluation table to {folder / 'lamp_evaluation.md'}")
+    home = settings.home_path
     return dg.MaterializeResult(
-        metadata={  # in the order the UI shows them: the answer first
-            "verdict": dg.MetadataValue.md(short),
+        metadata={  # in the order the UI shows them: the answer first, as a table the page shows inline (issue 50.4)
+            "verdict": short_verdict_table(verdicts),
             "verdict_all_columns": verdict_table(verdicts),
             "chart": dg.MetadataValue.md(f"![the verdict's gain over dense_global per task, 95 % interval, n]"
                                          f"(data:image/png;base64,{image})"),  # fmt: skip
             "primary_metric": frame_table(primary_by_task(table)),
-            "chart_path": dg.MetadataValue.path(str(chart)),
-            "llm_chart_path": dg.MetadataValue.path(str(llm_chart)),
-            "verdict_path": dg.MetadataValue.path(str(folder / "verdict.md")),
-            "report_path": dg.MetadataValue.path(str(folder / "lamp_evaluation.md")),
+            # files under the prag home (`prag report` prints them; a browser cannot open a machine path)
+            "files_in_home": dg.MetadataValue.text(", ".join(str(f.relative_to(home)) for f in (
+                folder / "verdict.md", chart, folder / "lamp_evaluation.md", llm_chart))),  # fmt: skip
             "tasks": len(table["task"].unique()),
         }
     )
+
+
+def short_verdict_table(verdicts: pd.DataFrame) -> dg.MetadataValue:
+    """The verdict's deciding columns (task, verdict, method, gain with its interval, n, LLM evidence) as a Dagster
+    table: six short columns that fit the asset page's metadata box at 1,280 px."""
+    rows = deciding_rows(verdicts)
+    return frame_table(pd.DataFrame(rows, columns=DECIDING_HEADERS).astype(str))

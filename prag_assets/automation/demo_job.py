@@ -41,6 +41,18 @@ def settings_hash(settings: Any) -> str:
     return hashlib.sha256(dump.encode()).hexdigest()[:12]
 
 
+#: The code location workspace.yaml loads prag_assets.definitions as. A run tagged with its repository's label is
+#: listed on its job's page and the Overview timeline like a run the UI launched (issue 50.1): the in-process runs of
+#: `prag materialize` carry no code-location origin, from which Dagster would set this hidden tag itself.
+LOCATION_NAME = "prag"
+REPOSITORY_LABEL_TAG = ".dagster/repository"
+
+
+def location_tags() -> dict[str, str]:
+    """The tag that places a run in the workspace's code location (its repository's label, as Dagster writes it)."""
+    return {REPOSITORY_LABEL_TAG: f"__repository__@{LOCATION_NAME}"}
+
+
 def demo_run_tags(settings: Any) -> dict[str, str]:
     """The run tags saying which data, tasks and settings a run of the pipeline used."""
     return {

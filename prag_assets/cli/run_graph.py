@@ -29,9 +29,11 @@ def run(select: str, partition_range: str | None, tags: dict[str, str], partitio
     configured instance."""
     import dagster as dg
 
+    from prag_assets.automation.demo_job import location_tags
     from prag_assets.definitions import defs
     from prag_assets.resources.resource_set import default_resources
 
+    tags = {**tags, **location_tags()}  # listed under the workspace's job pages (issue 50.1)
     if partition_range:
         start, _, end = partition_range.partition("...")
         tags = {**tags, RANGE_START: start, RANGE_END: end}

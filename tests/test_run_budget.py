@@ -7,7 +7,7 @@ import pytest
 
 from prag_models.config.settings import load_settings
 from prag_models.evaluation.run_budget import REST_PER_EMBED_BY_BACKEND, REST_PER_EMBED_S, split_budget
-from prag_models.stages.utility_funding import fund_whole_tests, prompts_needed
+from prag_models.stages.utility_funding import fund_whole_tests, prompts_needed, utility_share
 
 
 def _settings(backend: str = "torch", **run):
@@ -90,3 +90,10 @@ def test_prag_evidence_refuses_a_budget_that_is_not_seconds(bad, capsys) -> None
     with pytest.raises(SystemExit) as exit_info:
         main(["evidence", "--budget", bad])
     assert exit_info.value.code == 2 and "--budget" in capsys.readouterr().err
+
+
+def test_the_utility_takes_the_generations_seconds_when_they_are_deferred() -> None:
+    """Whole figures or none: a run whose budget deferred the generated outputs gives their share to the utility."""
+    s = _settings()
+    deferred = s.model_copy(update={"run": s.run.model_copy(update={"generation_samples": 0})})
+    assert utility_share(s) == s.utility.budget_share < 1.0 and utility_share(deferred) == 1.0

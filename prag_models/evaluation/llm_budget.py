@@ -78,7 +78,8 @@ class LlmPlan:
             need = f", ≈ {self.per_sample_s * self.limit:.0f} s on this machine" if self.limit > 0 else ""
             return (f"LLM budget: the generated outputs and P-PRF ({limit} samples a task{need}) do not fit the "
                     f"{self.budget_s:.0f} s the utility leaves of run.llm_budget_s: deferred to `prag evidence` "
-                    f"(whole figures or none); {t.prompt_tokens_per_s:,.0f} prompt tokens/s")  # fmt: skip
+                    f"(whole figures or none), the utility takes those seconds too; {t.prompt_tokens_per_s:,.0f} "
+                    "prompt tokens/s")  # fmt: skip
         cut = f"cut from {limit}" if self.cut else f"the configured {limit} fit"
         kind = "the tasks' own prompts" if t.realistic else "synthetic prompts of the maximal length"
         return (f"LLM budget: {self.chosen} samples per task ({cut}) for {self.budget_s:.0f} s of generated outputs "

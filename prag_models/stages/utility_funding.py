@@ -76,12 +76,18 @@ def completed_tasks(con, settings: Settings, generator_id: str) -> tuple[frozens
     return complete, frozenset(t for t, n, _, _ in ours if n >= settings.utility.min_samples) - complete
 
 
+def utility_share(settings: Settings) -> float:
+    """The utility's share of run.llm_budget_s: utility.budget_share, or all of it when the run's budget deferred the
+    generated outputs and P-PRF (run.generation_samples = 0), whose share would otherwise go unspent."""
+    return 1.0 if settings.run.generation_samples == 0 else settings.utility.budget_share
+
+
 def task_budget_s(con, task: str, settings: Settings, evidence_run: bool = False, per_prompt_s: float | None = None,
                   generator_id: str = "") -> float:  # fmt: skip
     """The task's seconds: of run.evidence_budget_s in the LLM evidence run (tasks an earlier run completed
     excluded), else of the utility's share of run.llm_budget_s (task_budgets); 0 = only what is cached."""
-    u, run = settings.utility, settings.run
-    total = run.evidence_budget_s if evidence_run else run.llm_budget_s * u.budget_share
+    run = settings.run
+    total = run.evidence_budget_s if evidence_run else run.llm_budget_s * utility_share(settings)
     if per_prompt_s is None:
         per_prompt_s = measured_prompt_s(settings)
     complete, decided = completed_tasks(con, settings, generator_id) if evidence_run else (frozenset(), frozenset())

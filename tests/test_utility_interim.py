@@ -16,19 +16,28 @@ CHOSEN = "clusterrag_community"
 
 
 class _StubScorer:
-    """Scores every (method, sample): the chosen method at 0, every other method at -gain on the test (-0.1 on the
-    pilot, which underestimates the effect so the plan wants more than min_samples), with noise."""
+    """Scores every (method, sample): the chosen method at 0, dense_global and dense at -gain on the test (-0.1 on
+    the pilot, which underestimates the effect so the plan wants more than min_samples) with noise, the other
+    candidates far below."""
 
     def __init__(self, gain: float) -> None:
         self.gain, self.rng = gain, np.random.default_rng(5)
         self.generator = type("G", (), {"model_id": "stub"})()
         self.seconds, self.computed, self.cache_only = 0.0, 0, False
         self.scored: dict[str, set[str]] = {}
+        self.seconds_per_prompt = 0.0  # what each prompt costs (seconds and computed count, as _Scorer keeps them)
 
     def score(self, pairs: list[tuple[str, str]], phase: str) -> dict[tuple[str, str], float]:
+        if self.cache_only:
+            raise LookupError("not cached")
         self.scored.setdefault(phase, set()).update(s for _, s in pairs)
+        if self.seconds_per_prompt:
+            self.seconds += self.seconds_per_prompt * len(pairs)
+            self.computed += len(pairs)
         gain = self.gain if phase == "test" else 0.1
-        return {(m, s): (0.0 if m == CHOSEN else -gain) + self.rng.normal(0, 0.3) for m, s in pairs}
+        compared = ("dense_global", "dense")  # the other candidates score far below: the pilot always chooses CHOSEN
+        return {(m, s): 0.0 if m == CHOSEN else -gain + self.rng.normal(0, 0.3) if m in compared else -5.0
+                for m, s in pairs}  # fmt: skip
 
 
 def _settings(interim_p: float = 0.001) -> Settings:
@@ -52,7 +61,7 @@ def _plan(gain: float, interim_p: float) -> tuple[object, _StubScorer]:
 def test_a_clear_effect_stops_at_the_interim_look_and_the_evidence_run_counts_it_complete():
     """A large gain over dense_global and the own profile: the test stops after min_samples (6 test samples scored),
     the plan says so, and completed_tasks treats it as complete (the evidence run does not extend it)."""
-    plan, scorer = _plan(gain=1.0, interim_p=0.001)
+    plan, scorer = _plan(gain=2.0, interim_p=0.001)
     assert plan.planned_n > 6 and plan.stopped_early and plan.test_n == 6, plan
     assert len(scorer.scored["test"]) == 6
     settings = _settings()
@@ -70,3 +79,20 @@ def test_without_a_clear_effect_or_without_the_look_the_test_runs_to_its_planned
     plan, scorer = _plan(gain=gain, interim_p=interim_p)
     assert not plan.stopped_early and plan.test_n == min(plan.planned_n, 56) > 6, plan
     assert len(scorer.scored["test"]) == plan.test_n
+
+
+def test_a_funded_task_whose_pilot_costs_more_than_estimated_still_runs_its_smallest_deciding_test():
+    """Issue 47 (failed first: on the one-core proxy every task's pilot cost 1.4 s a prompt against the 1.1 s
+    estimated, the budget then paid fewer than min_samples test samples, and each task was deferred after its pilot
+    was scored): a task funded with its pilot and smallest test finishes that test."""
+    from prag_models.stages.utility_funding import prompts_needed
+
+    settings = _settings(interim_p=0.0)
+    ids = [f"s{i:03d}" for i in range(60)]
+    docs = {m: {s: ["text"] for s in ids} for m in [*PERSONALIZED, "dense_global", "dense"]}
+    scorer = _StubScorer(gain=0.05)
+    scorer.seconds_per_prompt = 1.4
+    budget = prompts_needed(False, settings) * 1.1  # funded at the estimate of 1.1 s a prompt
+    with duckdb.connect() as con:
+        plan = _pilot_plan_test(scorer, con, "LaMP-7", settings, ids, ids[:4], ids[4:], docs, budget, 1.1)
+    assert plan.affordable_n < 6 and plan.test_n == 6 and len(scorer.scored["test"]) == 6, plan

@@ -244,8 +244,10 @@ def _pilot_plan_test(scorer: _Scorer, con, task: str, settings: Settings, order:
         planned = max(planned_samples(d, u.min_samples, len(rest), u.power) for d in (diffs, own_diffs))
         test_n = min(planned, cap)
         if budgeted and test_n < min(u.min_samples, len(rest)):
-            scorer.cache_only = True  # fewer than the smallest deciding test: only what is cached is scored
-            test_n = planned
+            # The task was funded with its pilot and smallest deciding test at the machine's estimated seconds per
+            # prompt, and the pilot cost more: finish that test (the overrun is the estimate's error) rather than
+            # throw the pilot away and defer the task (on the one-core proxy every task was deferred that way).
+            test_n = min(u.min_samples, len(rest))
         chosen_name = " / ".join(fold_methods) if fold_methods else chosen_of[pilot_ids[0]]
         plan = UtilityPlan(task, evidence, chosen_name, " / ".join(fold_methods), ", ".join(candidates),
                            len(pilot_ids), float(np.mean(diffs)), float(np.std(diffs, ddof=1)) if len(diffs) > 1

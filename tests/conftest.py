@@ -108,6 +108,7 @@ FILE_SECONDS = {
     "test_marker_graph.py": 15, "test_feedback_probe.py": 15, "test_readme_commands.py": 12, "test_claims.py": 12,
     "test_lifecycle.py": 120,
     "test_answer_scoring.py": 30, "test_failure_output.py": 25,
+    "test_non_interference.py": 100, "test_deferred_generations.py": 90, "test_erasure_bytes.py": 70,
 }  # fmt: skip
 
 

@@ -6,11 +6,13 @@ import json
 
 import dagster as dg
 import duckdb
+import pytest
 from conftest import check_results, materialize_graph, partition_metadata, write_config
 
 from prag_models.config.settings import load_settings
 
 TASKS = ["LaMP-2", "LaMP-5"]  # one label-scored task, one generated
+pytestmark = pytest.mark.models  # materializes the graph with the real embedder (the fast tier leaves it out)
 
 
 def test_a_deferred_llm_evaluation_leaves_no_figure_and_the_evidence_run_generates_it_whole(tmp_path):

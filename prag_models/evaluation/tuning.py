@@ -189,11 +189,16 @@ def method_rows(
 
 
 def train_inputs(con, task: str, settings: Settings) -> tuple[ProfileIndex, pd.DataFrame, Truth | None]:
-    """What a search scores: the documents the settings may show, the train samples (empty: nothing to tune) and
-    their truth."""
-    index = read_profile_index(con, task, default_share=settings.privacy.default_share)
+    """What a search scores: the shared view of the task's documents (the knobs hold for every user, so a train
+    sample's own private documents are no more in its lists than another user's: docs/privacy.md), the train
+    samples (empty: nothing to tune) and their truth limited to those documents."""
+    from prag_models.privacy.shareable import shared_truth, shared_view
+
+    index = shared_view(read_profile_index(con, task, default_share=settings.privacy.default_share))
     samples = train_samples(con, task, index.vectors.shape[1], settings.tuning.max_samples, settings.tuning.seed)
-    return index, samples, None if samples.empty else load_truth(con, task, "train")
+    if samples.empty:
+        return index, samples, None
+    return index, samples, shared_truth(load_truth(con, task, "train"), index.doc_ids.take(index.visible_rows(None)))
 
 
 def search_inputs(

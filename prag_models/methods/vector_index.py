@@ -107,8 +107,9 @@ def knn_rows(
 @dataclass(eq=False)
 class CorpusIndex:
     """Search over every row of a task under a row mask (who may see what, ``ProfileIndex.visible_mask``): exact
-    in blocks up to ``ann_above`` rows; above, an IVF index over all rows (√n lists, 8-bit scalar quantiser) probed
-    ``nprobe`` lists per query through a bitmap selector, its ``rescore`` × k candidates re-scored exactly."""
+    in blocks up to ``ann_above`` shareable rows; above, an IVF index over all rows (√n lists of the n shareable rows,
+    trained on them alone, 8-bit scalar quantiser) probed ``nprobe`` lists per query through a bitmap selector, its
+    ``rescore`` × k candidates re-scored exactly."""
 
     vectors: np.ndarray
     ivf: object | None = None
@@ -118,20 +119,28 @@ class CorpusIndex:
     quantizer: object | None = None  # the IVF index points to it: kept alive with it
 
     @classmethod
-    def build(cls, vectors: np.ndarray, ann_above: int, nprobe: int, seed: int = 0) -> CorpusIndex:
-        """Exact search for a corpus up to ann_above rows; otherwise train and fill the IVF index block by block."""
-        if len(vectors) <= ann_above:
+    def build(
+        cls, vectors: np.ndarray, ann_above: int, nprobe: int, seed: int = 0, shareable: np.ndarray | None = None
+    ) -> CorpusIndex:
+        """Exact search for a corpus of up to ann_above shareable rows; otherwise train the IVF index on them and fill
+        it block by block with every row. ``shareable`` (``ProfileIndex.shareable``; None: every row): only those
+        rows decide the search every user gets — exact or IVF, the number of lists, their centroids and the scalar
+        quantiser (``privacy.shareable.shared_rows``); a private row is only listed, for its owner's own searches."""
+        from prag_models.privacy.shareable import shared_rows
+
+        shared = shared_rows(shareable, len(vectors))
+        if len(shared) <= ann_above:
             return cls(vectors)
         import faiss
 
         t0 = time.perf_counter()
         n, d = vectors.shape
-        nlist = int(np.sqrt(n))
+        nlist = int(np.sqrt(len(shared)))
         quantizer = faiss.IndexFlatIP(d)
         ivf = faiss.IndexIVFScalarQuantizer(quantizer, d, nlist, faiss.ScalarQuantizer.QT_8bit,
                                             faiss.METRIC_INNER_PRODUCT)  # fmt: skip
-        sample = np.sort(np.random.default_rng(seed).choice(n, size=min(n, 40 * nlist), replace=False))
-        ivf.train(np.ascontiguousarray(vectors[sample]))
+        pick = np.random.default_rng(seed).choice(len(shared), size=min(len(shared), 40 * nlist), replace=False)
+        ivf.train(np.ascontiguousarray(vectors[shared[np.sort(pick)]]))
         for start in range(0, n, BLOCK_ROWS):
             ivf.add(np.ascontiguousarray(vectors[start : start + BLOCK_ROWS]))
         return cls(vectors, ivf, min(nprobe, nlist), build_seconds=time.perf_counter() - t0, quantizer=quantizer)

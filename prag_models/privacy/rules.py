@@ -6,7 +6,8 @@ statements). :func:`shareable_mask` is the one function that decides it, for the
 ``prag answer`` and the served pyfunc (``mlops.serving.read_task_index``) alike; a viewer sees its own documents
 and the shareable documents of the others (``ProfileIndex.visible_rows`` applies it to every read). Only shareable
 documents shape what other users get: user embeddings, clusters, neighbours and the CFRAG user encoder's document
-table are built from them alone (:func:`shaping_mask`, docs/privacy.md).
+table are built from them alone (:func:`shaping_mask`, docs/privacy.md); every artefact other users' results depend
+on reads the shared view of ``prag_models.privacy.shareable``.
 """
 
 from __future__ import annotations

@@ -246,7 +246,9 @@ def baseline_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, dic
     index, samples, _ = load_task_inputs(con, task, False, default_share=settings.privacy.default_share)
     rs, seconds = settings.retrieval, {}
     t0 = time.perf_counter()
-    corpus = CorpusIndex.build(index.vectors, rs.ann_above, rs.ann_nprobe, rs.seed)
+    hidden = np.zeros(len(index.vectors), dtype=bool)  # an index without flags shows nothing beyond its owner
+    shareable = index.shareable if index.shareable is not None else hidden  # only these rows shape the index
+    corpus = CorpusIndex.build(index.vectors, rs.ann_above, rs.ann_nprobe, rs.seed, shareable=shareable)
     queries = query_matrix(samples, index.vectors.shape[1])
     search = {"index": corpus.kind, "documents": len(index.doc_ids), "build_seconds": round(corpus.build_seconds, 2),
               "recall_at_k_vs_exact": corpus.recall_at_k(queries, rs.k, index.visible_mask(None), rs.ann_recall_sample),

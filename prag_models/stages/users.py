@@ -57,8 +57,9 @@ def user_embedding_rows(
     """z_u = mean of the user's document embeddings that may shape other users' results (docs/privacy.md: private
     documents and non-sharing users' documents left out; ``withheld``: users treated as opted out too, the
     consent-cost scenario's); none: the mean of its query embeddings (§3.6); neither (a user known only from
-    ingested private documents): the mean of all its documents, its own placement only."""
+    documents others may not see): no z_u, so no cluster and nobody's neighbour (``privacy.shareable.placed_by``)."""
     from prag_models.privacy.rules import sharing_rule
+    from prag_models.privacy.shareable import placed_by
 
     require_table(con, "document_embeddings")
     require_table(con, "query_embeddings")
@@ -68,10 +69,11 @@ def user_embedding_rows(
     )
     users = sorted(u for (u,) in con.execute(sql, [task, task]).fetchall())
     value_set = pa.array(users, pa.string())
-    means, everything = UserMeans(users), UserMeans(users)
+    means = UserMeans(users)
     shaping = sharing_rule(con, task, default_share)
     out_set = pa.array(sorted(withheld), pa.string())
     docs = "SELECT user_id, doc_id, embedding FROM document_embeddings WHERE task = ?"
+    left_out = 0
     for batch in iter_batches(con, docs, [task]):
         rows = pc.index_in(batch["user_id"], value_set=value_set).to_numpy(zero_copy_only=False)
         vectors = column_to_matrix(batch["embedding"])
@@ -79,14 +81,13 @@ def user_embedding_rows(
         if withheld:
             keep &= ~pc.is_in(batch["user_id"], value_set=out_set).to_numpy(zero_copy_only=False)
         means.add(rows[keep], vectors[keep])
-        everything.add(rows, vectors)
+        left_out += int((~keep).sum())
     unshaped = [u for u, n in zip(users, means.counts, strict=True) if n == 0]
     fallback = cold_start_queries(con, task, pa.array(unshaped, pa.string())) if unshaped else {}
-    if everything.sums is not None:
-        at = {u: i for i, u in enumerate(users)}
-        own, own_counts, _ = everything.result({u: np.zeros(everything.sums.shape[1], np.float32) for u in users})
-        fallback |= {u: own[at[u]] for u in unshaped if u not in fallback and own_counts[at[u]]}
-    vectors, counts, cold = means.result(fallback)
+    placed = np.array([placed_by(int(n), u in fallback) is not None for u, n in zip(users, means.counts, strict=True)],
+                      dtype=bool)  # fmt: skip
+    unplaced = {u: np.zeros(means.sums.shape[1], np.float32) for u, p in zip(users, placed, strict=True) if not p}
+    vectors, counts, cold = means.result(fallback | unplaced)  # the unplaced rows are dropped below
     frame = pa.table(
         {
             "task": pa.array([task] * len(users), pa.string()),
@@ -95,9 +96,9 @@ def user_embedding_rows(
             "cold_start": pa.array(cold, pa.bool_()),
             "embedding": matrix_to_column(vectors),
         }
-    )
-    return frame, {"users": len(users), "cold_start": int(sum(cold)),
-                   "documents_left_out": int(sum(everything.counts) - sum(means.counts))}  # fmt: skip
+    ).filter(pa.array(placed))
+    return frame, {"users": frame.num_rows, "cold_start": int(sum(np.asarray(cold)[placed])),
+                   "documents_left_out": left_out, "unplaced_users": len(unplaced)}  # fmt: skip
 
 
 def planted_communities(settings: Settings, task: str) -> dict[str, int] | None:

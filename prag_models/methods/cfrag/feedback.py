@@ -42,15 +42,20 @@ FEEDBACK_COLUMNS = [*FEEDBACK_KEY, "output", "score"]
 class FeedbackInputs:
     """A task's profile index, the selected training samples and their m·k candidates (§2.4–2.5)."""
 
-    index: ProfileIndex
+    index: ProfileIndex  # its shared view (privacy.shareable): only shareable documents, the asker's own included
     prompt_docs: list[str]  # each index row as the prompt shows it
     samples: pd.DataFrame  # sample_id, user_id, input, query, gold, embedding
     candidates: dict[str, list[Retrieved]]
 
 
 def load_feedback_inputs(con, task: str, settings: Settings) -> FeedbackInputs:
-    """Selected train samples and their candidates: top-k docs by base dense cosine from each of the m similar users."""
+    """Selected train samples and their candidates: top-k docs by base dense cosine from each of the m similar users,
+    read from the shared view — the labels train the retriever and reranker every user is served with, so a sample's
+    own private documents are no candidates either (docs/privacy.md)."""
+    from prag_models.privacy.shareable import shared_view
+
     index, docs = profile_index(con, task, default_share=settings.privacy.default_share)
+    index = shared_view(index)
     prompt_docs = [
         prompt_document(task, t, json.loads(f)) for t, f in zip(docs["text"], docs["fields_json"], strict=True)
     ]

@@ -122,19 +122,22 @@ def history_version(keys: pa.Table) -> str:
 
 
 def load_probe(con, task: str, default_share: bool = True) -> Probe:
-    """The load-back probe of a task: first users' histories, first dev queries, first documents, CFRAG e_u."""
-    users, histories, matrix, _ = task_histories(con, task, default_share)
+    """The load-back probe of a task: first users' histories, first dev queries, first documents of the encoder's
+    table (shareable ones: the probe's scores are a table row every user's models are judged by), CFRAG e_u."""
+    users, histories, matrix, keys = task_histories(con, task, default_share)
     dev = con.execute(
         "SELECT s.sample_id, s.user_id, s.query, q.embedding FROM lamp_samples s JOIN query_embeddings q "
         "USING (task, sample_id) WHERE task = ? AND s.split = 'dev' ORDER BY s.sample_id LIMIT ?",
         [task, PROBE_ROWS],
     ).df()
-    texts = [
-        t
-        for (t,) in con.execute(
-            "SELECT text FROM profile_documents WHERE task = ? ORDER BY user_id, position LIMIT ?", [task, PROBE_DOCS]
-        ).fetchall()
-    ]
+    first = keys.slice(0, PROBE_DOCS).select(["user_id", "doc_id"])
+    con.register("_probe_docs", first.append_column("i", pa.array(np.arange(first.num_rows))))
+    try:
+        texts = [t for (t,) in con.execute(
+            "SELECT p.text FROM _probe_docs k JOIN profile_documents p USING (user_id, doc_id) WHERE p.task = ? "
+            "ORDER BY k.i", [task]).fetchall()]  # fmt: skip
+    finally:
+        con.unregister("_probe_docs")
     emb = {}
     if table_exists(con, "cfrag_user_embeddings"):
         frame = read_rows(con, "cfrag_user_embeddings", {"task": task})

@@ -102,7 +102,8 @@ def train_task_user_encoder(
     params = {k: getattr(c, k) for k in _ENCODER_PARAMS}
     params |= {"task": task, "users": len(histories), "documents": keys.num_rows,
                "finetune_max_docs": c.finetune_max_docs, "torch_threads": threads}  # fmt: skip
-    version = history_version(keys)
+    # the histories in their order, not the stored positions: a position counts the owner's hidden documents too
+    version = history_version(keys.select([c for c in keys.column_names if c != "position"]))
     rows = pd.DataFrame({"user_id": sorted(histories), "documents": [len(histories[u]) for u in sorted(histories)]})
     return Trained("user_encoder", model, curve, params, version, time.perf_counter() - started, None, run_id, rows)
 

@@ -2,19 +2,20 @@
 and its ship rate where it can, measured on many small demo worlds, each rate with a Wilson 95 % interval and the
 number of worlds.
 
-    python benchmarks/verdict_calibration.py [--family communities split_taste no_community alike_communities]
+    python benchmarks/verdict_calibration.py [--family communities split_taste no_community alike_communities tagging]
         [--worlds 20] [--task LaMP-2] [--users 64] [--communities 4] [--dev-samples 32] [--seed-start 1000]
         [--self-test 0] [--jobs 1] [--user-similarity taste] [--with-cfrag] [--workdir DIR [--reuse]]
 
 Each world is a demo (prag_models/data/demo.py) of the family named by the setting ``data.demo_family`` (env
 ``PRAG__DATA__DEMO_FAMILY``; docs/demo_data.md "Families") and the seed ``data.demo_seed``. Where collaboration can
-help: "communities" (the community decides the label) and "split_taste" (users who write about the same topics judge
-them differently). Where it cannot, by how the world is generated: "no_community" (no community structure: only the
-user's own history carries its labels) and "alike_communities" (communities write apart but label alike, so no
-community's documents carry a better label than everybody's). For each world the retrieval stages and the LLM-free
-retrieval evaluation run in-process (Dagster ``materialize`` of the assets up to ``lamp_retrieval_evaluation``, no
-asset checks, the fake generator, never an LLM), and the verdict of prag_models/evaluation/verdict.py is read from
-the world's DuckDB file. The candidates are the ClusterRAG modes (collaborative, hybrid, two-stage, community-wide);
+help: "communities" (the community decides the label), "split_taste" (users who write about the same topics judge
+them differently) and "tagging" (items recur across users; for some items the user's taste decides the label). Where
+it cannot, by how the world is generated: "no_community" (no community structure: only the user's own history
+carries its labels) and "alike_communities" (communities write apart but label alike, so no community's documents
+carry a better label than everybody's). For each world the retrieval stages and the LLM-free retrieval evaluation
+run in-process (Dagster ``materialize`` of the assets up to ``lamp_retrieval_evaluation``, no asset checks, the fake
+generator, never an LLM), and the verdict of prag_models/evaluation/verdict.py is read from the world's DuckDB file.
+The candidates are the ClusterRAG modes (collaborative, hybrid, two-stage, community-wide) and item_cf;
 ``--with-cfrag`` adds CFRAG with short training (a few epochs: slower, and not the default run's CFRAG).
 
 A family where collaboration cannot help counts every "ship" as a false ship; the goal is a false-ship rate whose
@@ -43,7 +44,8 @@ import pandas as pd
 
 #: Whether personalization through collaboration can beat searching everybody's documents in each family's worlds
 #: (the demo's design: docs/demo_data.md). A "ship" where it cannot is a false ship.
-CAN_HELP = {"communities": True, "split_taste": True, "no_community": False, "alike_communities": False}
+CAN_HELP = {"communities": True, "split_taste": True, "no_community": False, "alike_communities": False,
+            "tagging": True}  # fmt: skip
 #: Suffix of a family's sign-flip self-test rows: the verdict's own null, a check of the test's code, not of worlds.
 SELF_TEST = " sign-flip self-test"
 WILSON_GOAL = 0.05

@@ -57,7 +57,7 @@ MODEL_MODULES = {
     "test_marker_graph", "test_gguf_weights", "test_cfrag_training_units", "test_taste", "test_served_privacy",
     "test_feedback_probe", "test_serving_latency", "test_lineage", "test_cfrag_teacher", "test_cfrag_tuning",
     "test_tuning", "test_label_free_graph", "test_consent_cost", "test_consent_cfrag", "test_answer_scoring",
-    "test_promotion_graph", "test_embedder_backends",
+    "test_promotion_graph", "test_embedder_backends", "test_served_item_cf",
 }  # fmt: skip
 FAST = os.environ.get("PRAG_FAST_TESTS") == "1"
 
@@ -93,6 +93,7 @@ TOGETHER = {name: "demo_home" for name in DEMO_FILES}
 TOGETHER |= {"test_mlflow_serving.py": "served_graph", "test_serving_latency.py": "served_graph",
              "test_retrieval_eval_graph.py": "evaluated_graph", "test_tuning.py": "evaluated_graph",
              "test_consent_cost.py": "evaluated_graph", "test_consent_cfrag.py": "served_graph",
+             "test_served_item_cf.py": "evaluated_graph",
              "test_pbr_graph.py": "personabench_graph", "test_pbr_tuning.py": "personabench_graph"}  # fmt: skip
 
 #: About how many seconds a file of the CI selection takes beside the other worker (the files of TOGETHER under their

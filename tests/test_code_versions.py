@@ -17,7 +17,8 @@ MUST_CHANGE: dict[str, set[str]] = {
     "embeddings": {"embedder"},
     "users": {"clustering", "privacy", "embedder"},
     "history": {"clustering", "embedder", "privacy", "data"},
-    "retrieval": {"retrieval", "clustering", "pbr", "privacy", "tuning", "embedder", "generator", "data", "prompt"},
+    "retrieval": {"retrieval", "clustering", "pbr", "privacy", "tuning", "embedder", "generator", "data", "prompt",
+                  "item_cf"},
     "cfrag": {"cfrag", "retrieval", "generator", "prompt", "clustering", "privacy", "tuning", "embedder"},
     "generation": {"generator", "prompt", "retrieval", "data"},
     "evaluation": {"retrieval", "generator", "prompt", "utility", "data"},
@@ -33,6 +34,7 @@ CHANGES: dict[str, tuple[str, str]] = {
     "cfrag": ("PRAG__CFRAG__HEADS", "4"), "pbr": ("PRAG__PBR__K1", "3"),
     "privacy": ("PRAG__PRIVACY__DEFAULT_SHARE", "false"), "compute": ("PRAG__COMPUTE__RAY_NUM_CPUS", "1"),
     "run": ("PRAG__RUN__LLM_BUDGET_S", "60"), "utility": ("PRAG__UTILITY__MIN_SAMPLES", "10"),
+    "item_cf": ("PRAG__ITEM_CF__SHARPNESS", "0"),
 }  # fmt: skip
 
 

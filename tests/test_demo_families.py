@@ -40,7 +40,7 @@ def _by_doc(loaded: dict, task: str) -> dict[str, tuple[str, object]]:
     return {d.doc_id: (s.user_id, d) for split in loaded[task].values() for s in split for d in s.profile}
 
 
-@pytest.mark.parametrize("family", ["split_taste", "no_community", "alike_communities"])
+@pytest.mark.parametrize("family", ["split_taste", "no_community", "alike_communities", "tagging"])
 def test_families_are_deterministic_and_differ_from_the_default(tmp_path: Path, family: str) -> None:
     kwargs = dict(users=12, communities=3, dev_samples=6, tasks=("LaMP-2",))
     write_demo(tmp_path / "a", family=family, **kwargs)
@@ -171,3 +171,24 @@ def test_alike_communities_write_apart_but_label_alike(alike_communities: tuple)
             assert set(info["relevant_docs"]) == on_topic
     style_of = manifest["style_of_user"]
     assert all(style_of[u] == group[u] for u in group)  # the community still shows in how its users write
+
+
+def test_tagging_items_recur_and_agreeing_users_write_identical_documents(tmp_path: Path) -> None:
+    """The tagging family (prag_models/data/demo_tagging.py): a dev question's item was labelled by other users, users
+    who gave it the same tag wrote the same text, and the relevant documents are the item's with the asker's tag."""
+    manifest = write_demo(tmp_path, users=64, communities=4, dev_samples=32, tasks=("LaMP-2",), family="tagging")
+    loaded = load_lamp_task(tmp_path, "LaMP-2")
+    entry, items = manifest["tasks"]["LaMP-2"], manifest["items"]
+    docs = _by_doc({"LaMP-2": loaded}, "LaMP-2")
+    texts = Counter(d.text for _, d in docs.values())
+    assert len(texts) < 0.6 * len(docs)  # identical documents: the same item, the same tag
+    infos = [entry["sample_info"][s.sample_id] for s in loaded["dev"]]
+    assert sum(i["item_documents"] > 0 for i in infos) >= 0.9 * len(infos)
+    assert any(item["taste_tags"] for item in items.values()) and any(not item["taste_tags"] for item in items.values())
+    for s, info in zip(loaded["dev"], infos, strict=True):
+        item = items[info["item"]]
+        planted = item["taste_tags"][info["community"]] if item["taste_tags"] else item["tag"]
+        assert s.query == item["description"] and (info["noisy_label"] or s.gold == planted)
+        assert all(entry["doc_item"][d] == info["item"] and docs[d][1].fields["tag"] == planted
+                   for d in info["relevant_docs"])  # fmt: skip
+        assert info["item"] not in {entry["doc_item"][d.doc_id] for d in s.profile}  # the next item is a new one

@@ -34,7 +34,8 @@ def test_tuned_values_are_stored_logged_and_shown(graph) -> None:
         tuned = read_tuned(con, TASK)
         n = con.execute("SELECT DISTINCT n_samples FROM tuned_settings WHERE task = ?", [TASK]).fetchall()
         n_train = con.execute("SELECT count(*) FROM lamp_samples WHERE task = ? AND split = 'train'", [TASK]).fetchone()
-    assert set(tuned) == {"clusterrag_collaborative", "clusterrag_community"}
+    assert set(tuned) == {"clusterrag_collaborative", "clusterrag_community", "item_cf"}
+    assert set(tuned["item_cf"]) == {"item_cf.sharpness", "clustering.user_similarity"}
     assert "clustering.similar_users" in tuned["clusterrag_collaborative"]
     assert n == [(min(n_train[0], 300),)]
     mat = [m for m in result.asset_materializations_for_node("tuned_settings")][0]
@@ -108,7 +109,7 @@ def test_the_time_budget_counts_trials_not_the_user_vectors_computed_once(graph,
     with store_copy(home / "prag.duckdb", tmp_path) as con:
         _, _, stats = tune_task(con, TASK, settings)
     assert {m: s["trials"] for m, s in stats["methods"].items()} == {
-        "clusterrag_collaborative": 5, "clusterrag_community": 5}
+        "clusterrag_collaborative": 5, "clusterrag_community": 5, "item_cf": 5}
     assert all(s["stopped_by"] == "max_trials" for s in stats["methods"].values())
 
 

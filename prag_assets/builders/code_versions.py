@@ -30,8 +30,9 @@ GROUP_SECTIONS: dict[str, tuple[str, ...]] = {
     "history": ("clustering", "embedder", "privacy", "data"),  # data.undated: how drop-folder records are dated
     # tuned_settings and the tuned rows (tuning; without labels its trials are scored by the LLM utility: generator,
     # prompt); PBR's P-PRF: the generator writes expansions, the embedder embeds them, on the data.llm_eval_samples
-    # samples
-    "retrieval": ("retrieval", "clustering", "pbr", "privacy", "tuning", "embedder", "generator", "data", "prompt"),
+    # samples; item_cf's rows and search (item_cf)
+    "retrieval": ("retrieval", "clustering", "pbr", "privacy", "tuning", "embedder", "generator", "data", "prompt",
+                  "item_cf"),
     # CFRAG's tuned knobs (tuning), its histories (privacy), its similar users (clustering: taste), the feedback
     # labels' prompts (generator, prompt)
     "cfrag": ("cfrag", "retrieval", "generator", "prompt", "clustering", "privacy", "tuning", "embedder"),

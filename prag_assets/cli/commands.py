@@ -356,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--task", required=True, help="LaMP task, e.g. LaMP-2")
     a.add_argument("--user", required=True, help="user id (unknown users get the cold-start rule)")
     a.add_argument("--input", required=True, help="the LaMP input text (the query is extracted from it)")
-    a.add_argument("--method", default="cfrag", choices=["cfrag", "clusterrag_collaborative", "clusterrag_hybrid"])
+    a.add_argument("--method", default="cfrag",
+                   choices=["cfrag", "clusterrag_collaborative", "clusterrag_hybrid", "item_cf"])  # fmt: skip
     a.set_defaults(func=_answer)
     add_sql_command(sub)
     add_forget_command(sub)

@@ -21,4 +21,5 @@ class PrivacySettings(Section):
         "clusterrag_two_stage",
         "clusterrag_community",
         "cfrag",
+        "item_cf",
     )

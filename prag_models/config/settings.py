@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from prag_models.config.cfrag import CfragSettings as CfragSettings  # re-exported: one import path for settings
 from prag_models.config.compute import ComputeSettings as ComputeSettings  # re-exported as well
+from prag_models.config.item_cf import ItemCfSettings as ItemCfSettings  # re-exported as well
 from prag_models.config.pbr import PbrSettings as PbrSettings  # re-exported as well
 from prag_models.config.privacy import PrivacySettings as PrivacySettings  # re-exported as well
 from prag_models.config.run import RunSettings as RunSettings  # re-exported as well
@@ -35,14 +36,14 @@ LAMP_METHODS: tuple[str, ...] = (
     "zero_shot", "random", "recency", "bm25", "dense", "dense_global", "oracle_community",
     "clusterrag_user_only", "clusterrag_collaborative", "clusterrag_hybrid", "clusterrag_two_stage",
     "clusterrag_community", "cfrag", "cfrag_no_user_retrieval", "cfrag_mean_user_emb", "cfrag_no_retriever_tuning",
-    "cfrag_no_sud", "cfrag_no_reranker_tuning", "cfrag_no_reranker_eu", "pbr", "pbr_anchor_only",
+    "cfrag_no_sud", "cfrag_no_reranker_tuning", "cfrag_no_reranker_eu", "pbr", "pbr_anchor_only", "item_cf",
 )  # fmt: skip
 
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ALL_TASKS: tuple[str, ...] = ("LaMP-1", "LaMP-2", "LaMP-3", "LaMP-4", "LaMP-5", "LaMP-7")
 #: data.demo_family values (prag_models/data/demo_world.py FAMILIES; kept here so settings import no data code)
-DEMO_FAMILIES: tuple[str, ...] = ("communities", "split_taste", "no_community", "alike_communities")
+DEMO_FAMILIES: tuple[str, ...] = ("communities", "split_taste", "no_community", "alike_communities", "tagging")
 #: clustering.user_similarity values (prag_models/users/taste.py USER_SIMILARITIES)
 USER_SIMILARITIES: tuple[str, ...] = ("content", "taste", "blend")
 #: generator.llama_cpp_weights values (prag_models/llm/gguf_weights.py)
@@ -63,7 +64,8 @@ class DataSettings(Section):
     demo_seed: int = 7
     # Which kind of world the demo plants (docs/demo_data.md "Families"): communities (communities decide labels) |
     # split_taste (users who write about the same things judge them differently) | no_community (own history only) |
-    # alike_communities (communities write apart but label alike: collaboration cannot help)
+    # alike_communities (communities write apart but label alike: collaboration cannot help) | tagging (LaMP-2 items
+    # recur across users; the label depends on the item and, for some items, on the user's taste)
     demo_family: str = "communities"
     # Dev samples per task the LLM evaluation (generations, PBR's P-PRF) uses: the first N of a fixed seeded order of
     # the sample ids, so a larger N only adds samples (0 = all); `prag materialize` lowers it to fit run.llm_budget_s.
@@ -265,6 +267,7 @@ class Settings(BaseSettings):
     prompt: PromptSettings = Field(default_factory=PromptSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
     clustering: ClusteringSettings = Field(default_factory=ClusteringSettings)
+    item_cf: ItemCfSettings = Field(default_factory=ItemCfSettings)
     tuning: TuningSettings = Field(default_factory=TuningSettings)
     mlflow: MlflowSettings = Field(default_factory=MlflowSettings)
     cfrag: CfragSettings = Field(default_factory=CfragSettings)

@@ -9,7 +9,8 @@ conflicting label. Half of the users have thin profiles (2–4 documents on one 
 neutral words (who asks is not in the text); in ⌊n/2⌋ of a split's n samples the topic is absent from the user's own
 profile. A document is relevant to a sample when its author belongs to the asker's community, it is about the
 sample's topic and its label is not a noise flip. That is the default family ("communities"); ``family`` picks
-another kind of world (prag_models/data/demo_world.py: "split_taste", "no_community", "alike_communities").
+another kind of world (prag_models/data/demo_world.py: "split_taste", "no_community", "alike_communities",
+"tagging").
 """
 
 from __future__ import annotations
@@ -178,6 +179,10 @@ def _sample(task: str, rng: np.random.Generator, world: World, prof: _Profiles, 
 
 def _task_data(task: str, world: World, seed: int) -> tuple[dict[str, tuple[list, dict]], dict[str, Any]]:
     """Questions/outputs per split and the manifest entry of one task (relevant documents included)."""
+    if world.family == "tagging" and task == "LaMP-2":  # items many users label (data/demo_tagging.py)
+        from prag_models.data.demo_tagging import tagging_task_data
+
+        return tagging_task_data(world, seed)
     number = int(task[5:])
     rng = np.random.default_rng([seed, number])
     present = sorted({u for us in world.split_users.values() for u in us})

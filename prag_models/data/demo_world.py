@@ -11,6 +11,8 @@ id the label of every topic it judges (``tag``, ``rating``, ``keys``) and its he
   carries its labels.
 - ``alike_communities``: the communities' topics and style as in ``communities``, but one taste labels every topic
   for everybody: the communities exist and label alike, so no community's documents carry a better label.
+- ``tagging``: split_taste's groups and tastes, and (LaMP-2) items that recur across many users: the label depends on
+  the item and, for some items, on the user's taste (prag_models/data/demo_tagging.py).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 from prag_models.data.demo_vocab import STYLES, TOPICS
 from prag_models.data.tasks import LABELS, LAMP2_TAGS
 
-FAMILIES: tuple[str, ...] = ("communities", "split_taste", "no_community", "alike_communities")
+FAMILIES: tuple[str, ...] = ("communities", "split_taste", "no_community", "alike_communities", "tagging")
 DEFAULT_FAMILY = "communities"
 TOPICS_PER_COMMUNITY = 4
 THIN_SHARE = 0.5  # share of users with a thin profile
@@ -48,6 +50,7 @@ class World:
     group: list[int] = field(default_factory=list)  # per user, its topic group (communities: its community)
     style: list[int] = field(default_factory=list)  # per user, its STYLES index
     pattern: dict[int, int] = field(default_factory=dict)  # per taste id, its HEADLINES/TITLES/TWEETS index
+    items: list[Any] = field(default_factory=list)  # tagging: the items users label (data/demo_tagging.Item)
 
     def __post_init__(self) -> None:
         """Communities family: group, style and pattern all equal the community."""
@@ -136,10 +139,8 @@ def _taste_labels(rng: np.random.Generator, topics: list[str], tastes: int) -> t
     return tag, rating, keys
 
 
-def _split_taste(users: int, communities: int, dev_samples: int, train_samples: int | None, seed: int) -> World:
-    """C topic groups (topics, style) crossed with C taste communities (labels), balanced within every group."""
-    rng = np.random.default_rng([seed, 101])
-    topics = _ring(rng, communities)
+def _groups_and_tastes(rng: np.random.Generator, users: int, communities: int) -> tuple[list[int], list[int]]:
+    """Each user's topic group and, drawn independently and balanced within every group, its taste community."""
     group = [int(g) for g in rng.permutation(np.arange(users) % communities)]
     taste = [0] * users
     for g in range(communities):
@@ -147,6 +148,14 @@ def _split_taste(users: int, communities: int, dev_samples: int, train_samples: 
         offset = int(rng.integers(communities))
         for u, c in zip(members, rng.permutation(np.arange(len(members)) + offset), strict=True):
             taste[u] = int(c) % communities
+    return group, taste
+
+
+def _split_taste(users: int, communities: int, dev_samples: int, train_samples: int | None, seed: int) -> World:
+    """C topic groups (topics, style) crossed with C taste communities (labels), balanced within every group."""
+    rng = np.random.default_rng([seed, 101])
+    topics = _ring(rng, communities)
+    group, taste = _groups_and_tastes(rng, users, communities)
     pool = sorted({t for ts in topics for t in ts}, key=lambda t: list(TOPICS).index(t))
     tag, rating, keys = _taste_labels(rng, pool, communities)
     thin, covered = _coverage(rng, users, [topics[g] for g in group])
@@ -187,12 +196,28 @@ def _alike_communities(users: int, communities: int, dev_samples: int, train_sam
                  list(group), {0: 0})  # fmt: skip
 
 
+def _tagging(users: int, communities: int, dev_samples: int, train_samples: int | None, seed: int) -> World:
+    """split_taste's topic groups and tastes, plus a catalogue of items many users label (data/demo_tagging.py)."""
+    from prag_models.data.demo_tagging import item_catalogue
+
+    rng = np.random.default_rng([seed, 104])
+    topics = _ring(rng, communities)
+    group, taste = _groups_and_tastes(rng, users, communities)
+    pool = sorted({t for ts in topics for t in ts}, key=lambda t: list(TOPICS).index(t))
+    tag, rating, keys = _taste_labels(rng, pool, communities)
+    thin, covered = _coverage(rng, users, [topics[g] for g in group])
+    splits = _splits(rng, users, dev_samples, train_samples)
+    world = World(taste, topics, covered, thin, tag, rating, keys, splits, "tagging", group, list(group))
+    world.items = item_catalogue(rng, pool, communities)
+    return world
+
+
 def build_world(
     family: str, users: int, communities: int, dev_samples: int, train_samples: int | None, seed: int
 ) -> World:
     """The planted world of a family (see the module docstring)."""
     builders = {"communities": _communities, "split_taste": _split_taste, "no_community": _no_community,
-                "alike_communities": _alike_communities}  # fmt: skip
+                "alike_communities": _alike_communities, "tagging": _tagging}  # fmt: skip
     if family not in builders:
         raise ValueError(f"unknown demo family {family!r}; known: {list(FAMILIES)}")
     return builders[family](users, communities, dev_samples, train_samples, seed)
@@ -218,6 +243,10 @@ def manifest_world(world: World) -> dict[str, Any]:
         }
         for c in tastes
     }
+    if world.items:
+        from prag_models.data.demo_tagging import manifest_items
+
+        out["items"] = manifest_items(world.items)
     if world.family != "communities":
         out["family"] = world.family
         out["topic_group_of_user"] = {f"u{u:04d}": g for u, g in enumerate(world.group)}

@@ -41,6 +41,11 @@ PROFILE_FIELDS: dict[str, tuple[str, ...]] = {
     "LaMP-7": ("text",),
 }
 
+# The field that names the item a document labels, where a task has one (LaMP-2: the movie's description, the same
+# text in every user's profile that tags the movie); item_cf gathers a query's item by it (docs/methods.md §5.2).
+# Elsewhere a document's item is its own text.
+ITEM_FIELDS: dict[str, str] = {"LaMP-2": "description"}
+
 # Which fields the rendered document shows, in order; a single field is rendered bare (no 'name': prefix).
 RENDER_FIELDS: dict[str, tuple[str, ...]] = {
     "LaMP-1": ("title", "abstract"),

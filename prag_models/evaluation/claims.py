@@ -41,6 +41,7 @@ HOLDS, NOT_SHOWN, NOT_REVERSED, REVERSED = "holds", "not shown", "not reversed",
 NO_DATA = "no data"
 PERSONALIZED = (
     "clusterrag_collaborative", "clusterrag_hybrid", "clusterrag_two_stage", "clusterrag_community", "cfrag", "pbr",
+    "item_cf",
 )  # fmt: skip
 FAMILY_ALPHA = 0.05  # the family-wise error rate Holm controls
 CLAIM_COLUMNS = [

@@ -1,5 +1,5 @@
-"""Per-task tuning of ClusterRAG's knobs (docs/methods.md §3.9) and CFRAG's (§2.9) on the task's TRAIN samples,
-never dev.
+"""Per-task tuning of ClusterRAG's and item_cf's knobs (docs/methods.md §3.9, §5.2) and CFRAG's (§2.9) on the task's
+TRAIN samples, never dev.
 
 Each tunable method (prag_models.methods.knobs.KNOB_SPACE) gets an Optuna study (TPE, seeded) whose trial 0 is the
 configured default; a trial retrieves for the train samples with the trial's knobs and scores them with the
@@ -45,6 +45,11 @@ if TYPE_CHECKING:
 TUNED_COLUMNS = ["task", "method", "knob", "value", "default_value", "score", "default_score", "metric",
                  "n_trials", "n_samples"]  # fmt: skip
 TRIAL_COLUMNS = ["task", "method", "trial", "params", "score", "seconds"]
+#: The share of a task's search seconds (tuning.budget_s, or tuning.utility_budget_s) each method's search gets: half,
+#: as when ClusterRAG's two methods shared it, so that item_cf's search takes nothing from theirs (or CFRAG's).
+METHOD_BUDGET_SHARE = 0.5
+#: Methods tuned only where labels see the task: a search by the LLM utility would add to the task's LLM budget.
+LABEL_TUNED_ONLY: tuple[str, ...] = ("item_cf",)
 #: A search's score of a trial: its top-k lists of the train samples -> (metric name, value per sample).
 Scorer = Callable[[list], tuple[str, np.ndarray]]
 #: Loads the generator when a search needs it (only where no label sees the task); None: never.
@@ -73,6 +78,8 @@ def retrieve(method: str, settings: Settings, space: UserSpace, index: ProfileIn
     users = samples["user_id"].tolist()
     if method == "clusterrag_community":
         return space.community(index, settings).retrieve_many(users, queries, k)
+    if method == "item_cf":
+        return space.item_cf(index, settings).retrieve_many(users, queries, k)
     mode = method.removeprefix("clusterrag_")
     nbs = space.neighbours(settings)
     with numpy_blas_threads(1):
@@ -205,14 +212,17 @@ def search_inputs(
     con, task: str, settings: Settings, generator: GeneratorSource
 ) -> tuple[tuple[ProfileIndex, pd.DataFrame, Scorer, float, int] | None, dict[str, Any]]:
     """(the index, the samples a search scores, its scorer, seconds and trials per method), or None and the
-    statistics of a task that is not searched (no train sample; no label and no utility budget: defaults kept)."""
+    statistics of a task that is not searched (no train sample; no label and no utility budget: defaults kept); the
+    statistics say ``by_labels`` when labels score the search."""
+    from prag_models.evaluation.utility_objective import truth_sees
+
     index, samples, truth = train_inputs(con, task, settings)
     if samples.empty:
         return None, {"train_samples": 0}
     samples, scorer, budget_s, max_trials, why = train_scorer(con, task, settings, samples, truth, generator)
     if scorer is None:
         return None, {"train_samples": len(samples), "kept_default": True, "why": why}
-    return (index, samples, scorer, budget_s, max_trials), {}
+    return (index, samples, scorer, budget_s, max_trials), {"by_labels": truth_sees(task, truth)}
 
 
 def tune_task(
@@ -221,25 +231,27 @@ def tune_task(
     """Tune every tunable method of a task on its train samples: the chosen values (one row per knob), every
     trial, and statistics (train sample ids used, per method the default's and the chosen score). Without labels
     that see the task, trials are scored by the LLM utility (``generator`` loads it), else the defaults are kept."""
-    prepared, not_searched = search_inputs(con, task, settings, generator)
+    prepared, searched = search_inputs(con, task, settings, generator)
     if prepared is None:
-        return pd.DataFrame(columns=TUNED_COLUMNS), pd.DataFrame(columns=TRIAL_COLUMNS), not_searched
+        return pd.DataFrame(columns=TUNED_COLUMNS), pd.DataFrame(columns=TRIAL_COLUMNS), searched
     index, samples, scorer, budget_s, max_trials = prepared
     space = UserSpace(con, task, settings, index.vectors.shape[1])
     planted = planted_from_table(con, task)
-    space.prepare(settings, {m for method in KNOB_SPACE
+    methods = [m for m in KNOB_SPACE if searched["by_labels"] or m not in LABEL_TUNED_ONLY]
+    space.prepare(settings, {m for method in methods
                              for m in method_space(settings, method).get("clustering.user_similarity", ())})
     chosen_rows, trial_rows, stats = [], [], {"train_samples": len(samples), "methods": {}}
     stats["sample_ids"] = samples["sample_id"].astype(str).tolist()
-    for method in KNOB_SPACE:
-        budget = budget_s / len(KNOB_SPACE)
+    for method in methods:
+        budget = budget_s * METHOD_BUDGET_SHARE
         chosen, trials, metric, gain = tune_method(method, settings, space, index, samples, scorer, budget,
                                                    max_trials)  # fmt: skip
         default = default_values(settings, method)
         rows, tried, stats["methods"][method] = method_rows(task, method, chosen, default, trials, metric, gain,
                                                             len(samples), max_trials)  # fmt: skip
-        # the chosen values' user clusters (the search's cached fit) and, on the demo, their ARI vs the planted truth
-        stats["methods"][method] |= space.cluster_summary(with_knobs(settings, chosen), planted)
+        if method.startswith("clusterrag_"):  # item_cf draws on no cluster
+            # the chosen values' user clusters (the search's cached fit) and, on the demo, their ARI vs the planted
+            stats["methods"][method] |= space.cluster_summary(with_knobs(settings, chosen), planted)
         chosen_rows += rows
         trial_rows += tried
     return pd.DataFrame(chosen_rows, columns=TUNED_COLUMNS), pd.DataFrame(trial_rows, columns=TRIAL_COLUMNS), stats
@@ -283,7 +295,7 @@ def tune_cfrag(
         return untrained.retrieve(neighbours[key], s)
 
     default = knob_values(settings, CFRAG_KNOB_SPACE)
-    budget = budget_s / len(KNOB_SPACE)  # the share of each ClusterRAG method
+    budget = budget_s * METHOD_BUDGET_SHARE  # the share of each ClusterRAG method
     chosen, trials, metric, gain = search(CFRAG_KNOB_SPACE, default, lambda v: scorer(run(v)), t.seed, max_trials,
                                           budget)  # fmt: skip
     rows, tried, stats = method_rows(task, METHOD, chosen, default, trials, metric, gain, len(samples), max_trials)

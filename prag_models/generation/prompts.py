@@ -28,11 +28,19 @@ _INSTRUCTIONS = {
 _JSON_KEY = {"LaMP-4": "title", "LaMP-5": "title", "LaMP-7": "tweet"}
 
 
-def prompt_document(task: str, text: str, fields: Mapping[str, str]) -> str:
-    """A profile document as the prompt shows it: the retrieval text, plus the rating for LaMP-3 (its label)."""
+def prompt_document(task: str, text: str, fields: Mapping[str, str], writers: int = 1) -> str:
+    """A profile document as the prompt shows it: the retrieval text, plus the rating for LaMP-3 (its label); a text
+    that stands for ``writers`` > 1 users' identical documents opens with their count (``agreement``)."""
     if task == "LaMP-3" and fields.get("score") is not None:
-        return f"'review': {fields.get('text', text)} 'score': {fields['score']}"
-    return text
+        text = f"'review': {fields.get('text', text)} 'score': {fields['score']}"
+    return agreement(text, writers)
+
+
+def agreement(document: str, writers: int) -> str:
+    """A prompt document with the number of users who wrote it in front, ``(3 users) …`` (unchanged for one): where
+    several users gave an item the same label, their identical documents show once and say so (docs/methods.md §0).
+    In front, so that the profile budget's truncation of a long document keeps it."""
+    return f"({int(writers)} users) {document}" if writers > 1 else document
 
 
 def budget_documents(

@@ -55,10 +55,24 @@ def retrieve_dense_global(
     """Not personalized: the k documents closest to each query among all the viewer may see — its own and every
     shareable document of the others — one per text. One batched search over the shareable rows (``corpus``: exact
     when None, or an IVF index at scale), merged with an exact search of the viewer's own unshared rows."""
+    scores, rows = visible_top(index, viewers, query_vectors, index.depth(k), corpus)
+    return [index.as_retrieved(r[r >= 0], s[r >= 0], k) for s, r in zip(scores, rows, strict=True)]
+
+
+def visible_top(
+    index: ProfileIndex,
+    viewers: Sequence[str],
+    query_vectors: np.ndarray,
+    depth: int,
+    corpus: CorpusIndex | None = None,
+    shared: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, rows) of the ``depth`` rows closest to each query among those its viewer may see (rows -1 where fewer
+    exist): one batched search over the ``shared`` rows (default: every shareable row; a subset of them, e.g. one row
+    per text, narrows it), merged with an exact search of each viewer's own rows where it keeps some unshared."""
     queries = np.atleast_2d(np.asarray(query_vectors, dtype=np.float32))
     corpus = corpus if corpus is not None else CorpusIndex(index.vectors)
-    depth = index.depth(k)
-    scores, rows = corpus.search(queries, depth, index.visible_mask(None))
+    scores, rows = corpus.search(queries, depth, index.visible_mask(None) if shared is None else shared)
     by_viewer: dict[str, list[int]] = {}
     for i, viewer in enumerate(viewers):
         by_viewer.setdefault(viewer, []).append(i)
@@ -68,7 +82,7 @@ def retrieve_dense_global(
         own_s, own_r = knn_rows(index.vectors, index.visible_rows(viewer, [viewer]), queries[positions], depth)
         s, r = merge_top_k([scores[positions], own_s], [rows[positions], own_r], depth)
         scores, rows = _put(scores, positions, s), _put(rows, positions, r)
-    return [index.as_retrieved(r[r >= 0], s[r >= 0], k) for s, r in zip(scores, rows, strict=True)]
+    return scores, rows
 
 
 def _put(target: np.ndarray, positions: list[int], values: np.ndarray) -> np.ndarray:

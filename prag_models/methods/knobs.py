@@ -1,7 +1,7 @@
-"""The knobs of ClusterRAG that decide what it can find, and the method's inputs rebuilt for a choice of them
-(docs/methods.md §3.9): the user clusters for HDBSCAN's minimum cluster size, the neighbours of each user for a
-neighbour count and user similarity, and the community-wide retriever for a user weight, pool size and user
-similarity.
+"""The knobs of ClusterRAG and item_cf that decide what they can find, and the methods' inputs rebuilt for a choice of
+them (docs/methods.md §3.9, §5.2): the user clusters for HDBSCAN's minimum cluster size, the neighbours of each user
+for a neighbour count and user similarity, the community-wide retriever for a user weight, pool size and user
+similarity, and item_cf for its vote sharpness and user similarity.
 
 At the configured minimum cluster size the user clusters are those of the user_clusters table (a tuned user
 similarity then changes who ranks as a neighbour inside a cluster and the community term cos(z_u, z_author), not the
@@ -17,6 +17,7 @@ import numpy as np
 
 from prag_models.config.settings import Settings
 from prag_models.methods.community import CommunityRetriever
+from prag_models.methods.item_cf import ItemCfRetriever, item_cf_retriever
 from prag_models.methods.profiles import ProfileIndex
 from prag_models.methods.task_tables import clustered_users
 from prag_models.storage.store import column_to_matrix
@@ -39,6 +40,10 @@ KNOB_SPACE: dict[str, dict[str, tuple[Any, ...]]] = {
         "clustering.community_top_n": (0, 4, 8, 16, 32),
         "clustering.user_similarity": ("content", "taste", "blend"),
         "clustering.min_cluster_size": MIN_CLUSTER_SIZES,
+    },
+    "item_cf": {
+        "item_cf.sharpness": (0.0, 1.0, 2.0, 4.0, 8.0, 16.0),
+        "clustering.user_similarity": ("content", "taste", "blend"),
     },
 }
 
@@ -194,6 +199,10 @@ class UserSpace:
     def groups(self, settings: Settings) -> dict[str, int]:
         """user → cluster under the settings (``cluster_labels``)."""
         return dict(zip(self.ids, self.cluster_labels(settings).tolist(), strict=True))
+
+    def item_cf(self, index: ProfileIndex, settings: Settings) -> ItemCfRetriever:
+        """item_cf with the settings' knobs, its votes weighed by the settings' user similarity."""
+        return item_cf_retriever(index, self.ids, self.vectors(settings), settings)
 
     def community(self, index: ProfileIndex, settings: Settings) -> CommunityRetriever:
         """The community-wide retriever with the settings' user weight, pool size and user similarity."""

@@ -19,12 +19,14 @@ DISTINCT_DEPTH = 10
 
 @dataclass(frozen=True)
 class Retrieved:
-    """One retrieved document: its row in the profile index, the user it came from and its score."""
+    """One retrieved document: its row in the profile index, the user it came from and its score; ``writers``: how
+    many users the asker may see wrote this very text (a method that counts agreement sets it; else 1)."""
 
     row: int
     doc_id: str
     source_user_id: str
     score: float
+    writers: int = 1
 
 
 class StrColumn(Sequence[str]):
@@ -107,7 +109,9 @@ class ProfileIndex:
     over every row, for whole-corpus searches): a viewer sees its own documents and the shareable documents of the
     others — there is no other way to a user's rows.
 
-    ``text_keys`` (a hash of each text, ``task_tables.read_profile_index``) lets every ranking show a text once.
+    ``text_keys`` (a hash of each text, ``task_tables.read_profile_index``) lets every ranking show a text once;
+    ``item_keys`` (a hash of the item each document labels, ``data.tasks.ITEM_FIELDS``; None: its text) lets item_cf
+    gather everyone's documents about one item.
     """
 
     doc_ids: Sequence[str]
@@ -116,9 +120,12 @@ class ProfileIndex:
     vectors: np.ndarray  # (n_docs, d), unit rows
     shareable: np.ndarray | None = None  # (n_docs,) bool; None = nothing leaves its owner
     text_keys: np.ndarray | None = None  # (n_docs,) a hash of each text; None = every text counts as distinct
+    item_keys: np.ndarray | None = None  # (n_docs,) a hash of the item each document labels; None = its text
     _code_of: dict[str, int] = field(init=False, repr=False)
     _rows_by_user: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False)
     _shared_by_user: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False)
+    _key_order: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, init=False, repr=False)
+    _collapsed: np.ndarray | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         owners = OwnerColumn.of(self.user_ids)
@@ -128,8 +135,9 @@ class ProfileIndex:
         if flags.shape != (n,):
             raise ValueError(f"shareable has shape {flags.shape}, expected ({n},)")
         self.shareable = flags.astype(bool, copy=False)
-        if self.text_keys is not None and np.shape(self.text_keys) != (n,):
-            raise ValueError(f"text_keys has shape {np.shape(self.text_keys)}, expected ({n},)")
+        for name in ("text_keys", "item_keys"):
+            if getattr(self, name) is not None and np.shape(getattr(self, name)) != (n,):
+                raise ValueError(f"{name} has shape {np.shape(getattr(self, name))}, expected ({n},)")
         self._code_of = {u: i for i, u in enumerate(owners.names)}
         order, starts = _grouped(owners.codes, len(owners.names))
         self._rows_by_user = (order, starts)
@@ -176,7 +184,8 @@ class ProfileIndex:
 
     def with_shareable(self, shareable: np.ndarray) -> ProfileIndex:
         """The same documents under other sharing flags (the consent-cost evaluation)."""
-        return ProfileIndex(self.doc_ids, self.user_ids, self.texts, self.vectors, shareable, self.text_keys)
+        return ProfileIndex(self.doc_ids, self.user_ids, self.texts, self.vectors, shareable, self.text_keys,
+                            self.item_keys)  # fmt: skip
 
     def with_opted_out(self, users: Sequence[str]) -> ProfileIndex:
         """The same documents with the given users' consent withdrawn (none of their rows shareable any more)."""
@@ -196,6 +205,60 @@ class ProfileIndex:
                 return head
         _, first = np.unique(self.text_keys[rows], return_index=True)
         return np.sort(first)[:k]
+
+    def row_keys(self, kind: str) -> np.ndarray:
+        """Each row's text key (``kind`` "text") or item key ("item"); a row's own number where none is known."""
+        keys = self.item_keys if kind == "item" and self.item_keys is not None else self.text_keys
+        return keys if keys is not None else np.arange(len(self.shareable), dtype=np.uint64)  # type: ignore[arg-type]
+
+    def _order(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
+        """(keys of the shareable rows in sorted order, those rows): who wrote a text (or about an item), found by
+        binary search."""
+        if kind not in self._key_order:
+            rows = np.flatnonzero(self.shareable)
+            keys = self.row_keys(kind)[rows]
+            order = np.argsort(keys, kind="stable")
+            self._key_order[kind] = (keys[order], rows[order])
+        return self._key_order[kind]
+
+    def same_rows(self, kind: str, row: int, own: np.ndarray) -> np.ndarray:
+        """The shareable rows with the given row's text (``kind`` "text") or item ("item"), and those of the ``own``
+        rows (the viewer's rows it may see: ``visible_rows(viewer, [viewer])``), in row order."""
+        key = self.row_keys(kind)[row]
+        keys, rows = self._order(kind)
+        shared = rows[np.searchsorted(keys, key, "left") : np.searchsorted(keys, key, "right")]
+        own = np.asarray(own, dtype=np.int64)
+        return np.union1d(shared, own[self.row_keys(kind)[own] == key]).astype(np.int64)
+
+    def _own(self, viewer: str | None) -> np.ndarray:
+        """The viewer's own rows it may see (none for no viewer)."""
+        return self.visible_rows(viewer, [viewer]) if viewer is not None else np.zeros(0, dtype=np.int64)
+
+    def collapsed_mask(self) -> np.ndarray:
+        """The shareable rows that stand for their text: the first shareable row of each text (one row per text, so
+        that a search over them finds k different texts however often one is repeated)."""
+        if self._collapsed is None:
+            keys, rows = self._order("text")
+            first = np.ones(len(keys), dtype=bool)
+            first[1:] = keys[1:] != keys[:-1]
+            self._collapsed = np.zeros(len(self.shareable), dtype=bool)  # type: ignore[arg-type]
+            self._collapsed[rows[first]] = True
+        return self._collapsed
+
+    def same_text_rows(self, viewer: str | None, row: int) -> np.ndarray:
+        """The rows with the given row's text that the viewer may see: its copies in every shareable profile and in
+        the viewer's own (a text another user keeps unshared is not among them), in row order."""
+        return self.same_rows("text", row, self._own(viewer))
+
+    def same_item_rows(self, viewer: str | None, row: int) -> np.ndarray:
+        """The rows about the given row's item (``item_keys``; without them, its text) that the viewer may see, in row
+        order: everyone's documents about one movie, whatever tag each gave it."""
+        return self.same_rows("item", row, self._own(viewer))
+
+    def writers(self, viewer: str | None, row: int) -> np.ndarray:
+        """The users (owner codes, distinct, in code order) who wrote the row's text, among those the viewer may see:
+        identical documents collapse into one text that says how many users wrote it (docs/methods.md §0)."""
+        return np.unique(self.owners.codes[self.same_text_rows(viewer, row)])
 
     def depth(self, k: int) -> int:
         """How deep to cut a ranking so that k distinct texts remain: ``DISTINCT_DEPTH`` × k, or k without keys."""

@@ -22,10 +22,20 @@ from prag_models.storage.store import column_to_matrix, iter_batches
 TEXT_BLOCK_ROWS = 262_144
 _ORDER = "ORDER BY p.user_id, p.position, p.doc_id"
 _KEYS = (
-    "SELECT e.rowid AS rid, p.user_id, p.doc_id, hash(p.text) AS text_key FROM profile_documents p "
-    "JOIN document_embeddings e "
+    "SELECT e.rowid AS rid, p.user_id, p.doc_id, hash(p.text) AS text_key, {item} AS item_key "
+    "FROM profile_documents p JOIN document_embeddings e "
     f"USING (task, user_id, doc_id) WHERE p.task = ? {_ORDER}"
 )
+
+
+def item_key_sql(task: str) -> str:
+    """The SQL of a document's item key: a hash of its item field (``data.tasks.ITEM_FIELDS``), else of its text."""
+    from prag_models.data.tasks import ITEM_FIELDS
+
+    name = ITEM_FIELDS.get(task)
+    if name is None or not name.isidentifier():
+        return "hash(p.text)"
+    return f"hash(coalesce(json_extract_string(p.fields_json, '$.{name}'), p.text))"
 
 
 class DocumentTexts(Sequence[str]):
@@ -105,13 +115,14 @@ def shareable_mask(con, task: str, keys: pa.Table, owners: OwnerColumn, default_
 
 def read_profile_index(con, task: str, *, default_share: bool) -> ProfileIndex:
     """The task's profile documents as an index (profile order, sharing flags of docs/privacy.md, a hash of each
-    text so that a ranking shows a text once), texts on demand."""
-    keys = con.sql(_KEYS, params=[task]).to_arrow_table()
+    text so that a ranking shows a text once and of each document's item), texts on demand."""
+    keys = con.sql(_KEYS.format(item=item_key_sql(task)), params=[task]).to_arrow_table()
     owners, doc_ids = OwnerColumn.of(keys["user_id"]), StrColumn(keys["doc_id"])
     vectors = vectors_by_rowid(con, task, keys["rid"].to_numpy())
     shareable = shareable_mask(con, task, keys, owners, default_share)
-    text_keys = keys["text_key"].to_numpy()
-    return ProfileIndex(doc_ids, owners, DocumentTexts(con, task, owners, doc_ids), vectors, shareable, text_keys)
+    text_keys, item_keys = keys["text_key"].to_numpy(), keys["item_key"].to_numpy()
+    return ProfileIndex(doc_ids, owners, DocumentTexts(con, task, owners, doc_ids), vectors, shareable, text_keys,
+                        item_keys)  # fmt: skip
 
 
 def profile_index(con, task: str, *, default_share: bool) -> tuple[ProfileIndex, pd.DataFrame]:
@@ -124,7 +135,9 @@ def profile_index(con, task: str, *, default_share: bool) -> tuple[ProfileIndex,
         [task],
     ).df()
     texts: Sequence[str] = docs["text"].tolist()
-    return ProfileIndex(index.doc_ids, index.owners, texts, index.vectors, index.shareable, index.text_keys), docs
+    full = ProfileIndex(index.doc_ids, index.owners, texts, index.vectors, index.shareable, index.text_keys,
+                        index.item_keys)  # fmt: skip
+    return full, docs
 
 
 def clustered_users(con, task: str) -> pa.Table:

@@ -1,5 +1,6 @@
 """One personalized answer for `prag answer`: the task's documents and the user's neighbours from DuckDB, the champion
-CFRAG models from the MLflow registry (or ClusterRAG's clusters), then prag_models.mlops.serving answers."""
+CFRAG models from the MLflow registry (or ClusterRAG's clusters, or item_cf's user vectors and tuned knobs), then
+prag_models.mlops.serving answers."""
 
 from __future__ import annotations
 
@@ -66,6 +67,14 @@ def answer_once(con, settings: Settings, task: str, user_id: str, method: str, t
             encoder, _ = load_model_uri(target, f"models:/{name}/{version}")
         similar = read_rows(con, "cfrag_similar_users", {"task": task})
         user = serving.cfrag_user(user_id, vectors, similar, settings, encoder)
+    elif method == "item_cf":  # the tuned knobs and the user vectors the retrieval stage used
+        from prag_models.methods.knobs import UserSpace, read_tuned_table, with_knobs
+
+        if settings.tuning.enabled:
+            settings = with_knobs(settings, read_tuned_table(con, "tuned_settings", task).get("item_cf", {}))
+        space = UserSpace(con, task, settings, documents.index.vectors.shape[1])
+        models["user_vectors"] = dict(zip(space.ids, space.vectors(settings), strict=True))
+        user = serving.item_cf_user(user_id, models["user_vectors"], settings.clustering.user_similarity)
     else:
         clusters = read_rows(con, "user_clusters", {"task": task})
         reference = None if user_id in set(clusters["user_id"]) else reference_clustering(con, task)[1]

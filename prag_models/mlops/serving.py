@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 
 from prag_models.config.settings import Settings
-from prag_models.data.tasks import extract_query
+from prag_models.data.tasks import ITEM_FIELDS, extract_query
 from prag_models.generation.answers import answer_cached, lamp_prompt
-from prag_models.generation.prompts import parse_output, prompt_document
+from prag_models.generation.prompts import agreement, parse_output, prompt_document
 from prag_models.methods import clusterrag
 from prag_models.methods.profiles import ProfileIndex, Retrieved, text_keys_of
 from prag_models.storage.store import column_to_matrix
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from prag_models.llm.base import Generator
 
 #: Methods ``prag answer`` serves.
-SERVING_METHODS: tuple[str, ...] = ("cfrag", "clusterrag_collaborative", "clusterrag_hybrid")
+SERVING_METHODS: tuple[str, ...] = ("cfrag", "clusterrag_collaborative", "clusterrag_hybrid", "item_cf")
 
 
 @dataclass
@@ -75,10 +75,14 @@ class ServedAnswer:
 
 
 def task_documents(task: str, docs: pd.DataFrame) -> TaskDocuments:
-    """Index a task's documents (doc_id, user_id, text, fields_json, embedding, shareable; in user/profile order);
-    without a ``shareable`` column no document leaves its owner (docs/privacy.md)."""
+    """Index a task's documents (doc_id, user_id, text, fields_json, embedding, shareable; in user/profile order),
+    with each document's item (``data.tasks.ITEM_FIELDS``); without a ``shareable`` column no document leaves its
+    owner (docs/privacy.md)."""
     if docs.empty:
         raise LookupError(f"no profile documents for {task}: materialize the graph for this task first")
+    fields = [json.loads(f or "{}") for f in docs["fields_json"]]
+    item = ITEM_FIELDS.get(task)
+    items = [str(f.get(item, t)) if item else t for t, f in zip(docs["text"], fields, strict=True)]
     index = ProfileIndex(
         docs["doc_id"].tolist(),
         docs["user_id"].tolist(),
@@ -86,8 +90,8 @@ def task_documents(task: str, docs: pd.DataFrame) -> TaskDocuments:
         column_to_matrix(docs["embedding"].tolist()),
         docs["shareable"].to_numpy(dtype=bool) if "shareable" in docs else None,
         text_keys_of(docs["text"].tolist()),
+        text_keys_of(items),
     )
-    fields = [json.loads(f or "{}") for f in docs["fields_json"]]
     shown = [prompt_document(task, t, f) for t, f in zip(docs["text"], fields, strict=True)]
     return TaskDocuments(index, shown)
 
@@ -261,6 +265,14 @@ def retrieve(
     if method.startswith("clusterrag_") and method.removeprefix("clusterrag_") in clusterrag.PROFILE_MODES:
         mode = method.removeprefix("clusterrag_")
         return clusterrag.retrieve_profile_mode(index, mode, user.user_id, user.neighbours, q, settings.retrieval.k)
+    if method == "item_cf":  # models["user_vectors"]: every user's vector of the method's user similarity
+        from prag_models.methods.item_cf import ItemCfRetriever
+
+        if not models or "user_vectors" not in models:
+            raise ValueError("item_cf needs the users' vectors (models['user_vectors'])")
+        c = settings.item_cf
+        found = ItemCfRetriever(index, models["user_vectors"], c.sharpness, c.shortlist)
+        return found.retrieve(user.user_id, q, settings.retrieval.k)
     if method != "cfrag":
         raise ValueError(f"unknown serving method {method!r}; known: {', '.join(SERVING_METHODS)}")
     if not models or not {"retriever", "reranker"} <= set(models) or user.embedding is None:
@@ -290,14 +302,32 @@ def answer(
     """Retrieve, build the budgeted LaMP prompt and answer it through the generation cache."""
     query = extract_query(task, user_input)
     found = retrieve(method, documents, user, query, query_vector, settings, models)
-    shown = [documents.prompt_docs[r.row] for r in found]
+    shown = [agreement(documents.prompt_docs[r.row], r.writers) for r in found]  # "(3 users) …" where counted
     prompt = lamp_prompt(task, user_input, shown, generator, settings.prompt)
-    users = [[user.user_id, *(r.source_user_id for r in found)]]  # the cache's provenance: whose data it shows
+    users = [[user.user_id, *shown_users(documents.index, user.user_id, found)]]  # the cache's provenance
     outputs, _ = answer_cached(task, generator, [prompt], settings.generator, con, users=users)
     return ServedAnswer(
         task, method, user, query, found, shown, prompt, outputs[0], parse_output(task, outputs[0]),
         dict(model_uris or {}),
     )  # fmt: skip
+
+
+def shown_users(index: ProfileIndex, user_id: str, found: list[Retrieved]) -> list[str]:
+    """Whose data a prompt shows: each document's source user and, for a text counted as written by several users,
+    every one of them (the count is their data too: what `prag forget` deletes a cached answer by)."""
+    names = index.owners.names
+    who = [r.source_user_id for r in found]
+    who += [names[c] for r in found if r.writers > 1 for c in index.writers(user_id, r.row)]
+    return list(dict.fromkeys(who))
+
+
+def item_cf_user(user_id: str, user_vectors: Mapping[str, np.ndarray], similarity: str) -> ServedUser:
+    """item_cf's view of the asker: every user it may see votes, weighed by ``similarity`` to the asker's vector (a
+    user without one, e.g. new, weighs every author alike: the crowd's majority)."""
+    known = user_id in user_vectors
+    how = f"item_cf: every user it may see votes, weighed by {similarity} similarity" + (
+        "" if known else " (new user: no vector, every author weighs the same)")  # fmt: skip
+    return ServedUser(user_id, not known, [], how, user_vectors.get(user_id))
 
 
 def format_answer(result: ServedAnswer, width: int = 160) -> str:
@@ -314,7 +344,8 @@ def format_answer(result: ServedAnswer, width: int = 160) -> str:
         lines.append(f"retrieved documents ({len(result.retrieved)}):")
     for rank, (r, text) in enumerate(zip(result.retrieved, result.documents, strict=True), 1):
         own = " (own)" if r.source_user_id == u.user_id else ""
-        lines.append(f"  {rank}. from user {r.source_user_id}{own}, doc {r.doc_id}, score {r.score:.4f}: "
+        also = f", written by {r.writers} users" if r.writers > 1 else ""
+        lines.append(f"  {rank}. from user {r.source_user_id}{own}{also}, doc {r.doc_id}, score {r.score:.4f}: "
                      f"{_short(text, width)}")  # fmt: skip
     lines.append(f"generation: {result.output.strip()}")
     lines.append(f"answer: {result.prediction}")

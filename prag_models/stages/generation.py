@@ -26,33 +26,46 @@ GENERATION_COLUMNS = ["task", "method", "sample_id", "user_id", "generator_id", 
 
 def retrieved_texts(con, task: str, methods: tuple[str, ...]) -> dict[str, dict[str, list[str]]]:
     """method → sample → texts of the retrieved documents in rank order (the given methods only), each sample's
-    rankings cut to the count every one of those methods gives it (``common_count``)."""
+    rankings cut to the count every one of those methods gives it (``common_count``); a text that stands for several
+    users' identical documents (column ``writers``, item_cf) says how many."""
+    from prag_models.storage.catalog import table_columns
+
     out: dict[str, dict[str, list[str]]] = {}
     for table in RETRIEVAL_TABLES:
         if not table_exists(con, table):
             continue
+        writers = "r.writers" if "writers" in {c for c, _ in table_columns(con, table)} else "1"
         rows = con.execute(
-            f"SELECT r.method, r.sample_id, p.text, p.fields_json FROM {table} r JOIN profile_documents p "
+            f"SELECT r.method, r.sample_id, p.text, p.fields_json, {writers} FROM {table} r JOIN profile_documents p "
             "ON p.task = r.task AND p.user_id = r.source_user_id AND p.doc_id = r.doc_id "
             "WHERE r.task = ? ORDER BY r.method, r.sample_id, r.rank",
             [task],
         ).fetchall()
-        for method, sample_id, text, fields in rows:
+        for method, sample_id, text, fields, count in rows:
             if method in methods:
-                doc = prompt_document(task, text, json.loads(fields))
+                doc = prompt_document(task, text, json.loads(fields), count or 1)
                 out.setdefault(method, {}).setdefault(sample_id, []).append(doc)
     return common_count(out)
 
 
 def prompt_users(con, task: str, pairs: Sequence[tuple[str, str]]) -> list[list[str]]:
     """Whose data the prompt of each (method, sample id) pair shows: the sample's user (input, gold) and the owners of
-    the method's retrieved documents for the sample; the LLM caches record it (provenance, what forget deletes by)."""
+    the method's retrieved documents for the sample — for a text counted as written by several users (``writers``,
+    item_cf), every user with that text, the count being their data too (a hidden copy's owner included: deleting
+    more than needed is the safe side); the LLM caches record it (provenance, what forget deletes by)."""
+    from prag_models.storage.catalog import table_columns
+
     who: dict[tuple[str, str], set[str]] = {}
     con.register("_prag_pairs", pd.DataFrame(list(pairs), columns=["method", "sample_id"], dtype="string"))
     try:
+        tables = [t for t in RETRIEVAL_TABLES if table_exists(con, t)]
         parts = [f"SELECT p.method, p.sample_id, r.source_user_id FROM _prag_pairs p JOIN {t} r ON r.task = $task "
-                 "AND r.method = p.method AND r.sample_id = p.sample_id" for t in RETRIEVAL_TABLES
-                 if table_exists(con, t)]  # fmt: skip
+                 "AND r.method = p.method AND r.sample_id = p.sample_id" for t in tables]  # fmt: skip
+        parts += [f"SELECT p.method, p.sample_id, c.user_id FROM _prag_pairs p JOIN {t} r ON r.task = $task "
+                  "AND r.method = p.method AND r.sample_id = p.sample_id AND r.writers > 1 JOIN profile_documents d "
+                  "ON d.task = $task AND d.user_id = r.source_user_id AND d.doc_id = r.doc_id JOIN profile_documents c "
+                  "ON c.task = $task AND c.text = d.text" for t in tables
+                  if "writers" in {name for name, _ in table_columns(con, t)}]  # fmt: skip
         parts.append("SELECT p.method, p.sample_id, s.user_id FROM _prag_pairs p JOIN lamp_samples s "
                      "ON s.task = $task AND s.sample_id = p.sample_id")  # fmt: skip
         for method, sample_id, user in con.execute(" UNION ".join(parts), {"task": task}).fetchall():

@@ -1,5 +1,5 @@
-"""Stage 4 (retrieval): documents retrieved for each dev sample by the baselines and by ClusterRAG (docs/methods.md
-§3.4–3.5, §5)."""
+"""Stage 4 (retrieval): documents retrieved for each dev sample by the baselines, by ClusterRAG and by prag's
+community-wide and item-based collaborative filtering (docs/methods.md §3.4–3.5, §5)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pandas as pd
 from prag_models.config.settings import Settings
 from prag_models.methods import baselines, clusterrag
 from prag_models.methods.community import CommunityRetriever
+from prag_models.methods.item_cf import ItemCfRetriever, item_cf_retriever
 from prag_models.methods.profiles import ProfileIndex, Retrieved
 from prag_models.methods.task_tables import clustered_users, read_profile_index
 from prag_models.methods.vector_index import CorpusIndex, numpy_blas_threads
@@ -22,6 +23,8 @@ from prag_models.storage.store import column_to_matrix, table_exists
 from prag_models.users.embeddings import normalize_rows
 
 RETRIEVAL_COLUMNS = ["task", "method", "sample_id", "user_id", "rank", "doc_id", "source_user_id", "score"]
+#: clusterrag_retrievals also says how many users the asker may see wrote each text (item_cf counts; others 1).
+CLUSTERRAG_COLUMNS = [*RETRIEVAL_COLUMNS, "writers"]
 BASELINE_METHODS = ("random", "recency", "bm25", "dense", "dense_global", "oracle_community")
 CLUSTERRAG_METHODS = (
     "clusterrag_user_only",
@@ -29,6 +32,7 @@ CLUSTERRAG_METHODS = (
     "clusterrag_hybrid",
     "clusterrag_two_stage",
     "clusterrag_community",
+    "item_cf",
 )
 
 
@@ -72,6 +76,12 @@ def _rows(task: str, method: str, sample_id: str, user_id: str, found: list[Retr
     return [
         (task, method, sample_id, user_id, rank, r.doc_id, r.source_user_id, r.score) for rank, r in enumerate(found, 1)
     ]
+
+
+def counted_rows(task: str, method: str, sample_id: str, user_id: str, found: list[Retrieved]) -> list[tuple]:
+    """Rows of clusterrag_retrievals (CLUSTERRAG_COLUMNS): the retrieval columns and each text's writers."""
+    return [(task, method, sample_id, user_id, rank, r.doc_id, r.source_user_id, r.score, r.writers)
+            for rank, r in enumerate(found, 1)]  # fmt: skip
 
 
 def summary(frame: pd.DataFrame) -> dict:
@@ -157,11 +167,21 @@ def run_clusterrag(
     community: CommunityRetriever | None = None,
     methods: Collection[str] = CLUSTERRAG_METHODS,
     seconds: dict[str, float] | None = None,
+    item_cf: ItemCfRetriever | None = None,
 ) -> tuple[list[tuple], dict]:
     """The three ClusterRAG profile modes, the two-stage retrieval over the hybrid pool (clustered once per user,
-    users one after the other: one pool in memory) and the community-wide mode; ``methods`` limits which run."""
+    users one after the other: one pool in memory), the community-wide mode and item_cf (with its retriever);
+    ``methods`` limits which run. Rows of CLUSTERRAG_COLUMNS."""
     with numpy_blas_threads(1):  # per-user loops of small products (FAISS keeps its threads)
-        return _clusterrag(settings, task, index, samples, neighbours, community, methods, seconds)
+        rows, cost = _clusterrag(settings, task, index, samples, neighbours, community, methods, seconds)
+        if item_cf is not None and "item_cf" in methods:
+            t0 = time.perf_counter()
+            queries = query_matrix(samples, index.vectors.shape[1])
+            found_all = item_cf.retrieve_many(samples["user_id"].tolist(), queries, settings.retrieval.k)
+            rows += [r for s, found in zip(samples.itertuples(), found_all, strict=True)
+                     for r in counted_rows(task, "item_cf", s.sample_id, s.user_id, found)]  # fmt: skip
+            _timed(seconds, "item_cf", t0)
+    return [(*r, 1) if len(r) == len(RETRIEVAL_COLUMNS) else r for r in rows], cost
 
 
 def _clusterrag(
@@ -224,12 +244,7 @@ def planted_communities(con, task: str) -> dict[str, int] | None:
 def community_retriever(con, task: str, index: ProfileIndex, settings: Settings) -> CommunityRetriever:
     """The community-wide retriever of a task over its user clusters and the unit vectors of the configured user
     similarity (z_u for content; users/taste.py)."""
-    from prag_models.users.taste import similarity_vectors
-
-    users = clustered_users(con, task)
-    ids = users["user_id"].to_pylist()
-    content = normalize_rows(column_to_matrix(users["embedding"], index.vectors.shape[1]))
-    vectors, _ = similarity_vectors(con, task, settings, ids, content)
+    users, ids, vectors = _user_vectors(con, task, index, settings)
     c = settings.clustering
     return CommunityRetriever(
         index,
@@ -238,6 +253,23 @@ def community_retriever(con, task: str, index: ProfileIndex, settings: Settings)
         c.community_user_weight,
         c.community_top_n,
     )
+
+
+def _user_vectors(con, task: str, index: ProfileIndex, settings: Settings) -> tuple[Any, list[str], np.ndarray]:
+    """The task's clustered users (table), their ids and their unit vectors of the configured user similarity."""
+    from prag_models.users.taste import similarity_vectors
+
+    users = clustered_users(con, task)
+    ids = users["user_id"].to_pylist()
+    content = normalize_rows(column_to_matrix(users["embedding"], index.vectors.shape[1]))
+    vectors, _ = similarity_vectors(con, task, settings, ids, content)
+    return users, ids, vectors
+
+
+def item_cf_for(con, task: str, index: ProfileIndex, settings: Settings) -> ItemCfRetriever:
+    """item_cf of a task with the configured knobs, its votes weighed by the configured user similarity."""
+    _, ids, vectors = _user_vectors(con, task, index, settings)
+    return item_cf_retriever(index, ids, vectors, settings)
 
 
 def baseline_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, dict[str, Any]]:
@@ -283,12 +315,14 @@ def consent_clusterrag_rows(
     seconds: dict[str, float] = {}
     plain = [m for m in wanted if m not in tuned]
     community = space.community(restricted, settings) if "clusterrag_community" in plain else None
-    rows, _ = run_clusterrag(settings, task, restricted, samples, space.neighbours(settings), community, plain, seconds)
+    item_cf = space.item_cf(restricted, settings) if "item_cf" in plain else None
+    rows, _ = run_clusterrag(settings, task, restricted, samples, space.neighbours(settings), community, plain, seconds,
+                             item_cf)  # fmt: skip
     for method in (m for m in wanted if m in tuned):
         t0 = time.perf_counter()
         found = retrieve(method, with_knobs(settings, tuned[method]), space, restricted, samples)
         rows += [r for s, f in zip(samples.itertuples(), found, strict=True)
-                 for r in _rows(task, method, s.sample_id, s.user_id, f)]  # fmt: skip
+                 for r in counted_rows(task, method, s.sample_id, s.user_id, f)]  # fmt: skip
         _timed(seconds, method, t0)
     return [(r[0], r[1] + suffix, *r[2:]) for r in rows], {m + suffix: v for m, v in seconds.items()}
 
@@ -299,7 +333,9 @@ def clusterrag_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, d
     index, samples, neighbours = load_task_inputs(con, task, default_share=settings.privacy.default_share)
     seconds: dict[str, float] = {}
     community = community_retriever(con, task, index, settings)
-    rows, cost = run_clusterrag(settings, task, index, samples, neighbours, community, seconds=seconds)
+    item_cf = item_cf_for(con, task, index, settings)
+    rows, cost = run_clusterrag(settings, task, index, samples, neighbours, community, seconds=seconds,
+                                item_cf=item_cf)  # fmt: skip
     rows, tuned = with_tuned_rows(con, task, settings, index, samples, rows)  # <method>@default keeps the untuned
     scenario = consent_scenario(index, settings)
     if scenario and any(m in settings.privacy.consent_cost_methods for m in CLUSTERRAG_METHODS):
@@ -311,5 +347,5 @@ def clusterrag_rows(con, task: str, settings: Settings) -> tuple[pd.DataFrame, d
         cost["consent_cost"] = {"opted_out_users": len(out), "users": len(index.users), "suffix": suffix,
                                 "knobs": "as the full-consent rows (tuned)",
                                 "z_u, clusters, neighbours": "without the opted-out users' documents"}  # fmt: skip
-    frame = pd.DataFrame(rows, columns=RETRIEVAL_COLUMNS)
+    frame = pd.DataFrame(rows, columns=CLUSTERRAG_COLUMNS)
     return frame, {**summary(frame), **cost, **tuned, "seconds": seconds}

@@ -64,8 +64,9 @@ def tuning_markdown(stats: dict[str, dict]) -> str:
 def with_tuned_rows(
     con, task: str, settings: Settings, index: ProfileIndex, samples: pd.DataFrame, rows: list[tuple]
 ) -> tuple[list[tuple], dict[str, Any]]:
-    """Retrieval rows with each tuned method's untuned rows renamed ``<method>@default`` and its rows retrieved with
-    the task's tuned values (tuned_settings) under the method's own name; unchanged without tuned values."""
+    """Retrieval rows (with the writers column) with each tuned method's untuned rows renamed ``<method>@default`` and
+    its rows retrieved with the task's tuned values (tuned_settings) under the method's own name; unchanged without
+    tuned values."""
     tuned = read_tuned(con, task) if settings.tuning.enabled else {}
     if not tuned:
         return rows, {}
@@ -73,7 +74,7 @@ def with_tuned_rows(
     space = UserSpace(con, task, settings, index.vectors.shape[1])
     for method, values in tuned.items():
         found = retrieve(method, with_knobs(settings, values), space, index, samples)
-        out += [(task, method, s.sample_id, s.user_id, rank, r.doc_id, r.source_user_id, r.score)
+        out += [(task, method, s.sample_id, s.user_id, rank, r.doc_id, r.source_user_id, r.score, r.writers)
                 for s, docs in zip(samples.itertuples(), found, strict=True)
                 for rank, r in enumerate(docs, 1)]  # fmt: skip
     return out, {"tuned": tuned}

@@ -60,6 +60,7 @@ _COMMON = {
     "rank": "1 = the first retrieved document",
     "source_user_id": "whose profile the document comes from (the user himself or a neighbour)",
     "score": "the method's retrieval score (higher = better)",
+    "writers": "how many users the asker may see wrote this very text (item_cf counts identical documents; else 1)",
     "cluster": "the user's cluster (HDBSCAN noise users share one extra cluster)",
     "metric": "LaMP metric (accuracy, F1, MAE, RMSE, ROUGE-1/L) or retrieval metric (R@k, NDCG@k, MRR, label-hit@k)",
     "value": "the metric over the samples",
@@ -90,9 +91,8 @@ _TABLES = {
     "lamp_retrieval_evaluation": ["task", "method", "metric", "value", "ci_low", "ci_high", "n_samples", "is_primary"],
 }  # fmt: skip
 _RETRIEVAL = ["task", "method", "sample_id", "user_id", "rank", "doc_id", "source_user_id", "score"]
-_TABLES |= dict.fromkeys(
-    ["baseline_retrievals", "clusterrag_retrievals", "cfrag_retrievals", "pbr_lamp_retrievals"], _RETRIEVAL
-)
+_TABLES |= dict.fromkeys(["baseline_retrievals", "cfrag_retrievals", "pbr_lamp_retrievals"], _RETRIEVAL)
+_TABLES["clusterrag_retrievals"] = [*_RETRIEVAL, "writers"]
 _OWN = {
     "user_embeddings": {"embedding": "z_u: mean of the user's unit document embeddings (cold start: of his queries)"},
     "similar_users": {"rank": "1 = the most similar member of the user's cluster", "score": "cosine similarity"},

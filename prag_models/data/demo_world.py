@@ -154,13 +154,19 @@ def _groups_and_tastes(rng: np.random.Generator, users: int, communities: int) -
 def _split_taste(users: int, communities: int, dev_samples: int, train_samples: int | None, seed: int) -> World:
     """C topic groups (topics, style) crossed with C taste communities (labels), balanced within every group."""
     rng = np.random.default_rng([seed, 101])
+    return _crossed_world(rng, users, communities, dev_samples, train_samples, "split_taste")[0]
+
+
+def _crossed_world(rng: np.random.Generator, users: int, communities: int, dev_samples: int, train_samples: int | None,
+                   family: str) -> tuple[World, list[str]]:  # fmt: skip
+    """split_taste's world drawn from rng (topic groups crossed with taste communities), and its topic pool."""
     topics = _ring(rng, communities)
     group, taste = _groups_and_tastes(rng, users, communities)
     pool = sorted({t for ts in topics for t in ts}, key=lambda t: list(TOPICS).index(t))
     tag, rating, keys = _taste_labels(rng, pool, communities)
     thin, covered = _coverage(rng, users, [topics[g] for g in group])
     splits = _splits(rng, users, dev_samples, train_samples)
-    return World(taste, topics, covered, thin, tag, rating, keys, splits, "split_taste", group, list(group))
+    return World(taste, topics, covered, thin, tag, rating, keys, splits, family, group, list(group)), pool
 
 
 def _no_community(users: int, communities: int, dev_samples: int, train_samples: int | None, seed: int) -> World:
@@ -201,13 +207,7 @@ def _tagging(users: int, communities: int, dev_samples: int, train_samples: int 
     from prag_models.data.demo_tagging import item_catalogue
 
     rng = np.random.default_rng([seed, 104])
-    topics = _ring(rng, communities)
-    group, taste = _groups_and_tastes(rng, users, communities)
-    pool = sorted({t for ts in topics for t in ts}, key=lambda t: list(TOPICS).index(t))
-    tag, rating, keys = _taste_labels(rng, pool, communities)
-    thin, covered = _coverage(rng, users, [topics[g] for g in group])
-    splits = _splits(rng, users, dev_samples, train_samples)
-    world = World(taste, topics, covered, thin, tag, rating, keys, splits, "tagging", group, list(group))
+    world, pool = _crossed_world(rng, users, communities, dev_samples, train_samples, "tagging")
     world.items = item_catalogue(rng, pool, communities)
     return world
 

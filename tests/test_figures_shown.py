@@ -14,6 +14,7 @@ def test_a_proportion_whose_samples_agree_has_a_wilson_interval_not_a_point():
     assert one.low < 0.25 and one.high == 1.0 and one.n == 1  # Wilson at n = 1: [0.21, 1.00]
     assert 0.3 < three.low < 0.5 and three.high == 1.0
     assert eight.low == 0.0 and 0.2 < eight.high < 0.4
+    assert all(e.low <= e.value <= e.high for e in (one, three, eight, estimate([1.0] * 96)))  # never outside
     rouge = estimate([0.42])
     assert rouge.value == 0.42 and math.isnan(rouge.low) and math.isnan(rouge.high)
 

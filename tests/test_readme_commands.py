@@ -139,13 +139,15 @@ def test_tool_options_the_readme_uses_exist() -> None:
 
 
 def _script_tool_lines() -> list[list[str]]:
-    """``exec "$PRAG_VENV/bin/<tool>" ...`` lines of the scripts the README runs, as words (tool name first)."""
+    """``exec "$PRAG_VENV/bin/<tool>" ...`` lines (or ``cmd=("$PRAG_VENV/bin/<tool>" ...)``, the command a script
+    then runs) of the scripts the README runs, as words (tool name first)."""
     scripts = {w for c in COMMANDS for w in c if re.fullmatch(r"scripts/[\w./-]+\.sh", w)}
     found = []
     for script in sorted(scripts):
         for line in (ROOT / script).read_text(encoding="utf-8").splitlines():
-            if line.startswith('exec "$PRAG_VENV/bin/'):
-                words = shlex.split(line.removeprefix("exec "), posix=True)
+            if line.startswith(('exec "$PRAG_VENV/bin/', 'cmd=("$PRAG_VENV/bin/')):
+                text = line.removeprefix("exec ").removeprefix("cmd=(").rstrip(")")
+                words = shlex.split(text, posix=True)
                 found.append([Path(words[0]).name, *words[1:]])
     return found
 

@@ -103,7 +103,7 @@ def estimate(
         from statsmodels.stats.proportion import proportion_confint
 
         low, high = proportion_confint(int(x.sum()), len(x), alpha=1 - bootstrap.confidence, method="wilson")
-        return Estimate(value, float(low), float(high), len(x))
+        return Estimate(value, min(float(low), value), max(float(high), value), len(x))  # 1 - 1e-16 is 1
     if len(x) == 1:
         return Estimate(value, math.nan, math.nan, 1)
     low, high = _interval((x,), lambda a, axis=-1: _apply(statistic, a, axis), False, bootstrap)

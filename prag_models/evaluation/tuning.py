@@ -237,7 +237,9 @@ def tune_task(
     index, samples, scorer, budget_s, max_trials = prepared
     space = UserSpace(con, task, settings, index.vectors.shape[1])
     planted = planted_from_table(con, task)
-    methods = [m for m in KNOB_SPACE if searched["by_labels"] or m not in LABEL_TUNED_ONLY]
+    # item_cf only where labels score the search and the run retrieves with it (the demo's default does not)
+    methods = [m for m in KNOB_SPACE if m not in LABEL_TUNED_ONLY
+               or (searched["by_labels"] and m in settings.retrieval.methods)]  # fmt: skip
     space.prepare(settings, {m for method in methods
                              for m in method_space(settings, method).get("clustering.user_similarity", ())})
     chosen_rows, trial_rows, stats = [], [], {"train_samples": len(samples), "methods": {}}

@@ -1,5 +1,6 @@
 """The utility test's interim look (issue 47, utility.interim_p): a test planned past utility.min_samples looks once
-after min_samples and stops there only on a clear effect; the LLM evidence run counts a stopped test as complete."""
+halfway (never before min_samples) and stops there only on a clear effect; the LLM evidence run counts a stopped test
+as complete."""
 
 import duckdb
 import numpy as np
@@ -40,7 +41,7 @@ class _StubScorer:
                 for m, s in pairs}  # fmt: skip
 
 
-def _settings(interim_p: float = 0.001) -> Settings:
+def _settings(interim_p: float = 0.005) -> Settings:
     """Default settings with a 4-sample pilot, min_samples 6 and power 0.999 (a plan that wants more than 6)."""
     base = Settings()
     utility = {"pilot_samples": 4, "min_samples": 6, "power": 0.999, "interim_p": interim_p}
@@ -59,11 +60,12 @@ def _plan(gain: float, interim_p: float) -> tuple[object, _StubScorer]:
 
 
 def test_a_clear_effect_stops_at_the_interim_look_and_the_evidence_run_counts_it_complete():
-    """A large gain over dense_global and the own profile: the test stops after min_samples (6 test samples scored),
-    the plan says so, and completed_tasks treats it as complete (the evidence run does not extend it)."""
-    plan, scorer = _plan(gain=2.0, interim_p=0.001)
-    assert plan.planned_n > 6 and plan.stopped_early and plan.test_n == 6, plan
-    assert len(scorer.scored["test"]) == 6
+    """A large gain over dense_global and the own profile: the test stops halfway (28 of the 56 test samples the
+    plan wants, above min_samples 6), the plan says so, and completed_tasks treats it as complete (the evidence run
+    does not extend it)."""
+    plan, scorer = _plan(gain=2.0, interim_p=0.005)
+    assert plan.planned_n >= 56 and plan.stopped_early and plan.test_n == 28, plan
+    assert len(scorer.scored["test"]) == 28
     settings = _settings()
     row = {c: getattr(plan, c) for c in PLAN_COLUMNS}
     with duckdb.connect() as con:
@@ -73,7 +75,7 @@ def test_a_clear_effect_stops_at_the_interim_look_and_the_evidence_run_counts_it
     assert "LaMP-7" in complete and "LaMP-7" not in decided
 
 
-@pytest.mark.parametrize(("gain", "interim_p"), [(0.05, 0.001), (1.0, 0.0)])
+@pytest.mark.parametrize(("gain", "interim_p"), [(0.05, 0.005), (1.0, 0.0)])
 def test_without_a_clear_effect_or_without_the_look_the_test_runs_to_its_planned_n(gain, interim_p):
     """A small gain (not clear at the look), or the look turned off: every planned test sample is scored."""
     plan, scorer = _plan(gain=gain, interim_p=interim_p)
@@ -96,3 +98,11 @@ def test_a_funded_task_whose_pilot_costs_more_than_estimated_still_runs_its_smal
     with duckdb.connect() as con:
         plan = _pilot_plan_test(scorer, con, "LaMP-7", settings, ids, ids[:4], ids[4:], docs, budget, 1.1)
     assert plan.affordable_n < 6 and plan.test_n == 6 and len(scorer.scored["test"]) == 6, plan
+
+
+@pytest.mark.parametrize(("test_n", "look"), [(56, 28), (30, 20), (21, 20), (20, 20), (8, 8), (41, 21)])
+def test_the_look_is_halfway_and_never_before_min_samples(test_n, look):
+    """interim_n: half the test (rounded up), at least min_samples (20), the whole test where nothing would follow."""
+    from prag_models.evaluation.utility import interim_n
+
+    assert interim_n(test_n, 20) == look

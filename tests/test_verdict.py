@@ -314,3 +314,34 @@ def test_beating_the_own_profile_needs_the_same_test_as_beating_everybody() -> N
     scores = _scores({"dense_global": base, "clusterrag_community": base + 0.5, "dense": base + 0.5 - over_own})
     row = task_verdict(scores, "ndcg@3")
     assert row["verdict"] == OWN, row
+
+
+def test_the_llm_column_says_when_a_utility_test_ended_before_its_planned_n(tmp_path) -> None:
+    """Issue 47: a utility test the interim look stopped reads "n=24, stopped early"; one the run's budget cut reads
+    "n=24 of 60 planned" (prag evidence extends it); one that ran its plan reads the bare n — in the short table and
+    in the full one."""
+    import duckdb
+
+    from prag_models.evaluation.utility import PLAN_TABLE, UTILITY_TABLE
+    from prag_models.evaluation.verdict import verdicts_from_store
+    from prag_models.evaluation.verdict_view import deciding_rows
+
+    rng = np.random.default_rng(3)
+    rows = [("LaMP-2", m, f"s{i}", "test", -1.0, 4, (-1.0 if m == "dense_global" else -0.5) + rng.normal(0, 0.1))
+            for m in ("cfrag", "clusterrag_community", "dense_global") for i in range(24)]  # fmt: skip
+    cells = {}
+    for name, stopped, planned in (("stopped", True, 60), ("cut", False, 60), ("whole", False, 24)):
+        path = _store(tmp_path / f"{name}.duckdb", False)
+        with duckdb.connect(str(path)) as con:
+            con.register("u", pd.DataFrame(rows, columns=["task", "method", "sample_id", "phase", "loglik", "tokens",
+                                                          "value"]))  # fmt: skip
+            con.execute(f"CREATE TABLE {UTILITY_TABLE} AS SELECT * FROM u")
+            plan = pd.DataFrame([{"task": "LaMP-2", "evidence": "labels chose", "planned_n": planned, "test_n": 24,
+                                  "stopped_early": stopped}])  # fmt: skip
+            con.register("p", plan)
+            con.execute(f"CREATE TABLE {PLAN_TABLE} AS SELECT * FROM p")
+            table = verdicts_from_store(con, ["LaMP-2"])
+        cells[name] = (deciding_rows(table)[0][5], verdicts_markdown(table))
+    assert cells["stopped"][0] == "confirms, n=24, stopped early" and "(n=24, stopped early)" in cells["stopped"][1]
+    assert cells["cut"][0] == "confirms, n=24 of 60 planned" and "(n=24 of 60 planned)" in cells["cut"][1]
+    assert cells["whole"][0] == "confirms, n=24" and "(n=24)" in cells["whole"][1]

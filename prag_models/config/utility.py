@@ -24,8 +24,10 @@ class UtilitySettings(Section):
     # The share of run.llm_budget_s the utility may spend (the LLM evaluation of generated outputs gets the rest); a
     # task no label sees gets three times a label-decided task's part (stages/llm_utility.py EVIDENCE_WEIGHT).
     budget_share: float = Field(0.65, ge=0.0, le=1.0)
-    # One interim look (Haybittle–Peto) after min_samples test samples when the plan wants more: the test stops there
-    # only on a clear effect, two-sided p below interim_p for every comparison the verdict needs (the gain over
-    # dense_global either way; up, also the gain over the own profile where it is compared). The final look keeps the
-    # usual 0.05, so the error rate rises by at most interim_p (docs/methods.md §6.7). 0 = no interim look.
-    interim_p: float = Field(0.001, ge=0.0, lt=0.05)
+    # One interim look halfway through a test planned past min_samples (at max(min_samples, ⌈n/2⌉) samples): the
+    # test stops there only on a clear effect, two-sided p below interim_p for every comparison the verdict needs (the
+    # gain over dense_global either way; up, also the gain over the own profile where it is compared). 0.005 is
+    # O'Brien–Fleming's boundary for a look at half the information (0.0052, with 0.048 at the end); the final look
+    # keeps the usual 0.05, so the error rate rises by at most interim_p (a union bound, docs/methods.md §6.7).
+    # 0 = no interim look.
+    interim_p: float = Field(0.005, ge=0.0, lt=0.05)

@@ -34,7 +34,7 @@ PLAN_TABLE = "llm_utility_plans"
 UTILITY_METRIC = "utility"  # nats per gold token (higher is better)
 #: A plan's evidence when the run's budget could not pay the task's test and the cache did not hold it (issue 47)
 DEFERRED = "deferred"
-PLAN_VERSION = "v3"  # v3: one interim look (utility.interim_p); v2: whole tests funded, planned_n before the cap
+PLAN_VERSION = "v4"  # v4: the interim look halfway; v3: one interim look; v2: whole tests funded, planned_n first
 #: generation_cache key suffix of utility values; bump the version when the scored text changes
 UTILITY_KEY = "#utility-v2"
 _JSON_KEY = {"LaMP-4": "title", "LaMP-5": "title", "LaMP-7": "tweet"}
@@ -98,6 +98,12 @@ def utility_values(
 def per_token(logliks: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     """Mean log-likelihood per token (the utility value)."""
     return np.asarray(logliks, dtype=np.float64) / np.maximum(np.asarray(tokens, dtype=np.float64), 1.0)
+
+
+def interim_n(test_n: int, min_samples: int) -> int:
+    """Where a test of ``test_n`` samples looks once (utility.interim_p): halfway, never before min_samples; test_n
+    itself (no look) when that leaves nothing after the look."""
+    return min(test_n, max(min_samples, math.ceil(test_n / 2)))
 
 
 def clear_at_interim(base: np.ndarray, own: np.ndarray | None, interim_p: float) -> bool:

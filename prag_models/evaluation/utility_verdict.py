@@ -61,6 +61,18 @@ def utility_leg(scores: pd.DataFrame, chosen: CrossFit | str, min_samples: int) 
             "llm_gain_high": gain.high, "llm_n_samples": gain.n, "llm_decision": decision}  # fmt: skip
 
 
+def plan_note(plan: dict[str, Any] | None) -> str:
+    """What the verdict says beside a utility test that ended before its planned n: "stopped early" (the interim
+    look decided: complete) or "of N planned" (the run's budget cut it: `prag evidence` extends it); else ""."""
+    if plan is None or str(plan.get("evidence", "")) == "deferred":
+        return ""
+    stopped = plan.get("stopped_early")
+    if stopped is not None and not pd.isna(stopped) and bool(stopped):
+        return "stopped early"
+    planned, tested = int(plan.get("planned_n") or 0), int(plan.get("test_n") or 0)
+    return f"of {planned} planned" if 0 < tested < planned else ""
+
+
 def utility_task_verdict(scores: pd.DataFrame, chosen: str, min_samples: int, min_gain: float) -> dict[str, Any] | None:
     """The verdict of a task decided by the utility alone (no label sees it): None without a paired test sample."""
     x, y = paired(scores, chosen, BASELINE)

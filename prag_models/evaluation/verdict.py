@@ -59,7 +59,7 @@ VERDICT_COLUMNS = [
     "p_value", "selection_p", "verdict", "p_holm", "holm_verdict", "family_size", "cross_fitted_methods",
     "fold_methods", "samples_needed", "power_note", "own_gain", "own_gain_low", "own_gain_high", "own_n_samples",
     "llm_metric", "llm_gain", "llm_gain_low", "llm_gain_high", "llm_n_samples",
-    "llm_decision",
+    "llm_decision", "llm_plan",
 ]  # fmt: skip
 
 
@@ -161,7 +161,7 @@ def verdicts_from_store(
     label sees the task (docs/methods.md §6.7); the generated outputs' metric; else a row saying nothing decided."""
     from prag_models.evaluation.claims import llm_scores, retrieval_scores
     from prag_models.evaluation.utility import LABEL_HIT_SEES, utility_plan, utility_scores
-    from prag_models.evaluation.utility_verdict import utility_leg, utility_task_verdict
+    from prag_models.evaluation.utility_verdict import plan_note, utility_leg, utility_task_verdict
     from prag_models.storage.store import table_exists
 
     keep = (lambda task: True) if tasks is None else (lambda task: task in tasks)
@@ -178,7 +178,7 @@ def verdicts_from_store(
         llm = dict(NO_LLM_FIELDS)
         utility = utility_scores(con, task)
         if crossed is not None and not utility.empty:
-            llm = utility_leg(utility, crossed, min_utility_samples)
+            llm = utility_leg(utility, crossed, min_utility_samples) | {"llm_plan": plan_note(utility_plan(con, task))}
         elif _deferred(utility_plan(con, task)):
             llm = {**NO_LLM_FIELDS, "llm_metric": "utility", "llm_decision": DEFERRED_LLM}
         elif task in llm_tasks and crossed is not None:
@@ -199,6 +199,9 @@ def verdicts_from_store(
         if plan is not None and not utility.empty:
             row = utility_task_verdict(utility, str(plan["chosen"]), min_utility_samples, min_gain)
             evidence = "LLM utility (no labels)"
+            if row is not None and plan_note(plan):  # the n column's test ended before its planned n: said
+                said = (row.get("power_note", ""), f"the test {plan_note(plan)}")
+                row["power_note"] = "; ".join(x for x in said if x)
         if row is not None:
             llm = dict(NO_LLM_FIELDS)
             if task in llm_tasks:  # the generated outputs' metric of the same method, beside it, on samples the
@@ -220,6 +223,7 @@ def verdicts_from_store(
             rows.append(undecided(task, "LLM utility (no labels)", why))
     table = pd.DataFrame(rows, columns=[c for c in VERDICT_COLUMNS if c not in ("p_holm", "holm_verdict",
                                                                                  "family_size")])  # fmt: skip
+    table["llm_plan"] = table["llm_plan"].fillna("")
     return with_holm(table)[VERDICT_COLUMNS]
 
 
@@ -259,8 +263,9 @@ def _utility_tasks(con) -> list[str]:
 def _complete(table: pd.DataFrame) -> pd.DataFrame:
     """A verdict table with every column, missing LLM fields as "no LLM evaluation" (never NaN), Holm if absent."""
     out = table.copy()
-    defaults = {**NO_LLM_FIELDS, "samples_needed": 0, "power_note": "", "p_value": 1.0, "selection_p": 1.0,
-                "own_gain": 0.0, "own_gain_low": 0.0, "own_gain_high": 0.0, "own_n_samples": 0}  # fmt: skip
+    defaults = {**NO_LLM_FIELDS, "llm_plan": "", "samples_needed": 0, "power_note": "", "p_value": 1.0,
+                "selection_p": 1.0, "own_gain": 0.0, "own_gain_low": 0.0, "own_gain_high": 0.0,
+                "own_n_samples": 0}  # fmt: skip
     for column, empty in defaults.items():
         out[column] = out[column].fillna(empty) if column in out else empty
     out.loc[out["llm_n_samples"] == 0, "llm_decision"] = out["llm_decision"].where(
@@ -275,7 +280,15 @@ def _llm_cell(r) -> str:  # noqa: ANN001
     if r.llm_decision in (NO_LLM, IS_EVIDENCE) or not r.llm_n_samples:
         return "(the verdict's evidence)" if r.llm_decision == IS_EVIDENCE else NO_LLM
     interval = f"[{r.llm_gain_low:+.3f}, {r.llm_gain_high:+.3f}]"
-    return f"{r.llm_metric} {r.llm_gain:+.3f} {interval} (n={int(r.llm_n_samples)}): {r.llm_decision}"
+    n = f"n={int(r.llm_n_samples)}{plan_suffix(getattr(r, 'llm_plan', ''))}"
+    return f"{r.llm_metric} {r.llm_gain:+.3f} {interval} ({n}): {r.llm_decision}"
+
+
+def plan_suffix(note: str) -> str:
+    """The plan's note after an LLM n: "n=68 of 88 planned", "n=36, stopped early"; nothing without a note."""
+    if not isinstance(note, str) or not note:
+        return ""
+    return f" {note}" if note.startswith("of ") else f", {note}"
 
 
 def verdicts_markdown(table: pd.DataFrame) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from prag_models.evaluation.utility import UTILITY_METRIC
-from prag_models.evaluation.verdict import _complete
+from prag_models.evaluation.verdict import _complete, plan_suffix
 from prag_models.evaluation.verdict_terms import DEFERRED_LLM, IS_EVIDENCE, NO_LLM, TOO_FEW
 
 #: The deciding columns, in order.
@@ -53,7 +53,7 @@ def _llm(r) -> str:  # noqa: ANN001
     if r.llm_decision == NO_LLM or not int(r.llm_n_samples):
         return decided or "none"
     word = "too few" if r.llm_decision == TOO_FEW else str(r.llm_decision)
-    cell = f"{word}, n={int(r.llm_n_samples)}"
+    cell = f"{word}, n={int(r.llm_n_samples)}{plan_suffix(getattr(r, 'llm_plan', ''))}"
     return f"{decided}; outputs {cell}" if decided else cell
 
 

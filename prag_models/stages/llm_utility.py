@@ -41,6 +41,7 @@ from prag_models.evaluation.utility import (
     can_score,
     clear_at_interim,
     gold_answer,
+    interim_n,
     labelled_choice,
     per_token,
     plan_key,
@@ -253,11 +254,11 @@ def _pilot_plan_test(scorer: _Scorer, con, task: str, settings: Settings, order:
                            len(pilot_ids), float(np.mean(diffs)), float(np.std(diffs, ddof=1)) if len(diffs) > 1
                            else 0.0, per_prompt, budget, cap, planned, test_n, key)  # fmt: skip
 
-    # 3. test, with one interim look after min_samples (utility.interim_p) where a new plan wants more
+    # 3. test, with one interim look halfway (utility.interim_p) where a new plan wants more than min_samples
     def test(ids: list[str]) -> dict[tuple[str, str], float]:
         return scorer.score([(m, s) for s in ids for m in dict.fromkeys([chosen_of[s], BASELINE, *own])], "test")
 
-    first = min(u.min_samples, int(plan.test_n)) if plan is not stored and u.interim_p > 0 else int(plan.test_n)
+    first = interim_n(int(plan.test_n), u.min_samples) if plan is not stored and u.interim_p > 0 else int(plan.test_n)
     values = test(rest[:first])
     if first < int(plan.test_n):
         ids = rest[:first]

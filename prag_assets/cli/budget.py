@@ -5,13 +5,13 @@ LLM evidence the main job deferred (job prag_llm_evidence) within run.evidence_b
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from prag_assets.cli import run_summary
 from prag_models.config.settings import ALL_TASKS, Settings, load_settings
+from prag_models.storage.files import write_json_atomic
 
 
 def sized_settings(settings: Settings) -> Settings:
@@ -50,7 +50,7 @@ def sized_settings(settings: Settings) -> Settings:
         sized = run.model_copy(update={"llm_budget_s": llm_s, "feedback_budget_s": feedback_s})
         settings = settings.model_copy(update={"run": sized})
         reports.mkdir(parents=True, exist_ok=True)
-        (reports / "run_budget.json").write_text(json.dumps(budget.metadata(), indent=1), encoding="utf-8")
+        write_json_atomic(reports / "run_budget.json", budget.metadata(), indent=1)
     plan = llm_budget.plan(settings, first.throughput) if run.budget_s > 0 else first
     run_summary.say(plan.line() + (" [stored speeds reused]" if reused else ""))
     return settings.model_copy(update={"run": settings.run.model_copy(

@@ -24,6 +24,7 @@ from prag_models.llm.speeds import Throughput as Throughput
 from prag_models.llm.speeds import budget_path as budget_path
 from prag_models.llm.speeds import machine_key as machine_key
 from prag_models.llm.speeds import stored_throughput as stored_throughput
+from prag_models.storage.files import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -284,5 +285,5 @@ def plan_run(settings: Settings, path: Path, make_generator: Callable[[], Any]) 
             generator.close()
     new = plan(settings, speeds)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({**new.metadata(), "machine_key": machine_key(settings)}, indent=1), encoding="utf-8")
+    write_json_atomic(path, {**new.metadata(), "machine_key": machine_key(settings)}, indent=1)
     return new, reused is not None

@@ -16,6 +16,7 @@ from typing import Any
 
 from prag_models.config.settings import Settings
 from prag_models.llm.speeds import cpu_description as cpu_description  # re-exported
+from prag_models.storage.files import write_json_atomic
 
 #: The graph's work other than the LLM and document embedding (user vectors and clustering, retrieval by every
 #: method, the user encoder's training, tuning, checks, Dagster's start-up and the PersonaBench / LongMemEval group's
@@ -121,5 +122,5 @@ def embedder_speed(settings: Settings, texts: list[str], path: Path) -> tuple[fl
     embedder.embed(texts)
     docs_per_s = len(texts) / max(time.perf_counter() - t0, 1e-6)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"key": key, "docs_per_s": docs_per_s, "texts": len(texts)}), encoding="utf-8")
+    write_json_atomic(path, {"key": key, "docs_per_s": docs_per_s, "texts": len(texts)})
     return docs_per_s, time.perf_counter() - started

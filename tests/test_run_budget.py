@@ -97,3 +97,41 @@ def test_the_utility_takes_the_generations_seconds_when_they_are_deferred() -> N
     s = _settings()
     deferred = s.model_copy(update={"run": s.run.model_copy(update={"generation_samples": 0})})
     assert utility_share(s) == s.utility.budget_share < 1.0 and utility_share(deferred) == 1.0
+
+
+def test_tasks_no_label_sees_get_the_search_by_the_utility_after_the_llm_evaluation_and_before_the_probe() -> None:
+    """Issue 47 (the label-free path on a slow machine): the search of knobs by the LLM utility (up to 240 s a task,
+    1.5x for CFRAG's and ClusterRAG's searches) was outside the budget, 4 tasks x 360 s on the one-core proxy; now it
+    gets what the LLM evaluation leaves, at most its configured seconds, and the probe the rest."""
+    from prag_models.evaluation.run_budget import label_free_tasks, utility_search_s
+
+    s = _settings(budget_s=900, llm_budget_s=360)
+    assert label_free_tasks(s) == [] and utility_search_s(s) == pytest.approx(1.5 * s.tuning.utility_budget_s)
+    lamp = s.model_copy(update={"data": s.data.model_copy(update={"source": "lamp", "lamp_dir": "/x"})})
+    assert label_free_tasks(lamp) == ["LaMP-1", "LaMP-4", "LaMP-5", "LaMP-7"]
+    plenty = split_budget(s, documents=6000, docs_per_s=150.0, label_free=1)  # 40 s embedding, 88 s the rest
+    assert plenty.tuning_s == pytest.approx(360) and plenty.feedback_s == pytest.approx(900 - 40 - 88 - 360 - 360)
+    tight = split_budget(s, documents=6000, docs_per_s=80.0, label_free=4)  # 75 s embedding, 165 s the rest
+    assert tight.llm_s == 360 and tight.tuning_s == pytest.approx(900 - 75 - 165 - 360) and tight.feedback_s == 0
+    assert "tuning without labels 300 s" in " ".join(tight.lines())
+    assert split_budget(s, 6000, 80.0).tuning_s == 0  # no task without labels: nothing reserved
+
+
+def test_the_search_by_the_utility_is_cut_to_its_share_or_not_run_below_two_trials(capsys) -> None:
+    """sized_tuning: the run's cut is run configuration (run.utility_tuning_s, no code version moves) and said; below
+    two trials a method (the default and one other) the search is not run and the defaults are kept."""
+    from prag_assets.cli.budget import sized_tuning
+    from prag_models.evaluation.utility_objective import label_free_plan, utility_search_budget_s
+
+    s = _settings(budget_s=900, llm_budget_s=360)
+    tasks = ["LaMP-4", "LaMP-7"]
+    assert sized_tuning(s, tasks, 2 * 360, 0.4).run.utility_tuning_s == -1  # the whole search fits: no cut
+    cut = sized_tuning(s, tasks, 360, 0.4)  # half of it: 120 s a task
+    assert cut.run.utility_tuning_s == pytest.approx(120) and utility_search_budget_s(cut) == pytest.approx(120)
+    assert cut.tuning == s.tuning  # the tuning section (hashed into code versions) is untouched
+    assert "at most 120 s a task" in capsys.readouterr().out
+    none = sized_tuning(s, tasks, 100, 0.9)  # 33 s a task, 17 s a method: less than 2 trials of 24 prompts at 0.9 s
+    assert none.run.utility_tuning_s == 0 and "the default knobs are kept" in capsys.readouterr().out
+    fake = type("G", (), {"can_score_choices": True})()
+    ok, why = label_free_plan("LaMP-7", none, fake)
+    assert not ok and "run.budget_s" in why

@@ -19,7 +19,7 @@ def sized_settings(settings: Settings) -> Settings:
     run.feedback_budget_s set (unless configured) and run.generation_samples to what the LLM evaluation's share pays;
     each part said on one line, the whole stored as reports/run_budget.json."""
     from prag_models.evaluation import llm_budget
-    from prag_models.evaluation.run_budget import corpus_texts, embedder_speed, split_budget
+    from prag_models.evaluation.run_budget import corpus_texts, embedder_speed, label_free_tasks, split_budget
     from prag_models.llm.factory import make_generator
 
     run = settings.run
@@ -42,13 +42,15 @@ def sized_settings(settings: Settings) -> Settings:
     first, reused = llm_budget.plan_run(settings, path, lambda: make_generator(settings.generator))
     measured = 0.0 if reused else time.perf_counter() - started
     if run.budget_s > 0:
-        budget = split_budget(settings, documents, docs_per_s, measured)
+        free = label_free_tasks(settings)
+        budget = split_budget(settings, documents, docs_per_s, measured, len(free))
         for line in budget.lines():
             run_summary.say(line)
         llm_s = max(1.0, budget.llm_s) if run.llm_budget_s > 0 else budget.llm_s
         feedback_s = run.feedback_budget_s if run.feedback_budget_s >= 0 else budget.feedback_s
         sized = run.model_copy(update={"llm_budget_s": llm_s, "feedback_budget_s": feedback_s})
-        settings = settings.model_copy(update={"run": sized})
+        settings = sized_tuning(settings.model_copy(update={"run": sized}), free, budget.tuning_s,
+                                first.throughput.per_utility_prompt())  # fmt: skip
         reports.mkdir(parents=True, exist_ok=True)
         write_json_atomic(reports / "run_budget.json", budget.metadata(), indent=1)
     plan = llm_budget.plan(settings, first.throughput) if run.budget_s > 0 else first
@@ -57,12 +59,34 @@ def sized_settings(settings: Settings) -> Settings:
         update={"generation_samples": plan.generation_samples})})  # fmt: skip
 
 
+def sized_tuning(settings: Settings, tasks: list[str], seconds: float, utility_prompt_s: float) -> Settings:
+    """run.utility_tuning_s: tuning.utility_budget_s cut to the budget's share for the search of knobs by the LLM
+    utility on the tasks no label sees (said on one line); a search whose method share cannot pay two trials (the
+    default and one other) is not run: the defaults are kept there."""
+    from prag_models.evaluation.run_budget import utility_search_s
+
+    configured = utility_search_s(settings)
+    if not tasks or configured <= 0 or seconds >= len(tasks) * configured:
+        return settings
+    t = settings.tuning
+    per_task = t.utility_budget_s * seconds / (len(tasks) * configured)
+    trial_s = t.utility_samples * max(utility_prompt_s, 0.0)
+    if per_task * 0.5 < 2 * trial_s:  # evaluation/tuning.py METHOD_BUDGET_SHARE: each method's share
+        per_task = 0.0
+    said = (f"at most {per_task:.0f} s a task" if per_task else "not run (a search needs two trials, "
+            f"≈ {4 * trial_s:.0f} s a task): the default knobs are kept")  # fmt: skip
+    run_summary.say(f"tuning without labels ({', '.join(tasks)}): {said}; tuning.utility_budget_s "
+                    f"{t.utility_budget_s:.0f} s configured")  # fmt: skip
+    return settings.model_copy(update={"run": settings.run.model_copy(update={"utility_tuning_s": per_task})})
+
+
 def child_env(settings: Settings) -> dict[str, str]:
     """The sized settings a run's child process gets (the environment overrides the TOML file)."""
     return {"PRAG__RUN__GENERATION_SAMPLES": str(settings.run.generation_samples),
             "PRAG__RUN__LLM_BUDGET_S": repr(float(settings.run.llm_budget_s)),
             "PRAG__RUN__FEEDBACK_BUDGET_S": repr(float(settings.run.feedback_budget_s)),
-            "PRAG__RUN__EVIDENCE_BUDGET_S": repr(float(settings.run.evidence_budget_s))}  # fmt: skip
+            "PRAG__RUN__EVIDENCE_BUDGET_S": repr(float(settings.run.evidence_budget_s)),
+            "PRAG__RUN__UTILITY_TUNING_S": repr(float(settings.run.utility_tuning_s))}  # fmt: skip
 
 
 def deferred_note(settings: Settings) -> list[str]:

@@ -35,5 +35,9 @@ class RunSettings(Section):
     # configured count whole, so they are deferred to `prag evidence` (whole figures or none, issue 47); N = a cut to N
     # (only where data.llm_eval_samples = 0, all). Run configuration: it changes no code version.
     generation_samples: int = Field(-1, ge=-1)
+    # Seconds a task's search of knobs by the LLM utility may take on this machine (tasks no label sees), set by `prag
+    # materialize` from the budget: -1 = tuning.utility_budget_s as configured; 0 = no search (the default knobs);
+    # N = at most N (never above tuning.utility_budget_s). Run configuration: it changes no code version.
+    utility_tuning_s: float = Field(-1.0, ge=-1)
     # Where the Dagster UI runs (scripts/ui.sh): MLflow runs and versions link back to their Dagster run there.
     dagster_ui_url: str = "http://127.0.0.1:3000"

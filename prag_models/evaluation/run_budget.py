@@ -53,14 +53,16 @@ class RunBudget:
     measured_s: float  # what measuring the machine took in this run (0 when stored speeds were reused)
     llm_s: float  # the LLM evaluation's seconds (utility, generated outputs, P-PRF): at most run.llm_budget_s
     feedback_s: float  # the CFRAG feedback probe's seconds over every task
+    tuning_s: float = 0.0  # the search of knobs by the LLM utility over every task no label sees (0: none)
 
     def lines(self) -> list[str]:
         """What the budget decided, one line per part."""
         return [
             f"run budget {self.budget_s:.0f} s (run.budget_s): {self.documents:,} documents at "
             f"{self.embed_docs_per_s:,.0f} documents/s ≈ {self.embed_s:.0f} s of embedding, ≈ {self.rest_s:.0f} s "
-            f"for the rest of the graph; the LLM evaluation gets {self.llm_s:.0f} s, the CFRAG feedback probe "
-            f"{self.feedback_s:.0f} s",
+            f"for the rest of the graph; the LLM evaluation gets {self.llm_s:.0f} s, "
+            + (f"tuning without labels {self.tuning_s:.0f} s, " if self.tuning_s > 0 else "")
+            + f"the CFRAG feedback probe {self.feedback_s:.0f} s",
         ]
 
     def metadata(self) -> dict[str, Any]:
@@ -68,18 +70,43 @@ class RunBudget:
         return {k: round(v, 2) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 
-def split_budget(settings: Settings, documents: int, docs_per_s: float, measured_s: float = 0.0) -> RunBudget:
+def label_free_tasks(settings: Settings) -> list[str]:
+    """The configured tasks no label will see, known before any data is read: none on the demo (its planted relevance
+    labels see every task); on LaMP files, which carry no relevance labels, every task but LaMP-2/3 (their documents'
+    labels see them)."""
+    from prag_models.evaluation.utility import LABEL_HIT_SEES
+
+    return [] if settings.data.source == "demo" else [t for t in settings.data.tasks if t not in LABEL_HIT_SEES]
+
+
+def utility_search_s(settings: Settings) -> float:
+    """The seconds one task's searches by the LLM utility may take at most: tuning.utility_budget_s for ClusterRAG's
+    two methods together and half of it for CFRAG's (evaluation/tuning.py METHOD_BUDGET_SHARE); 0 when not asked."""
+    from prag_models.evaluation.tuning import KNOB_SPACE, LABEL_TUNED_ONLY, METHOD_BUDGET_SHARE
+    from prag_models.evaluation.utility_objective import utility_tuning_asked
+
+    if not utility_tuning_asked(settings):
+        return 0.0
+    searches = 1 + sum(m not in LABEL_TUNED_ONLY for m in KNOB_SPACE)  # CFRAG's and each ClusterRAG method's
+    return searches * METHOD_BUDGET_SHARE * settings.tuning.utility_budget_s
+
+
+def split_budget(settings: Settings, documents: int, docs_per_s: float, measured_s: float = 0.0,
+                 label_free: int = 0) -> RunBudget:  # fmt: skip
     """run.budget_s split on this machine: the estimated non-LLM work first, then the LLM evaluation (at most
-    run.llm_budget_s), then the feedback probe; without a whole-run budget (0) the LLM evaluation keeps
-    run.llm_budget_s and the probe is not limited (feedback_s = -1)."""
+    run.llm_budget_s), then the search of knobs by the LLM utility on the ``label_free`` tasks no label sees (at most
+    their configured seconds), then the feedback probe; without a whole-run budget (0) the LLM evaluation keeps
+    run.llm_budget_s and neither the search nor the probe is limited (tuning_s = feedback_s = -1)."""
     embed = documents / max(docs_per_s, 1e-6)
     rest = rest_per_embed_s(settings) * embed
     cap = settings.run.llm_budget_s
     if settings.run.budget_s <= 0:
-        return RunBudget(0.0, documents, docs_per_s, embed, rest, measured_s, cap, -1.0)
+        return RunBudget(0.0, documents, docs_per_s, embed, rest, measured_s, cap, -1.0, -1.0)
     left = max(0.0, settings.run.budget_s - embed - rest - measured_s)
     llm = min(cap, left) if cap > 0 else left
-    return RunBudget(settings.run.budget_s, documents, docs_per_s, embed, rest, measured_s, llm, max(0.0, left - llm))
+    tuning = min(max(0.0, left - llm), label_free * utility_search_s(settings))
+    return RunBudget(settings.run.budget_s, documents, docs_per_s, embed, rest, measured_s, llm,
+                     max(0.0, left - llm - tuning), tuning)  # fmt: skip
 
 
 def corpus_texts(settings: Settings) -> tuple[int, list[str]]:

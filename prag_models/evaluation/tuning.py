@@ -162,6 +162,7 @@ def train_scorer(
         UtilityObjective,
         label_free_plan,
         truth_sees,
+        utility_search_budget_s,
         utility_tuning_asked,
     )
 
@@ -174,7 +175,7 @@ def train_scorer(
         return samples, None, 0.0, 0, why
     subset = samples.head(t.utility_samples).reset_index(drop=True)
     objective = UtilityObjective(con, task, settings, model)
-    return subset, lambda found: objective(found, subset), t.utility_budget_s, t.utility_trials, ""
+    return subset, lambda found: objective(found, subset), utility_search_budget_s(settings), t.utility_trials, ""
 
 
 def method_rows(

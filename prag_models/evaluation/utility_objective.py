@@ -68,6 +68,13 @@ def utility_tuning_asked(settings: Settings) -> bool:
     return t.utility_trials > 0 and t.utility_samples > 0 and t.utility_budget_s > 0
 
 
+def utility_search_budget_s(settings: Settings) -> float:
+    """A task's seconds for the search by the LLM utility: tuning.utility_budget_s, or the run's budget cut of it on
+    this machine (run.utility_tuning_s, set by `prag materialize`)."""
+    configured, cut = settings.tuning.utility_budget_s, settings.run.utility_tuning_s
+    return configured if cut < 0 else min(configured, cut)
+
+
 def label_free_plan(task: str, settings: Settings, generator: Generator | None) -> tuple[bool, str]:
     """(whether the utility can tune the task, why not when it cannot)."""
     from prag_models.evaluation.utility import can_score
@@ -77,6 +84,9 @@ def label_free_plan(task: str, settings: Settings, generator: Generator | None) 
         return False, "no labels see this task and tuning.utility_trials = 0: the defaults are kept"
     if t.utility_budget_s <= 0:
         return False, "no labels see this task and tuning.utility_budget_s = 0: the defaults are kept"
+    if utility_search_budget_s(settings) <= 0:
+        return False, ("no labels see this task and the run's budget (run.budget_s) pays no search by the LLM utility "
+                       "on this machine: the defaults are kept")  # fmt: skip
     if generator is None or not can_score(generator):
         return False, "no labels see this task and the generator exposes no log-likelihoods: the defaults are kept"
     return True, ""

@@ -57,7 +57,8 @@ MODEL_MODULES = {
     "test_marker_graph", "test_gguf_weights", "test_cfrag_training_units", "test_taste", "test_served_privacy",
     "test_feedback_probe", "test_serving_latency", "test_lineage", "test_cfrag_teacher", "test_cfrag_tuning",
     "test_tuning", "test_label_free_graph", "test_consent_cost", "test_consent_cfrag", "test_answer_scoring",
-    "test_promotion_graph", "test_embedder_backends", "test_served_item_cf",
+    "test_promotion_graph", "test_embedder_backends", "test_served_item_cf", "test_pyfunc_item_cf",
+    "test_label_free_item_cf",
 }  # fmt: skip
 FAST = os.environ.get("PRAG_FAST_TESTS") == "1"
 
@@ -110,6 +111,7 @@ FILE_SECONDS = {
     "test_lifecycle.py": 120,
     "test_answer_scoring.py": 30, "test_failure_output.py": 25,
     "test_non_interference.py": 100, "test_deferred_generations.py": 90, "test_erasure_bytes.py": 70,
+    "test_label_free_item_cf.py": 60, "test_pyfunc_item_cf.py": 50,
 }  # fmt: skip
 
 

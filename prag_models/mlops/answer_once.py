@@ -67,13 +67,10 @@ def answer_once(con, settings: Settings, task: str, user_id: str, method: str, t
             encoder, _ = load_model_uri(target, f"models:/{name}/{version}")
         similar = read_rows(con, "cfrag_similar_users", {"task": task})
         user = serving.cfrag_user(user_id, vectors, similar, settings, encoder)
-    elif method == "item_cf":  # the tuned knobs and the user vectors the retrieval stage used
-        from prag_models.methods.knobs import UserSpace, read_tuned_table, with_knobs
+    elif method == "item_cf":  # the tuned knobs and the user vectors the retrieval stage used (as the pyfunc reads)
+        from prag_models.mlops.served_item_cf import item_cf_inputs
 
-        if settings.tuning.enabled:
-            settings = with_knobs(settings, read_tuned_table(con, "tuned_settings", task).get("item_cf", {}))
-        space = UserSpace(con, task, settings, documents.index.vectors.shape[1])
-        models["user_vectors"] = dict(zip(space.ids, space.vectors(settings), strict=True))
+        settings, models["user_vectors"] = item_cf_inputs(con, task, settings, documents.index.vectors.shape[1])
         user = serving.item_cf_user(user_id, models["user_vectors"], settings.clustering.user_similarity)
     else:
         clusters = read_rows(con, "user_clusters", {"task": task})

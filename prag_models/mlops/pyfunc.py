@@ -10,6 +10,12 @@ kind:
 - reranker_no_eu: the "w/o e_u in reranker" ablation; retriever: "w/o reranker tuning"; user encoder: the similar
   users' documents ranked by cos(q, d).
 
+The request parameter ``method`` chooses, as `prag answer --method` does: the version's own ranking (the default, or
+its method's name, e.g. ``cfrag``) or ``item_cf`` (docs/methods.md §5.2, ``mlops.served_item_cf``: no trained model;
+the task's tuned item_cf knobs and the users' vectors read from the same DuckDB file, identical documents collapsed
+with a count of the writers the asker may see). Every output row names its ``method`` and each document's
+``writers`` (1 where nothing is counted).
+
 A version flagged for retraining after an erasure (``privacy.needs_retraining``), or one of its bundle, is never
 served: loading it fails (``mlops.flagged.FlaggedVersionError``, naming how to retrain), and a loaded model refuses
 requests once the flag appears (checked whenever the DuckDB file changes, as `prag forget` changes it).
@@ -25,9 +31,10 @@ tables gets the cold start of ``serving.cfrag_user``.
 The version's ``model_config`` stores the settings sections its inference reads (``STORED_SECTIONS``): cfrag (CFRAG's
 tuned knobs included), retrieval, embedder, privacy, and clustering — the user similarity (content, taste or blend,
 its weight and taste knobs) that ranked its similar users, so a re-encode (e.g. after a rollback) ranks them as the
-version was evaluated. A version logged before a section was stored: privacy fails closed (``UNKNOWN_PRIVACY``), and
-without clustering the re-encode path refuses (``UnknownSettingsError``) instead of ranking by the default; the
-tables its own encoder made still serve.
+version was evaluated —, and item_cf and tuning (item_cf's configured knobs, and whether the task's tuned ones
+apply). A version logged before a section was stored: privacy fails closed (``UNKNOWN_PRIVACY``), without clustering
+the re-encode path refuses (``UnknownSettingsError``) instead of ranking by the default (the tables its own encoder
+made still serve), and without item_cf, tuning or clustering it refuses item_cf.
 
 Documents, histories and user tables are read read-only from the prag DuckDB file: ``model_config["duckdb_path"]``
 (``$PRAG_HOME/prag.duckdb`` when ``PRAG_HOME`` is set at serving time), its published snapshot
@@ -39,8 +46,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, fields, is_dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -50,6 +57,10 @@ import numpy as np
 import pandas as pd
 
 from prag_models.methods.cfrag.variants import VARIANTS, Variant
+from prag_models.mlops.pyfunc_data import TaskData, UnknownSettingsError, read_task_data
+from prag_models.mlops.served_item_cf import METHOD as ITEM_CF
+from prag_models.mlops.served_item_cf import SECTIONS as ITEM_CF_SECTIONS
+from prag_models.mlops.served_item_cf import ServedItemCf, item_cf_rows, read_item_cf
 
 #: The inference variant each model kind serves (docs/methods.md §2.8).
 KIND_VARIANTS: dict[str, Variant] = {
@@ -66,6 +77,9 @@ COMPANIONS: dict[str, tuple[str, ...]] = {
     "reranker_no_eu": ("user_encoder", "retriever"),
 }
 INPUT_COLUMNS: tuple[str, ...] = ("task", "user_id", "query")
+OUTPUT_COLUMNS: tuple[str, ...] = (
+    "task", "user_id", "method", "cold_start", "doc_ids", "source_user_ids", "scores", "writers", "models",
+)  # fmt: skip
 #: Distributions the inference path imports, pinned to the versions installed where the model is logged.
 REQUIREMENTS: tuple[str, ...] = (
     "mlflow", "torch", "transformers", "sentence-transformers", "safetensors", "duckdb", "numpy", "pandas",
@@ -82,7 +96,7 @@ def _plain(section: Any) -> dict[str, Any]:
 
 
 #: The settings sections a version's inference reads, stored in its model_config.
-STORED_SECTIONS: tuple[str, ...] = ("cfrag", "retrieval", "embedder", "privacy", "clustering")
+STORED_SECTIONS: tuple[str, ...] = ("cfrag", "retrieval", "embedder", "privacy", "clustering", "item_cf", "tuning")
 
 
 def model_config(task: str, kind: str, registered_name: str, settings: Any, tracking_uri: str) -> dict[str, Any]:
@@ -101,15 +115,17 @@ def model_config(task: str, kind: str, registered_name: str, settings: Any, trac
 
 
 def signature() -> Any:
-    """Input (task, user_id, query) strings; output per row: ranked doc ids, their source users and scores."""
+    """Input (task, user_id, query) strings and the parameter ``method`` ("": the version's own ranking, or
+    ``item_cf``); output per row: the method, ranked doc ids, their source users, scores and writer counts."""
     from mlflow.models import ModelSignature
-    from mlflow.types.schema import Array, ColSpec, Schema
+    from mlflow.types.schema import Array, ColSpec, ParamSchema, ParamSpec, Schema
 
     inputs = Schema([ColSpec("string", c) for c in INPUT_COLUMNS])
-    outputs = Schema([ColSpec("string", "task"), ColSpec("string", "user_id"), ColSpec("boolean", "cold_start"),
-                      ColSpec(Array("string"), "doc_ids"), ColSpec(Array("string"), "source_user_ids"),
-                      ColSpec(Array("double"), "scores"), ColSpec("string", "models")])  # fmt: skip
-    return ModelSignature(inputs=inputs, outputs=outputs)
+    outputs = Schema([ColSpec("string", "task"), ColSpec("string", "user_id"), ColSpec("string", "method"),
+                      ColSpec("boolean", "cold_start"), ColSpec(Array("string"), "doc_ids"),
+                      ColSpec(Array("string"), "source_user_ids"), ColSpec(Array("double"), "scores"),
+                      ColSpec(Array("long"), "writers"), ColSpec("string", "models")])  # fmt: skip
+    return ModelSignature(inputs=inputs, outputs=outputs, params=ParamSchema([ParamSpec("method", "string", "")]))
 
 
 def input_example(task: str, user_id: str = "u0001") -> pd.DataFrame:
@@ -156,10 +172,6 @@ def _section(cls: type, values: Mapping[str, Any]) -> Any:
 UNKNOWN_PRIVACY = {"default_share": False}
 
 
-class UnknownSettingsError(LookupError):
-    """A version logged before a settings section its inference needs was stored in its model_config."""
-
-
 def unknown_sections(config: Mapping[str, Any]) -> list[str]:
     """The sections of STORED_SECTIONS a version's model_config lacks (logged before they were stored)."""
     return [name for name in STORED_SECTIONS if name not in config["settings"]]
@@ -167,14 +179,16 @@ def unknown_sections(config: Mapping[str, Any]) -> list[str]:
 
 def inference_settings(config: Mapping[str, Any]) -> Any:
     """Settings holding the stored sections (STORED_SECTIONS; defaults elsewhere; privacy fails closed when missing,
-    clustering is the default then and the re-encode path refuses, see ``read_task_data``)."""
+    clustering is the default then and the re-encode path refuses, see ``read_task_data``; item_cf refuses too)."""
     from prag_models.config.privacy import PrivacySettings
     from prag_models.config.settings import (
         CfragSettings,
         ClusteringSettings,
         EmbedderSettings,
+        ItemCfSettings,
         RetrievalSettings,
         Settings,
+        TuningSettings,
     )
 
     stored = config["settings"]
@@ -184,6 +198,8 @@ def inference_settings(config: Mapping[str, Any]) -> Any:
         embedder=_section(EmbedderSettings, stored["embedder"]),
         privacy=_section(PrivacySettings, stored.get("privacy", UNKNOWN_PRIVACY)),
         clustering=_section(ClusteringSettings, stored.get("clustering", {})),
+        item_cf=_section(ItemCfSettings, stored.get("item_cf", {})),
+        tuning=_section(TuningSettings, stored.get("tuning", {})),
     )
 
 
@@ -202,77 +218,6 @@ def duckdb_file(config: Mapping[str, Any]) -> Path:
     if snap.exists() and (not live.exists() or snap.stat().st_mtime >= live.stat().st_mtime):
         return snap
     return live
-
-
-@dataclass
-class TaskData:
-    """What inference reads from DuckDB for one task and one user encoder."""
-
-    index: Any  # ProfileIndex
-    vectors: pd.DataFrame  # user_id, embedding (e_u)
-    similar: pd.DataFrame  # user_id, neighbour_id, rank
-    source: str  # which file, and whether e_u were stored or re-encoded
-    known: dict[str, Any] = field(default_factory=dict)  # user_id -> ServedUser, built once (a request is O(pool))
-
-    def __post_init__(self) -> None:
-        from prag_models.mlops.serving import ServedUser
-
-        ranked = self.similar.sort_values(["user_id", "rank"]).groupby("user_id", sort=False)["neighbour_id"]
-        neighbours = {u: list(n) for u, n in ranked}
-        for user_id, e_u in zip(self.vectors["user_id"], self.vectors["embedding"], strict=True):
-            found = neighbours.get(user_id) or [user_id]
-            self.known[user_id] = ServedUser(user_id, False, found, "cfrag_similar_users",
-                                             np.asarray(e_u, dtype=np.float32))  # fmt: skip
-
-    def user(self, user_id: str, settings: Any, encoder: Any) -> Any:
-        """A known user's e_u and neighbours by dictionary look-up; an unknown user's cold start."""
-        from prag_models.mlops import serving
-
-        known = self.known.get(user_id)
-        return known if known is not None else serving.cfrag_user(user_id, self.vectors, self.similar, settings,
-                                                                  encoder)  # fmt: skip
-
-
-def read_task_data(
-    path: Path, task: str, encoder: Any, encoder_ref: tuple[str, int], settings: Any, live: Path | None = None,
-    unknown: Sequence[str] = (),
-) -> TaskData:
-    """Documents (shown to others as the version's privacy settings and the current consent say), e_u and similar
-    users of a task (stored when made by ``encoder_ref``, else re-encoded); ``live``: the live file (``path``);
-    ``unknown``: the sections the version's model_config lacks (no re-encode without clustering)."""
-    live = live or path
-    from prag_models.mlops import serving
-    from prag_models.privacy.rules import require_current_consent
-    from prag_models.storage.store import read_connection, read_rows, table_exists
-
-    with read_connection(path, wait_s=5.0) as (con, opened):  # a live file held by a run: its snapshot
-        # never a snapshot older than the newest consent statement (``path`` itself may be the snapshot)
-        require_current_consent(con, live, opened if Path(path) == Path(live) else f"snapshot {path}")
-        index, embedded = serving.read_task_index(con, task, settings.privacy.default_share)
-        stored = table_exists(con, "cfrag_models") and table_exists(con, "cfrag_user_embeddings")
-        made_by = next(iter(con.execute("SELECT registered_name, version FROM cfrag_models WHERE task = ? AND kind = "
-                                        "'user_encoder'", [task]).fetchall()), None) if stored else None  # fmt: skip
-        if made_by is not None and (made_by[0], int(made_by[1])) == encoder_ref:
-            vectors = read_rows(con, "cfrag_user_embeddings", {"task": task}, order_by="user_id")
-            similar = read_rows(con, "cfrag_similar_users", {"task": task})
-            how = "stored e_u"
-        else:
-            described = f"{encoder_ref[0]} v{encoder_ref[1]}"
-            if "clustering" in unknown:
-                raise UnknownSettingsError(
-                    f"{described} must re-encode the users of {task} (the stored CFRAG user tables were made by "
-                    f"{'/'.join(map(str, made_by)) if made_by else 'no encoder'}), but it was registered before its "
-                    "clustering settings were stored in its model_config: its similar users would be ranked by the "
-                    "default clustering.user_similarity, not the one it was evaluated with; serve the version whose "
-                    "encoder made the tables, or retrain (`prag materialize`) and promote a new version"
-                )
-            vectors, similar = serving.encode_task_users(con, task, encoder, settings, described)
-            how = f"e_u re-encoded (tables made by {made_by[0]}/{made_by[1]})" if made_by else "e_u re-encoded"
-    embedded_with = embedded - {settings.embedder.model}
-    if embedded_with:
-        raise LookupError(f"{task} documents were embedded with {sorted(embedded_with)}, the model's embedder is "
-                          f"{settings.embedder.model!r}")  # fmt: skip
-    return TaskData(index, vectors, similar, f"{opened} {path.name}, {how}")
 
 
 class CfragPyfunc(mlflow.pyfunc.PythonModel):
@@ -301,6 +246,7 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
         self.refs = {kind: (entry.name, entry.version) for kind, entry in bundle.items()}
         self.described = ", ".join(f"{n}/{v}" for n, v in self.refs.values()) + f" ({self.how})"
         self._data: tuple[tuple[str, float, float], TaskData] | None = None
+        self._item_cf: tuple[TaskData, ServedItemCf] | None = None
         self.warm_up()
 
     def warm_up(self) -> None:
@@ -332,8 +278,33 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
                                               live_file(self.config), self.unknown))
         return self._data[1]
 
+    def item_cf(self) -> ServedItemCf:
+        """item_cf over the task's current tables (read on its first request and again after ``task_data`` re-read
+        them); refused for a version logged before item_cf's settings sections were stored."""
+        missing = [name for name in ITEM_CF_SECTIONS if name in self.unknown]
+        if missing:
+            raise UnknownSettingsError(
+                f"{self.config['registered_name']} was registered before its {', '.join(missing)} settings were "
+                f"stored in its model_config: it would serve item_cf with default knobs, not the task's; serve a "
+                f"version registered since, or `prag answer --method item_cf`")  # fmt: skip
+        data = self.task_data()
+        if self._item_cf is None or self._item_cf[0] is not data:
+            self._item_cf = None
+            path = duckdb_file(self.config)
+            self._item_cf = (data, read_item_cf(path, live_file(self.config), self.task, data.index, self.settings))
+        return self._item_cf[1]
+
+    def method(self, params: Mapping[str, Any] | None) -> str:
+        """The method a request asks for (parameter ``method``; "" = this version's own ranking)."""
+        method = str((params or {}).get("method") or self.variant.method)
+        if method not in (self.variant.method, ITEM_CF):
+            raise ValueError(f"this model serves method {self.variant.method!r} (its own) or {ITEM_CF!r} (parameter "
+                             f"method, as `prag answer --method`); got {method!r}")  # fmt: skip
+        return method
+
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
-        """Ranked documents (ids, source users, scores) for each (task, user_id, query) row."""
+        """Ranked documents (ids, source users, scores, writers) for each (task, user_id, query) row, by the method
+        the parameter ``method`` names (default: this version's own)."""
         from prag_models.data.tasks import extract_query
         from prag_models.methods.cfrag import inference
         from prag_models.methods.cfrag.probes import single_thread
@@ -346,9 +317,13 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
         wrong = sorted(set(frame["task"]) - {self.task})
         if wrong:
             raise ValueError(f"this model serves {self.task} only; got rows of {wrong}")
+        item_cf = self.item_cf() if self.method(params) == ITEM_CF else None
         data = self.task_data()
         texts = [extract_query(self.task, str(q)) for q in frame["query"]]
         vectors = load_embedder(self.settings.embedder).embed(texts) if texts else np.zeros((0, 0), np.float32)
+        if item_cf is not None:
+            rows = item_cf_rows(item_cf, self.task, frame["user_id"].astype(str).tolist(), vectors)
+            return pd.DataFrame(rows, columns=list(OUTPUT_COLUMNS))
         queries, users, neighbours = [], [], {}
         with single_thread():
             for i, (user_id, text) in enumerate(zip(frame["user_id"].astype(str), texts, strict=True)):
@@ -361,9 +336,9 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
         rows = []
         for q, user in zip(queries, users, strict=True):
             docs = found[(q.sample_id, self.variant.method)]
-            rows.append({"task": self.task, "user_id": q.user_id, "cold_start": user.cold_start,
-                         "doc_ids": [str(r.doc_id) for r in docs],
+            rows.append({"task": self.task, "user_id": q.user_id, "method": self.variant.method,
+                         "cold_start": user.cold_start, "doc_ids": [str(r.doc_id) for r in docs],
                          "source_user_ids": [str(r.source_user_id) for r in docs],
-                         "scores": [float(r.score) for r in docs], "models": self.described})  # fmt: skip
-        return pd.DataFrame(rows, columns=["task", "user_id", "cold_start", "doc_ids", "source_user_ids", "scores",
-                                           "models"])  # fmt: skip
+                         "scores": [float(r.score) for r in docs], "writers": [int(r.writers) for r in docs],
+                         "models": self.described})  # fmt: skip
+        return pd.DataFrame(rows, columns=list(OUTPUT_COLUMNS))

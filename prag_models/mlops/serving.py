@@ -118,9 +118,11 @@ LOAD_MEMORY_LIMIT = "2GB"
 
 
 def read_task_index(con: duckdb.DuckDBPyConnection, task: str, default_share: bool) -> tuple[ProfileIndex, set[str]]:
-    """A task's profile index for serving and the embedder ids of its documents, in (user, position) order. The rows
-    stream in record batches straight into one float32 matrix (no DataFrame of per-row arrays, no second copy of the
-    vectors, no prompt text per document: at 3.7 M documents the matrix is most of the memory)."""
+    """A task's profile index for serving and the embedder ids of its documents, in (user, position) order, with each
+    document's item key (``task_tables.item_key_sql``: item_cf gathers an item's documents by it). The rows stream in
+    record batches straight into one float32 matrix (no DataFrame of per-row arrays, no second copy of the vectors, no
+    prompt text per document: at 3.7 M documents the matrix is most of the memory)."""
+    from prag_models.methods.task_tables import item_key_sql
     from prag_models.privacy.rules import shareable_mask
 
     docs = "FROM profile_documents p JOIN document_embeddings e USING (task, user_id, doc_id) WHERE task = ?"
@@ -130,8 +132,9 @@ def read_task_index(con: duckdb.DuckDBPyConnection, task: str, default_share: bo
     limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
     con.execute(f"SET memory_limit = '{LOAD_MEMORY_LIMIT}'")
     try:
-        sql = f"SELECT p.doc_id, p.user_id, p.text, e.embedding, e.model_id {docs} ORDER BY p.user_id, p.position"
-        vectors, doc_ids, user_ids, texts, models, at = None, [], [], [], set(), 0
+        sql = (f"SELECT p.doc_id, p.user_id, p.text, e.embedding, e.model_id, {item_key_sql(task)} AS item_key {docs} "
+               "ORDER BY p.user_id, p.position")  # fmt: skip
+        vectors, doc_ids, user_ids, texts, items, models, at = None, [], [], [], [], set(), 0
         for batch in con.sql(sql, params=[task]).to_arrow_reader(65_536):
             part = column_to_matrix(batch.column("embedding"))
             if vectors is None:
@@ -140,11 +143,13 @@ def read_task_index(con: duckdb.DuckDBPyConnection, task: str, default_share: bo
             doc_ids += batch.column("doc_id").to_pylist()
             user_ids += batch.column("user_id").to_pylist()
             texts += batch.column("text").to_pylist()
+            items.append(batch.column("item_key").to_numpy(zero_copy_only=False))
             models |= set(batch.column("model_id").unique().to_pylist())
     finally:
         con.execute(f"SET memory_limit = '{limit}'")
     shareable = shareable_mask(con, task, user_ids, doc_ids, default_share)
-    return ProfileIndex(doc_ids, user_ids, texts, vectors, shareable, text_keys_of(texts)), models
+    item_keys = np.concatenate(items).astype(np.uint64)
+    return ProfileIndex(doc_ids, user_ids, texts, vectors, shareable, text_keys_of(texts), item_keys), models
 
 
 def encode_task_users(

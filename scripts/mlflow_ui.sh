@@ -14,4 +14,5 @@ if [ "$port" != "$configured" ]; then
 fi
 cmd=("$PRAG_VENV/bin/mlflow" ui --backend-store-uri "sqlite:///$PRAG_HOME/mlflow.db" -h 127.0.0.1 -p "$port")
 if [ -n "${PRAG_UI_DRY_RUN:-}" ]; then echo "${cmd[*]}"; exit 0; fi
+"$PRAG_VENV/bin/python" -m prag_assets.cli relocate   # a moved or copied home shows its own artifacts (issue 50.5)
 exec "${cmd[@]}"

@@ -44,6 +44,11 @@ GROUP_SECTIONS: dict[str, tuple[str, ...]] = {
     "user_shards": ("embedder", "generator", "pbr", "cfrag", "prompt", "privacy", "retrieval"),
 }
 
+#: Settings read by the named groups alone, left out of every other group's version: where the real PersonaBench /
+#: LongMemEval samples live (scripts/ui.sh sets it where ../shared/data exists, a bare `prag materialize` does not;
+#: the LaMP assets must not be "Unsynced" by it, issue 50.2).
+ONLY_FOR: dict[tuple[str, str], tuple[str, ...]] = {("data", "real_data_dir"): ("retrieval_eval",)}
+
 #: prag_models packages whose changes do not change what a stage computes (where and how rows are stored).
 PLUMBING = ("prag_models.storage", "prag_models.config")
 
@@ -63,13 +68,17 @@ def stage_modules(module: ModuleType) -> list[ModuleType]:
     return [found[n] for n in sorted(found)]
 
 
-def settings_sections(settings: Any, sections: Iterable[str]) -> dict[str, Any]:
-    """The named settings sections as plain data (data.tasks left out: it chooses partitions, not rows)."""
+def settings_sections(settings: Any, sections: Iterable[str], group: str | None = None) -> dict[str, Any]:
+    """The named settings sections as plain data (data.tasks left out: it chooses partitions, not rows); given the
+    group, without the settings ONLY_FOR other groups."""
     out = {}
     for name in sections:
         values = getattr(settings, name).model_dump(mode="json")
         if name == "data":
             values.pop("tasks", None)
+        for (section, field), groups in ONLY_FOR.items():
+            if section == name and group is not None and group not in groups:
+                values.pop(field, None)
         out[name] = values
     return out
 
@@ -102,7 +111,8 @@ def versioned(assets: Sequence[Any], modules: Sequence[ModuleType], settings: An
             group = asset.specs_by_key[key].group_name or ""
             if module is not None:
                 sections = GROUP_SECTIONS.get(group, ())
-                read = settings_sections(settings, sections) if settings is not None else {"settings": "unreadable"}
+                unreadable = {"settings": "unreadable"}
+                read = settings_sections(settings, sections, group) if settings is not None else unreadable
                 versions[key] = code_version(module, read)
 
         def _spec(spec: dg.AssetSpec, versions: dict = versions) -> dg.AssetSpec:

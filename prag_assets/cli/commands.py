@@ -13,6 +13,7 @@ from prag_assets.cli.budget import EvidenceHelpers, add_evidence_command, child_
 from prag_assets.cli.doctor import exclusive
 from prag_assets.cli.forget import add_forget_command
 from prag_assets.cli.lifecycle import LifecycleHelpers, add_lifecycle_command
+from prag_assets.cli.relocate import add_relocate_command
 from prag_assets.cli.sql import add_sql_command
 from prag_models.config.settings import ALL_TASKS, PROJECT_ROOT, Settings, load_settings
 
@@ -361,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     a.set_defaults(func=_answer)
     add_sql_command(sub)
     add_forget_command(sub)
+    add_relocate_command(sub)
     add_lifecycle_command(sub, LifecycleHelpers(run_command, dagster_env, _lock_path, _recover, _publish))
     add_evidence_command(sub, EvidenceHelpers(_launch, _lock_path, _recover, _publish))
     args = parser.parse_args(argv)

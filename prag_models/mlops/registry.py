@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prag_models.mlops.descriptions import model_description, version_description
+from prag_models.mlops.relocation import relocate
 from prag_models.mlops.runs import (
     Lineage,
     RunTracker,
@@ -87,12 +88,22 @@ def registered_name(kind: str, task: str = "") -> str:
     return f"{base}-{task}" if task else base
 
 
+#: (sqlite store, artifact folder) pairs this process has relocated (relocation.relocate: once per process).
+_RELOCATED: set[tuple[str, str]] = set()
+
+
 def make_client(target: MlflowTarget) -> MlflowClient:
-    """An MlflowClient for the target (telemetry and progress bars off; the sqlite folder created)."""
+    """An MlflowClient for the target (telemetry and progress bars off; the sqlite folder created; a store whose home
+    was moved or copied pointed at its own artifact folder, prag_models/mlops/relocation.py)."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     if target.tracking_uri.startswith("sqlite:///"):
-        Path(target.tracking_uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+        db = Path(target.tracking_uri[len("sqlite:///") :])
+        db.parent.mkdir(parents=True, exist_ok=True)
+        local = target.artifact_location and "://" not in target.artifact_location
+        if local and (str(db), target.artifact_location) not in _RELOCATED:
+            relocate(db, Path(target.artifact_location))
+            _RELOCATED.add((str(db), target.artifact_location))
     from mlflow import MlflowClient
 
     return MlflowClient(tracking_uri=target.tracking_uri, registry_uri=target.tracking_uri)

@@ -1,5 +1,8 @@
 """The metadata the assets report: each task partition's own entries (row count, column schema, statistics),
-tables and previews as Dagster shows them, and progress logging."""
+tables as Dagster shows them, and progress logging.
+
+No row of a user's data is previewed: Dagster's event log keeps every materialization's metadata and `prag forget`
+does not edit it, so metadata and log lines carry counts, figures and names, never a user's text (docs/privacy.md)."""
 
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -8,11 +11,6 @@ import dagster as dg
 import pandas as pd
 
 from prag_models.storage.catalog import COLUMN_DESCRIPTIONS
-
-
-def preview(df: pd.DataFrame, rows: int = 5) -> dg.MetadataValue:
-    """A markdown preview of the first rows of a table."""
-    return dg.MetadataValue.md(df.head(rows).to_markdown(index=False) if len(df) else "_empty_")
 
 
 def progress_logger(context: dg.AssetExecutionContext, what: str, every: float = 0.1) -> Callable[[int, int], None]:

@@ -76,8 +76,10 @@ def range_tags(tasks: list[str]) -> dict[str, str]:
     return {"dagster/asset_partition_range_start": tasks[0], "dagster/asset_partition_range_end": tasks[-1]}
 
 
-def materialize_graph(config_file: Path, tasks: list[str], selection=None, raise_on_error: bool = True):
-    """Materialize the LaMP graph (or a selection) for a contiguous range of tasks in one in-process run."""
+def materialize_graph(config_file: Path, tasks: list[str], selection=None, raise_on_error: bool = True,
+                      instance=None):  # fmt: skip
+    """Materialize the LaMP graph (or a selection) for a contiguous range of tasks in one in-process run (on
+    ``instance``, else an ephemeral in-memory Dagster instance)."""
     import dagster as dg
 
     from prag_assets.definitions import defs
@@ -92,6 +94,7 @@ def materialize_graph(config_file: Path, tasks: list[str], selection=None, raise
         selection=selection,
         tags={"dagster/asset_partition_range_start": ordered[0], "dagster/asset_partition_range_end": ordered[-1]},
         raise_on_error=raise_on_error,
+        instance=instance,
     )
 
 

@@ -11,7 +11,6 @@ import dagster as dg
 from prag_assets.assets.users import similar_users, user_clusters, user_embeddings
 from prag_assets.builders.task_table import stage_asset, task_asset
 from prag_assets.execution import TaskStep, run_stage
-from prag_assets.metadata import preview
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.models import ModelsResource
 from prag_assets.resources.settings import PragSettingsResource
@@ -23,7 +22,6 @@ from prag_models.stages.history import (
     append_drift,
     ingest_inbox,
     ingest_stats,
-    latest_history,
     snapshot_clustering,
     task_drift,
     update_summary,
@@ -76,17 +74,16 @@ def profile_history(
     def ingest(step: TaskStep) -> dict:
         """Ingest one task's drop folder."""
         ingested, bad = ingest_inbox(step.con, settings.home_path, step.task, settings.data.undated, context.log.error)
-        rejected.extend(f"{step.task}/{path.name}: {error}" for path, error in bad)
+        # the file only: a reason may quote the user's data, and Dagster's records are not erased (docs/privacy.md)
+        rejected.extend(f"{step.task}/{path.name} (its reason: rejected/*_{path.name}.error.txt in the drop folder)"
+                        for path, _ in bad)  # fmt: skip
         return ingest_stats(step.con, settings.home_path, step.task, ingested, len(bad))
 
-    def finish(con, shown: dict[str, dict]) -> None:
-        """Republish the readers' snapshot when consent changed; each task's latest rows."""
+    def finish(con, _shown: dict[str, dict]) -> None:
+        """Republish the readers' snapshot when consent changed (the metadata counts rows: it previews none)."""
         published = publish_if_consent_changed(con, run["before"])  # withdrawn consent reaches the readers now
         if published is not None:
             context.log.info(f"consent statements ingested: readers' snapshot republished ({published})")
-        last = latest_history(con, 500)
-        for task, entries in shown.items():
-            entries["latest_rows"] = preview(last[last["task"] == task])
 
     run_stage(context, ingest, settings=settings, duckdb=duckdb, table="profile_history", prepare=prepare,
               finish=finish)  # fmt: skip
@@ -146,7 +143,8 @@ def cluster_state(step: TaskStep) -> dict:
     deps=[profile_history, similar_users, cluster_state],
     kinds={"duckdb", "pytorch"},
     description="Incremental update of the users with pending history (docs/methods.md §3.7): new documents embedded "
-    "through the cache, z_u = mean over all the user's documents (cold start: query embedding), cluster by HDBSCAN "
+    "through the cache, z_u = mean of the user's shareable documents (cold start: query embedding; a user known only "
+    "from documents others may not see gets no z_u and no cluster, docs/privacy.md), cluster by HDBSCAN "
     "approximate prediction against the current clustering; rewrites only those users' rows of profile_documents, "
     "document_embeddings, user_embeddings and user_clusters. One row per updated user in incremental_updates.",
 )
@@ -163,7 +161,7 @@ def incremental_user_clusters(
         return models.embedder().embed(texts)  # loads the model only when a text is not in the cache
 
     def update(step: TaskStep) -> dict:
-        """Update one task's changed users; its partition previews them."""
+        """Update one task's changed users; its partition counts them (no ids: docs/privacy.md)."""
         try:
             shaping = sharing_rule(step.con, step.task, settings.privacy.default_share)  # docs/privacy.md
             report = update_users(step.con, step.task, embed, embedder_key(settings.embedder), settings.clustering,
@@ -175,7 +173,6 @@ def incremental_user_clusters(
         if len(frame):
             _record_rewrites(context, step.task, UPDATED_TABLES, f"incremental update of {len(frame)} users (run "
                              f"{context.run_id})", {"users_updated": len(frame)})  # fmt: skip
-            step.shown["preview"] = preview(frame.drop(columns=["run_id"], errors="ignore"), 10)
         context.log.info(f"{step.task}: {stats}")
         return stats
 

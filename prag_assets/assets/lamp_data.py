@@ -4,7 +4,7 @@ import dagster as dg
 
 from prag_assets.builders.task_table import stage_asset, task_asset
 from prag_assets.execution import TaskStep, run_tasks
-from prag_assets.metadata import preview, report_partitions
+from prag_assets.metadata import report_partitions
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.settings import PragSettingsResource
 from prag_models.data.lamp import undated_documents
@@ -47,7 +47,6 @@ def lamp_samples(
     loaded = {task: load_task_samples(settings, task, set_aside[task]) for task in tasks}
     counts: dict[str, dict[str, int]] = {}
     set_aside_counts: dict[str, int] = {}
-    previews: dict[str, dict[str, dg.MetadataValue]] = {}
     skipped: dict[str, int] = {}
     undated = {
         task: undated_documents(s for samples in splits.values() for s in samples) for task, splits in loaded.items()
@@ -73,15 +72,13 @@ def lamp_samples(
             ("planted_communities", communities, where),
         ]
         counts[task] = {split: len(samples) for split, samples in splits.items()}
-        previews[task] = {"preview": preview(samples_frame(task, splits))} | (
-            {"set_aside_preview": preview(aside)} if len(aside) else {})
-        set_aside_counts[task] = len(aside)
+        set_aside_counts[task] = len(aside)  # counts only: no row is previewed in Dagster's records (docs/privacy.md)
     stats = {task: {"samples": counts[task], "undated_documents": undated[task], "set_aside_records":
                     set_aside_counts[task], "erased_users_skipped": skipped[task], "derived_user_ids": derived[task]}
              for task in loaded}  # fmt: skip
     with duckdb.connect() as con:
         replace_many(con, writes)  # one transaction: all of it lands, or none
-        report_partitions(context, con, "lamp_samples", stats, previews)
+        report_partitions(context, con, "lamp_samples", stats)
     context.log.info(f"loaded samples: {counts}")
     if any(set_aside_counts.values()):
         context.log.warning(f"malformed records set aside (table {SET_ASIDE_TABLE}): {set_aside_counts}")

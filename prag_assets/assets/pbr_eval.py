@@ -17,7 +17,7 @@ import pandas as pd
 from prag_assets.builders.dataset_table import DatasetRun, dataset_asset, per_dataset
 from prag_assets.builders.dataset_table import run_datasets as run_datasets  # the checks' datasets of a run
 from prag_assets.execution import evidence_run
-from prag_assets.metadata import frame_table, preview, progress_logger
+from prag_assets.metadata import frame_table, progress_logger
 from prag_models.methods.pbr_report import retrieval_markdown
 from prag_models.mlops.tuning_log import log_tuning
 from prag_models.stages import real_data_build as build
@@ -29,7 +29,7 @@ from prag_models.storage.store import replace_many
 
 def _corpora(run: DatasetRun) -> dict:
     """Load the real datasets into tables personal_segments and personal_questions."""
-    writes, stats, questions = [], {}, pd.DataFrame()
+    writes, stats = [], {}
     for dataset in run.datasets:  # every file read and parsed before anything is written
         segments, questions, stats[dataset] = build.corpora_rows(run.settings, dataset)
         writes += [("personal_segments", segments, {"dataset": dataset}),
@@ -37,8 +37,8 @@ def _corpora(run: DatasetRun) -> dict:
         run.context.log.info(f"{dataset}: {stats[dataset]}")
     with run.duckdb.connect() as con:
         replace_many(con, writes)
-    return {**per_dataset(stats), "root": str(build.real_data_root(run.settings)),
-            "questions_preview": preview(questions.drop(columns="gold_json"))}  # fmt: skip
+    # counts only: no question is previewed in Dagster's records (docs/privacy.md)
+    return {**per_dataset(stats), "root": str(build.real_data_root(run.settings))}
 
 
 personal_corpora = dataset_asset(

@@ -99,7 +99,8 @@ def profile_history_sensor(
         run_key=f"history-{key}",
         tags={"prag/changed_users": str(n_users), "prag/inbox_files": str(n_files)},
     )
-    context.log.info(f"changed users {changes.users}, new files {changes.files}: one run for {changes.tasks}")
+    # counts, not ids: the sensor's log is part of Dagster's records, which `prag forget` does not edit
+    context.log.info(f"{n_users} changed users, {n_files} new files: one run for {changes.tasks}")
     return dg.SensorResult(run_requests=[request], cursor=changes.cursor.dump())
 
 

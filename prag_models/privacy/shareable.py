@@ -8,7 +8,7 @@ owner too — so that two worlds that differ only in documents others may not se
 
 * z_u, taste vectors, the user clusters and every neighbour list (``stages/users.user_embedding_rows`` and
   ``users/taste`` stream the documents through the rule; a user with neither a shareable document nor a question
-  gets no z_u at all, :func:`placed_by`);
+  gets no z_u at all, :func:`placed_by`, in the incremental update too: ``users/placement.place_users``);
 * the CFRAG user encoder's document table and histories (``methods/cfrag/tables.task_histories``), its feedback
   candidates and so its LLM labels and the training sets of the retriever and reranker
   (``methods/cfrag/feedback.load_feedback_inputs``: :func:`shared_view`);

@@ -48,13 +48,17 @@ def _now() -> datetime:
 
 
 def reject(path: Path, error: str, log_error: Callable[[str], None]) -> None:
-    """Move a drop-folder entry to rejected/ with its error beside it; a failed move is logged, never raised."""
+    """Move a drop-folder entry to rejected/ with its error beside it; a failed move is logged, never raised.
+
+    The log line names the file and where its reason is, not the reason: a reason may quote the record's user, ids
+    and values, and the log goes to Dagster's records, which `prag forget` does not edit (docs/privacy.md)."""
     error = error.encode("utf-8", "backslashreplace").decode("utf-8")
-    log_error(f"rejected {path.name}: {error}")
     try:
-        archive_file(path, "rejected", error)
+        target = archive_file(path, "rejected", error)
     except OSError as exc:
-        log_error(f"could not move {path} to rejected/: {exc}")
+        log_error(f"rejected {path.name}, but could not move it to rejected/: {exc}")
+        return
+    log_error(f"rejected {path.name}: the reason is in {target.parent / target.name}.error.txt")
 
 
 def ingest_inbox(
@@ -101,8 +105,9 @@ def ingest_stats(
 
 
 def latest_history(con: duckdb.DuckDBPyConnection, n: int = 5) -> pd.DataFrame:
-    """The last ``n`` history rows (newest first) without their text."""
-    return con.execute(f"SELECT * EXCLUDE (text) FROM {HISTORY_TABLE} ORDER BY seq DESC LIMIT ?", [n]).df()
+    """The last ``n`` history rows (newest first) without their text (nor the fields it is rendered from)."""
+    sql = f"SELECT * EXCLUDE (text, fields_json) FROM {HISTORY_TABLE} ORDER BY seq DESC LIMIT ?"
+    return con.execute(sql, [n]).df()
 
 
 def task_drift(con: duckdb.DuckDBPyConnection, task: str, run_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -144,11 +149,13 @@ def snapshot_clustering(con: duckdb.DuckDBPyConnection, task: str) -> int:
 def update_summary(report: UpdateReport) -> tuple[dict[str, Any], pd.DataFrame]:
     """An incremental update's per-task figures and its rows (one per updated user)."""
     frame = pd.DataFrame(report.users)
-    moved = int(((frame["old_cluster"] != frame["new_cluster"]) & ~frame["is_new"]).sum()) if len(frame) else 0
+    placed = frame["new_cluster"].notna() if len(frame) else pd.Series(dtype=bool)
+    moved = int(((frame["old_cluster"] != frame["new_cluster"]) & ~frame["is_new"] & placed).sum()) if len(frame) else 0
     stats = {
         "users_updated": len(frame),
         "new_users": int(frame["is_new"].sum()) if len(frame) else 0,
         "users_changing_cluster": moved,
+        "unplaced_users": int((~placed).sum()),  # known only from documents others may not see (docs/privacy.md)
         "newly_embedded": report.newly_embedded,
         "reference": report.reference,
         "reference_agreement": report.reference_agreement,

@@ -256,8 +256,9 @@ def _count(con, sql: str, task: str, run_id: str | None = None) -> int:
 
 
 def one_cluster_problems(con, task: str, settings: Settings, run_id: str | None = None) -> list[str]:
-    """Users without exactly one non-negative cluster, or clustered users without an embedding — among the users
-    the incremental run ``run_id`` updated (every user when None)."""
+    """Users without exactly one non-negative cluster, or clustered users without an embedding, or users with
+    applied history placed other than by the rule (docs/privacy.md) — among the users the incremental run ``run_id``
+    updated (every user when None)."""
     if run_id and not has_table(con, UPDATES_TABLE):
         return []  # no incremental update has run on this file: the run changed no user
     scope = (
@@ -278,13 +279,28 @@ def one_cluster_problems(con, task: str, settings: Settings, run_id: str | None 
         if n := _count(con, sql, task, run_id):
             problems.append(f"{n} {what}")
     if has_table(con, HISTORY_TABLE) and has_table(con, "profile_documents"):
-        sql = (
-            f"SELECT count(DISTINCT h.user_id) FROM {HISTORY_TABLE} h JOIN profile_documents p USING (task, user_id, "
-            "doc_id, content_hash) WHERE h.task = ? AND NOT EXISTS (SELECT 1 FROM user_clusters c WHERE "
-            f"c.task = h.task AND c.user_id = h.user_id) {scope.replace('AND user_id', 'AND h.user_id')}"
-        )
-        if n := _count(con, sql, task, run_id):
-            problems.append(f"{n} users with applied history have no cluster")
+        problems += _placement_problems(con, task, settings, scope.replace("AND user_id", "AND h.user_id"), run_id)
+    return problems
+
+
+def _placement_problems(con, task: str, settings: Settings, scope: str, run_id: str | None) -> list[str]:
+    """Users with applied history are placed (z_u, a cluster) exactly when the rule places them
+    (``users/placement.unplaced_users``: not a user known only from documents others may not see)."""
+    from prag_models.users.placement import unplaced_users
+
+    sql = (
+        "SELECT DISTINCT h.user_id, EXISTS (SELECT 1 FROM user_clusters c WHERE c.task = h.task AND "
+        "c.user_id = h.user_id), EXISTS (SELECT 1 FROM user_embeddings e WHERE e.task = h.task AND "
+        f"e.user_id = h.user_id) FROM {HISTORY_TABLE} h JOIN profile_documents p USING (task, user_id, doc_id, "
+        f"content_hash) WHERE h.task = ? {scope}"
+    ).replace("$run", "$2").replace("?", "$1")
+    rows = con.execute(sql, [task, run_id] if "$2" in sql else [task]).fetchall()
+    unplaced = unplaced_users(con, task, [u for u, _, _ in rows], settings.privacy.default_share)
+    problems = []
+    if n := sum(1 for u, clustered, _ in rows if not clustered and u not in unplaced):
+        problems.append(f"{n} users with applied history have no cluster")
+    if n := sum(1 for u, clustered, embedded in rows if (clustered or embedded) and u in unplaced):
+        problems.append(f"{n} users known only from documents others may not see have a z_u or a cluster")
     return problems
 
 

@@ -3,8 +3,10 @@
 A history document is *pending* while its latest version (by ``seq``) is not in ``profile_documents`` with the same
 content hash, so applying is idempotent and survives a rebuild of ``profile_documents`` from the LaMP files (the next
 update re-applies the history). For the changed users only: new texts are embedded through the embedding cache,
-z_u is recomputed as the mean over all the user's documents (cold start: the mean query embedding, §3.6), and the
-user is assigned to the current clustering without refitting it on the new data: the clustering is re-fitted,
+z_u is recomputed by the rule of the full stage (``users/placement.py``: the mean of the user's shareable documents,
+else its mean query embedding, §3.6; a user known only from documents others may not see gets no z_u, no cluster and
+no neighbour list, docs/privacy.md), and a placed user is assigned to the current clustering without refitting it on
+the new data: the clustering is re-fitted,
 deterministically, on the reference it was fitted on (table ``cluster_state``: the embeddings and labels of the last
 full clustering, a pickle-free representation of the model), then HDBSCAN ``approximate_predict`` (k-means: nearest
 centroid) places the user and the refit labels are mapped to the stored cluster ids. When ``cluster_state`` is
@@ -28,11 +30,12 @@ from prag_models.data.history import HISTORY_TABLE, has_table
 from prag_models.data.lamp import parse_date
 from prag_models.storage.store import column_to_matrix, matrix_to_column, transaction
 from prag_models.text.embedding_cache import embed_with_cache, lookup_embeddings
-from prag_models.users.clustering import assign_new_users, cluster_users
-from prag_models.users.embeddings import mean_user_embeddings
+from prag_models.users.clustering import assign_new_users
 from prag_models.users.model_store import current_model
 from prag_models.users.neighbour_refresh import UPDATES_TABLE
 from prag_models.users.neighbour_refresh import refresh_similar_users as refresh_similar_users  # re-exported
+from prag_models.users.placement import assign_to_reference as assign_to_reference  # re-exported
+from prag_models.users.placement import place_users, question_vectors
 from prag_models.users.row_writes import DELTA_TABLES, replace_user_rows, with_users, write_user_delta
 
 STATE_TABLE = "cluster_state"
@@ -109,41 +112,6 @@ def merge_documents(existing: pd.DataFrame, incoming: pd.DataFrame) -> pd.DataFr
     return merged
 
 
-def assign_to_reference(
-    ref_vectors: np.ndarray, ref_labels: np.ndarray, vectors: np.ndarray, settings: ClusteringSettings, next_id: int
-) -> tuple[np.ndarray, float]:
-    """Refit on the reference, predict the new vectors, map refit labels to stored ids (unmatched → next_id).
-
-    Returns (labels, agreement): agreement is the share of reference users whose mapped refit label equals their
-    stored label (1.0 when the reference is the exact data of the last fit: HDBSCAN and seeded k-means are
-    deterministic).
-    """
-    ref_labels = np.asarray(ref_labels, dtype=np.int64)
-    c = settings
-    fit = cluster_users(ref_vectors, c.algorithm, c.min_cluster_size, c.min_samples, c.kmeans_k, c.seed)
-    mapping: dict[int, int] = {}
-    for raw in np.unique(fit.labels):
-        values, counts = np.unique(ref_labels[fit.labels == raw], return_counts=True)
-        mapping[int(raw)] = int(values[np.argmax(counts)])
-    mapped = np.array([mapping[int(r)] for r in fit.labels])
-    agreement = float((mapped == ref_labels).mean())
-    try:
-        raw_new = assign_new_users(fit, vectors)
-    except (ValueError, IndexError, AttributeError):  # e.g. an HDBSCAN fit without any cluster
-        raw_new = None
-    if raw_new is None:
-        return nearest_centroid(ref_vectors, ref_labels, vectors), agreement
-    return np.array([mapping.get(int(r), next_id) for r in raw_new], dtype=np.int64), agreement
-
-
-def nearest_centroid(ref_vectors: np.ndarray, ref_labels: np.ndarray, vectors: np.ndarray) -> np.ndarray:
-    """Label of the nearest cluster centroid (euclidean) for each vector."""
-    clusters = np.unique(ref_labels)
-    centroids = np.stack([ref_vectors[ref_labels == c].mean(axis=0) for c in clusters])
-    dist = ((vectors[:, None, :] - centroids[None, :, :]) ** 2).sum(axis=2)
-    return clusters[np.argmin(dist, axis=1)].astype(np.int64)
-
-
 def reference_clustering(con: duckdb.DuckDBPyConnection, task: str) -> tuple[str, pd.DataFrame]:
     """The clustering's reference: cluster_state when it agrees with user_clusters, else the current tables."""
     if has_table(con, STATE_TABLE):
@@ -201,18 +169,6 @@ def _user_documents(
     return pd.concat([p.assign(user_id=u) for p, u in zip(parts, users, strict=True)], ignore_index=True)
 
 
-def _cold_start_queries(con: duckdb.DuckDBPyConnection, task: str) -> dict[str, np.ndarray]:
-    """Mean query embedding of each changed user (users in _inc_users), the cold-start fallback of §3.6."""
-    if not has_table(con, "query_embeddings"):
-        return {}
-    sql = (
-        "SELECT user_id, embedding FROM query_embeddings WHERE task = ? AND user_id IN (SELECT user_id FROM _inc_users)"
-    )
-    rows = con.sql(sql, params=[task]).to_arrow_table()
-    ids, matrix = np.asarray(rows["user_id"].to_pylist(), dtype=object), column_to_matrix(rows["embedding"])
-    return {u: matrix[ids == u].mean(axis=0) for u in set(ids.tolist())}
-
-
 def _next_state(state: pd.DataFrame, task: str, new_label: Mapping[str, int]) -> pd.DataFrame:
     """cluster_state with the changed users' current clusters (new users get a row without fit data)."""
     rows = state.assign(cluster=[new_label.get(u, c) for u, c in zip(state["user_id"], state["cluster"], strict=True)])
@@ -235,7 +191,8 @@ def update_users(
     """Apply the pending history of a task to its changed users; every write happens in one transaction.
 
     ``shaping(owners, doc ids)``: which documents may shape other users' results (``privacy.rules.sharing_rule``);
-    z_u is their mean, as the full stage computes it (docs/privacy.md)."""
+    z_u is their mean, as the full stage computes it, and a user placed by nothing gets no row in user_embeddings,
+    user_clusters, cluster_state or similar_users (``users/placement.py``, docs/privacy.md)."""
     report = UpdateReport(task)
     pending = pending_history(con, task)
     if pending.empty:
@@ -252,42 +209,43 @@ def update_users(
     doc_users = docs["user_id"].astype(str).tolist()
     doc_ids = docs["doc_id"].astype(str).tolist()
     keep = np.ones(len(docs), dtype=bool) if shaping is None else shaping(doc_users, doc_ids)
-    fallback = _cold_start_queries(con, task)
-    own, own_counts, _ = mean_user_embeddings(users, doc_users, doc_matrix, {u: np.zeros(doc_matrix.shape[1],
-                                                                                   np.float32) for u in users})
-    fallback |= {u: own[i] for i, u in enumerate(users) if u not in fallback and own_counts[i]}  # neither: own docs
-    user_vecs, counts, cold_flags = mean_user_embeddings(
-        users, [u for u, k in zip(doc_users, keep, strict=True) if k], doc_matrix[keep], fallback
-    )
+    place = place_users(users, doc_users, doc_matrix, keep, question_vectors(con, task))
+    placed, user_vecs = place.users, place.vectors
     stored = current_model(con, task)
     state: pd.DataFrame | None = None
+    labels = np.zeros(0, dtype=np.int64)
     if stored is not None:  # the fitted model with its prediction data: no refit, nothing read beyond these users
         report.reference, report.reference_agreement = "model", 1.0
-        labels = assign_new_users(stored[1], user_vecs)
+        labels = assign_new_users(stored[1], user_vecs) if placed else labels
     else:
         report.reference, state = reference_clustering(con, task)
+        state = state[~state["user_id"].isin(place.unplaced)]  # an unplaced user leaves the reference too
         fit = state[state["embedding"].notna()]
         sql = "SELECT coalesce(max(cluster), -1) + 1 FROM user_clusters WHERE task = ?"
         next_id = int(con.execute(sql, [task]).fetchall()[0][0])
-        labels, report.reference_agreement = assign_to_reference(
-            column_to_matrix(fit["embedding"].tolist()), fit["fit_cluster"].to_numpy(), user_vecs, clustering, next_id
-        )
-    new_label = dict(zip(users, labels.tolist(), strict=True))
+        if placed:
+            labels, report.reference_agreement = assign_to_reference(column_to_matrix(fit["embedding"].tolist()),
+                                                                     fit["fit_cluster"].to_numpy(), user_vecs,
+                                                                     clustering, next_id)  # fmt: skip
+    new_label = dict(zip(placed, labels.tolist(), strict=True))
     if state is not None:
         state = _next_state(state, task, new_label)
     n_new = pending.groupby("user_id").size()
     max_seq = pending.groupby("user_id")["seq"].max()
     now = datetime.now(UTC).replace(tzinfo=None)
+    zu = {u: (n, cold) for u, n, cold in zip(placed, place.counts, place.cold, strict=True)}
     report.users = [
         {"task": task, "run_id": run_id, "updated_at": now, "user_id": u, "is_new": u not in old,
-         "n_new_docs": int(n_new[u]), "n_docs": counts[i], "cold_start": cold_flags[i], "old_cluster": old.get(u),
-         "new_cluster": new_label[u], "reference": report.reference, "max_seq": int(max_seq[u]),
-         "neighbours_refreshed": False}
-        for i, u in enumerate(users)
+         "n_new_docs": int(n_new[u]), "n_docs": zu.get(u, (0, False))[0], "cold_start": zu.get(u, (0, False))[1],
+         "old_cluster": old.get(u), "new_cluster": new_label.get(u), "reference": report.reference,
+         "max_seq": int(max_seq[u]), "neighbours_refreshed": False}
+        for u in users
     ]  # fmt: skip
-    user_rows = pa.table({"task": [task] * len(users), "user_id": users, "n_docs": pa.array(counts, pa.int64()),
-                          "cold_start": cold_flags, "embedding": matrix_to_column(user_vecs)})  # fmt: skip
-    cluster_rows = pd.DataFrame({"task": task, "user_id": users, "cluster": labels, "algorithm": clustering.algorithm,
+    user_rows = pa.table({"task": [task] * len(placed), "user_id": pa.array(placed, pa.string()),
+                          "n_docs": pa.array(place.counts, pa.int64()), "cold_start": pa.array(place.cold, pa.bool_()),
+                          "embedding": matrix_to_column(user_vecs)})  # fmt: skip
+    cluster_rows = pd.DataFrame({"task": task, "user_id": pd.Series(placed, dtype=object),
+                                 "cluster": pd.Series(labels, dtype="int64"), "algorithm": clustering.algorithm,
                                  "fit_version": stored[0] if stored else None})  # fmt: skip
     tables = {
         "profile_documents": docs[DOC_COLUMNS],
@@ -300,6 +258,8 @@ def update_users(
 
 
 _STATE_SYNC = (  # cluster_state follows user_clusters for the changed users only (new users: no fit data)
+    f"DELETE FROM {STATE_TABLE} s WHERE s.task = ? AND s.user_id IN (SELECT user_id FROM _inc_users) AND NOT EXISTS "
+    "(SELECT 1 FROM user_clusters c WHERE c.task = s.task AND c.user_id = s.user_id)",  # placed by nothing now
     f"UPDATE {STATE_TABLE} s SET cluster = c.cluster FROM user_clusters c WHERE s.task = ? AND c.task = s.task "
     "AND c.user_id = s.user_id AND s.user_id IN (SELECT user_id FROM _inc_users)",
     f"INSERT INTO {STATE_TABLE} (task, user_id, cluster) SELECT task, user_id, cluster FROM user_clusters c WHERE "
@@ -323,6 +283,9 @@ def _write(
         with_users(con, users)
         for table, frame in tables.items():
             (write_user_delta if table in DELTA_TABLES else replace_user_rows)(con, table, frame, task)
+        # a user placed by nothing has no neighbour list (the lists holding it are refreshed: it is a changed user)
+        con.execute("DELETE FROM similar_users WHERE task = ? AND user_id IN (SELECT user_id FROM _inc_users) AND "
+                    "user_id NOT IN (SELECT user_id FROM user_clusters WHERE task = ?)", [task, task])  # fmt: skip
         if state is None:
             for sql in _STATE_SYNC:
                 con.execute(sql, [task])

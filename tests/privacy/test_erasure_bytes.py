@@ -1,11 +1,14 @@
 """Erasure that erases (docs/privacy.md, issue 51): after `prag forget`, no file under the prag home holds a byte of
 the erased user's documents or inputs: not the live DuckDB file (its freed blocks included), its WAL, the readers'
-snapshot, the MLflow store and artifacts, the cache files or the reports; not the LLM cache entries whose prompt
-holds one of the user's documents cut short by the prompt budget. And the file is rewritten crash-safely."""
+snapshot, the MLflow store and artifacts, the cache files, the reports or Dagster's records (event log, compute
+logs: no user text reaches them at all); not the LLM cache entries whose prompt holds one of the user's documents
+cut short by the prompt budget. And the file is rewritten crash-safely."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +17,9 @@ import duckdb
 import pytest
 from conftest import ROOT, materialize_graph, write_config
 
+from prag_assets.cli.commands import dagster_env
 from prag_models.config.settings import load_settings
+from prag_models.data.history import inbox_dir
 from prag_models.data.source import demo_root
 from prag_models.storage.store import snapshot_path
 from privacy.helpers import edit_questions
@@ -46,6 +51,20 @@ def _plant(root: Path) -> dict[str, str]:
 
     edit_questions(root, edit)
     return plants
+
+
+def _drop_files(home: Path, plants: dict[str, str]) -> Path:
+    """Two drop-folder files of the erased user, each with a plant: a new document (ingested, then applied by the
+    incremental update) and a record whose bad date is the plant (rejected with its reason); returns the folder."""
+    inbox = inbox_dir(home, TASK)
+    inbox.mkdir(parents=True)
+    doc, date = "zqhistorydocq", "zqbaddateq"
+    good = {"user_id": ERASED, "id": "h-planted", "date": "2024-05-01", "description": f"{doc} a crew far from home",
+            "tag": "sci-fi"}  # fmt: skip
+    (inbox / "a_history.json").write_text(json.dumps([good]), encoding="utf-8")
+    (inbox / "b_bad.json").write_text(json.dumps([{**good, "id": "h-bad", "date": date}]), encoding="utf-8")
+    plants.update({doc: "history document", date: "rejected value"})
+    return inbox
 
 
 def _held(data: bytes, plants: dict[str, str]) -> list[str]:
@@ -87,14 +106,36 @@ def _cache_entries(path: Path, plants: dict[str, str]) -> tuple[dict[str, int], 
     return held, cut, foreign, sum(users is None for _, _, users in rows)
 
 
+def _dagster_files(home: Path) -> list[Path]:
+    """The files of the home's Dagster instance (event log and run storage, compute logs)."""
+    return [p for p in (home / "dagster").rglob("*") if p.is_file()]
+
+
 def test_forget_leaves_no_byte_of_the_user_in_any_file(tmp_path, monkeypatch) -> None:
+    import dagster as dg
+
     home = tmp_path / "home"
     config = write_config(tmp_path / "prag.toml", home, generator_backend="fake", data={"tasks": [TASK]},
                           cfrag=CFRAG, prompt={"max_prompt_tokens": 160})  # fmt: skip
     settings = load_settings(config)
     source = demo_root(settings)  # the input files themselves hold the plants, by design: not searched
     plants = _plant(source)
-    assert materialize_graph(config, [TASK]).success
+    inbox = _drop_files(home, plants)  # the user's own files in the drop folder, like the source: not searched
+    for name in ("DAGSTER_HOME", "PRAG_DAGSTER_STORAGE", "PRAG_DAGSTER_LOGS"):  # the instance `prag materialize` uses
+        monkeypatch.setenv(name, dagster_env(settings, warn=False)[name])
+    with dg.DagsterInstance.get() as instance:
+        assert materialize_graph(config, [TASK], instance=instance).success
+    dagster = _dagster_files(home)
+    assert any(p.suffix == ".db" for p in dagster) and any(p.suffix in (".err", ".out") for p in dagster), dagster
+    # by construction: no user text in Dagster's metadata or logs, so there is nothing there to erase
+    quoted = {str(p.relative_to(home)): found for p in dagster if (found := _held(p.read_bytes(), plants))}
+    assert quoted == {}, f"Dagster's records quote the user's text: {quoted}"
+    user_id = re.compile(rb"(?<![\\\w])" + re.escape(ERASED.encode()) + rb"(?!\w)")  # not inside "\u0001", "u00012"
+    named = [str(p.relative_to(home)) for p in dagster if user_id.search(p.read_bytes())]
+    assert named == [], f"Dagster's records name the user (metadata and logs carry counts, not ids): {named}"
+    with duckdb.connect(str(settings.duckdb_path), read_only=True) as con:  # the drop folder's files were used
+        history = con.execute("SELECT count(*) FROM profile_documents WHERE doc_id = 'h-planted'").fetchall()[0][0]
+    assert history == 1 and len(list((inbox / "rejected").glob("*_b_bad.json"))) == 1
     live = settings.duckdb_path
     held, cut, foreign, unknown = _cache_entries(live, plants)
     # the LLM work filled every cache with the user's text, cut short by the budget, some in other users' prompts
@@ -112,8 +153,9 @@ def test_forget_leaves_no_byte_of_the_user_in_any_file(tmp_path, monkeypatch) ->
     if not snapshot.exists():  # the readers' snapshot must come out clean too
         publish_readers_snapshot(live)
     assert run_forget(ERASED) == 0
-    files = [p for p in home.rglob("*") if p.is_file() and source not in p.parents]
+    files = [p for p in home.rglob("*") if p.is_file() and source not in p.parents and inbox not in p.parents]
     assert live in files and snapshot in files and (home / "mlflow.db") in files
+    assert set(_dagster_files(home)) <= set(files)  # Dagster's records are searched too
     assert any("mlflow-artifacts" in p.parts for p in files) and any("reports" in p.parts for p in files)
     leaks = {str(p.relative_to(home)): found for p in files if (found := _held(p.read_bytes(), plants))}
     assert leaks == {}, f"files holding the erased user's text: {leaks}"

@@ -36,6 +36,10 @@ TUNING = {"enabled": True, "budget_s": 600.0, "max_trials": 6}
 # One text at a time: in a batch, padding moves a vector by ~1e-7 with the lengths of the texts beside it (a hidden
 # document's among them), enough to swap two near-tied documents; the embedder's batching is not under test here.
 EMBEDDER = {"batch_size": 1}
+#: dense_global searches an IVF index here (the world's 100-odd shareable documents are above ann_above), so that its
+#: search under the visibility mask is compared too, not only exact search. (Its training on shareable rows only is
+#: tested in test_shared_view.py: in a world this small, training it on every row changed no other user's top 3.)
+RETRIEVAL = {"ann_above": 32, "ann_nprobe": 2}
 
 #: Tables not compared, and why; every other table of the file is. Timings, run ids and paths are columns
 #: (VOLATILE), the owners' own rows are left out by row: what remains here are aggregates over every sample.
@@ -138,7 +142,7 @@ class World:
 def _build(root: Path, variant: bool) -> World:
     root.mkdir(parents=True)
     config = write_config(root / "prag.toml", root / "home", generator_backend="fake", data=DATA, cfrag=CFRAG,
-                          tuning=TUNING, embedder=EMBEDDER)  # fmt: skip
+                          tuning=TUNING, embedder=EMBEDDER, retrieval=RETRIEVAL)  # fmt: skip
     settings = load_settings(config)
     hidden = _plant(demo_root(settings), variant)
     started = time.perf_counter()

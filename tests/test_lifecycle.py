@@ -77,6 +77,8 @@ def test_lifecycle_round_decides_every_task_on_paired_intervals(tmp_path) -> Non
     assert done.returncode == 0, out[-4000:]
     _, changed = second_week(TASK, 16, 3, 4, 7)
     assert f"[lifecycle] {TASK}: week 2 in the inbox: {changed['documents']} documents" in out
+    # issue 48: the retraining's LLM evidence sized by the run's budget, and the round ends with the verdict
+    assert "run budget" in done.stdout and "## Verdict" in done.stdout.split("[lifecycle] undo a promotion")[-1]
 
     settings = load_settings(config)
     assert list((home / "inbox" / TASK / "done").glob("*.json"))  # taken in through the drop folder

@@ -363,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     add_sql_command(sub)
     add_forget_command(sub)
     add_relocate_command(sub)
-    add_lifecycle_command(sub, LifecycleHelpers(run_command, dagster_env, _lock_path, _recover, _publish))
+    add_lifecycle_command(sub, LifecycleHelpers(run_command, dagster_env, _lock_path, _recover, _publish,
+                                                sized_settings, child_env, deferred_note))  # fmt: skip
     add_evidence_command(sub, EvidenceHelpers(_launch, _lock_path, _recover, _publish))
     args = parser.parse_args(argv)
     return args.func(args)

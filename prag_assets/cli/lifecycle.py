@@ -13,6 +13,9 @@
    and tags), the run's Dagster metadata and table ``model_promotions``. A kept champion fails its promotion run (the
    gate's refusal, as for ``prag promote``); the round goes on.
 
+5. The verdict as `prag materialize` ends with it; the retraining's LLM evidence is sized by the run's budget as the
+   main job's is, and what it deferred is said (`prag evidence` continues it).
+
 The round is demo-only (it writes the demo world's second week) and needs a materialized home (``prag materialize``).
 """
 
@@ -44,6 +47,9 @@ class LifecycleHelpers:
     lock_path: Callable[[Settings], Path]
     recover: Callable[[Settings], None]
     publish: Callable[[Settings, int], None]
+    sized: Callable[[Settings], Settings]  # the run's budget on this machine (budget.sized_settings)
+    child_env: Callable[[Settings], dict[str, str]]  # the sized settings a run's child gets (budget.child_env)
+    closing: Callable[[Settings], list[str]]  # what the budget did not pay (budget.deferred_note)
 
 
 def add_lifecycle_command(sub: argparse._SubParsersAction, helpers: LifecycleHelpers) -> None:
@@ -65,13 +71,16 @@ def lifecycle(reason: str, helpers: LifecycleHelpers) -> int:
     settings, started = load_settings(), time.time()
     tasks = [t for t in ALL_TASKS if t in settings.data.tasks]
     tags = launch_tags(settings, "prag lifecycle", PROJECT_ROOT)
+    sized: list[Settings] = []  # sized on the first launch (after run_round's checks), as `prag materialize` sizes
 
     def launch(job: str, span: str | None, partition: str | None, config: dict[str, Any] | None) -> int:
+        if not sized:
+            sized.append(helpers.sized(settings))
         token = uuid.uuid4().hex
         cmd = helpers.run_command("", span, token, partition, job, tags, config)
         log = settings.home_path / "dagster" / "logs" / f"lifecycle-{job}-{token[:6]}.log"
         print(f"[prag] job {job} (log: {log})", flush=True)
-        env = helpers.dagster_env(settings)
+        env = helpers.dagster_env(settings) | helpers.child_env(sized[0])
         code, _ = run_summary.watch(settings, cmd, env, log, token, tasks, False, started)
         return code
 
@@ -79,6 +88,10 @@ def lifecycle(reason: str, helpers: LifecycleHelpers) -> int:
         helpers.recover(settings)
         code = run_round(settings, reason, launch)
         helpers.publish(settings, code)
+    if not code:  # the verdict after the retraining, and what the budget left to `prag evidence`
+        print("\n" + run_summary.verdict_text(settings), flush=True)
+        for line in helpers.closing(sized[0] if sized else settings):
+            run_summary.say(line)
     return code
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,7 +41,7 @@ from prag_models.storage.store import snapshot_path, table_exists, transaction
 AUDIT_TABLE = "erasure_audit"
 AUDIT_DDL = (
     "erasure_id VARCHAR, user_id VARCHAR, task VARCHAR, erased_at TIMESTAMP, rows_deleted BIGINT, "
-    "tables_json VARCHAR, models_flagged_json VARCHAR"
+    "tables_json VARCHAR, models_flagged_json VARCHAR, records_json VARCHAR"
 )
 #: Columns naming a user: the row's user, the author of a retrieved document, a neighbour.
 USER_COLUMNS = ("user_id", "source_user_id", "neighbour_id")
@@ -62,6 +62,8 @@ class Erasure:
     deleted: dict[str, int] = field(default_factory=dict)
     models_flagged: list[str] = field(default_factory=list)
     already_erased: bool = False
+    #: records outside DuckDB erased, counts only (prag_assets/cli/forget_records.py: Dagster's runs and log files)
+    records: dict[str, int] = field(default_factory=dict)
 
     @property
     def rows_deleted(self) -> int:
@@ -252,10 +254,12 @@ def forget_rows(con, erasure: Erasure) -> Erasure:
                 if n:
                     erasure.deleted[table] = n
             con.execute(f"CREATE TABLE IF NOT EXISTS {AUDIT_TABLE} ({AUDIT_DDL})")
+            con.execute(f"ALTER TABLE {AUDIT_TABLE} ADD COLUMN IF NOT EXISTS records_json VARCHAR")  # older audits
             con.execute(
-                f"INSERT INTO {AUDIT_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO {AUDIT_TABLE} (erasure_id, user_id, task, erased_at, rows_deleted, tables_json, "
+                "models_flagged_json, records_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [erasure.erasure_id, user_id, task, erasure.erased_at, erasure.rows_deleted,
-                 json.dumps(erasure.deleted), json.dumps(erasure.models_flagged)],
+                 json.dumps(erasure.deleted), json.dumps(erasure.models_flagged), json.dumps(erasure.records)],
             )
             maybe_fail("table_write", [AUDIT_TABLE])  # reliability tests: die before the commit
     finally:
@@ -353,12 +357,28 @@ def flagged_versions(client: Any, names: Mapping[str, str], versions: Mapping[st
     )  # fmt: skip
 
 
-def forget(con, user_id: str, task: str | None = None, client: Any = None) -> Erasure:
+def user_ids(con, user_id: str, task: str | None = None) -> set[str]:
+    """The ids that name the user (of the task) in records outside DuckDB: the user id, its sample and document ids
+    and the ids of its records set aside as malformed."""
+    ids = {user_id, *_owned(con, _tables(con), user_id, task)["value"].astype(str)}
+    if table_exists(con, "set_aside_records"):
+        scope = " AND task = ?" if task else ""
+        sql = f"SELECT DISTINCT record_id FROM set_aside_records WHERE user_id = ?{scope}"
+        ids |= {r for (r,) in con.execute(sql, [user_id, *([task] if task else [])]).fetchall() if r}
+    return ids
+
+
+def forget(con, user_id: str, task: str | None = None, client: Any = None,
+           erase_records: Callable[[set[str]], dict[str, int]] | None = None) -> Erasure:  # fmt: skip
     """Forget a user (of one task, or everywhere): flag the models trained on its data first (a flag without the
-    deletion only costs a retraining), then delete its rows in one transaction with the audit row."""
+    deletion only costs a retraining), erase the records outside DuckDB that name the user's ids (``erase_records``,
+    returning counts: before the rows go, so that a rerun after a crash still knows the ids), then delete its rows
+    in one transaction with the audit row."""
     erasure = start_erasure(con, user_id, task)
     if erasure.already_erased:
         return erasure
     if client is not None:
         erasure.models_flagged = flag_models(client, erasure, {task} if task else user_tasks(con, user_id))
+    if erase_records is not None:
+        erasure.records = erase_records(user_ids(con, user_id, task))
     return forget_rows(con, erasure)

@@ -6,6 +6,7 @@ Pages are rendered by headless Chromium (install it with scripts/install_chromiu
 a materialization is launched through the webserver's GraphQL API and runs through the daemon's run queue.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -202,13 +203,92 @@ def test_task_partition_of_the_retrieval_evaluation_shows_only_that_task(ui):
 
 
 def test_report_opens_with_the_verdict(ui):
-    """The report asset's page shows the short verdict first, then every verdict column (rendered: its gain columns),
-    the chart of the verdict's gain (a markdown image; its PNG's path below), then the compact method x task table.
-    The short verdict is a table rendered inline (its headers in the page, not behind "Show Markdown")."""
-    dom = _dom(ui, "/assets/lamp_evaluation_report", ["primary_metric", "chart", "gain_low", "verdict_gain.png",
+    """The report asset's page shows the short verdict first, then every verdict column (markdown), the chart of the
+    verdict's gain (a markdown image; its PNG's path below), then the compact method x task table. The short verdict
+    is a table rendered inline (its headers in the page, not behind "Show Markdown")."""
+    dom = _dom(ui, "/assets/lamp_evaluation_report", ["primary_metric", "chart", "every_column", "verdict_gain.png",
                                                        "gain [95 % CI]", "LLM evidence"])  # fmt: skip
-    positions = [dom.find(f">{label}<") for label in ("verdict", "gain_low", "chart", "primary_metric")]
+    positions = [dom.find(f">{label}<") for label in ("verdict", "every_column", "chart", "primary_metric")]
     assert -1 not in positions and positions == sorted(positions), positions
+
+
+SHORT_VERDICT_BOX = """(() => {
+  const th = [...document.querySelectorAll('th')].find(e => e.textContent.trim() === 'LLM evidence');
+  const table = th && th.closest('table');
+  if (!table || table.querySelectorAll('tr').length < 2) return null;
+  const box = table.getBoundingClientRect();
+  const tables = [...document.querySelectorAll('table')].map(t => [t.querySelector('th, td').textContent.slice(0, 30),
+    Math.round(t.getBoundingClientRect().left), Math.round(t.getBoundingClientRect().width)]);
+  return {left: box.left, right: box.right, viewport: window.innerWidth, page: document.documentElement.scrollWidth,
+          tables};
+})()"""
+
+
+def test_short_verdict_fits_at_1280_px(ui):
+    """Issue 50.4: on the report asset's Events tab (its latest materialization), as Dagster opens it (navigation
+    shown) in a window 1,280 px wide, the short verdict table's six columns all lie inside the window: no metadata
+    entry widens the metadata column past it, and the page does not scroll sideways."""
+    box = _evaluate(ui, "/assets/lamp_evaluation_report?view=events", SHORT_VERDICT_BOX, width=1280)
+    assert box is not None, "the short verdict table was not rendered"
+    assert 0 < box["left"] < box["right"] <= box["viewport"] == 1280 and box["page"] == 1280, json.dumps(box)
+
+
+def _evaluate(ui: dict, path: str, expression: str, width: int, height: int = 900, timeout_s: int = 120):
+    """The value of a JavaScript ``expression`` on a UI page in headless Chromium ``width`` px wide (over the DevTools
+    pipe, fds 3 and 4), evaluated every second until it is not null; None if it stays null for ``timeout_s``."""
+    to_chrome, from_chrome = os.pipe(), os.pipe()
+
+    def _pipe_fds() -> None:
+        os.dup2(to_chrome[0], 3)
+        os.dup2(from_chrome[1], 4)
+
+    profile = ui["tmp"] / f"chrome-devtools-{abs(hash(path))}-{width}"
+    proc = subprocess.Popen(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+         "--hide-scrollbars", f"--window-size={width},{height}", f"--user-data-dir={profile}",
+         "--remote-debugging-pipe", "about:blank"],
+        pass_fds=(3, 4), preexec_fn=_pipe_fds, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)  # fmt: skip
+    os.close(to_chrome[0])
+    os.close(from_chrome[1])
+    received, ids = b"", iter(range(1, 1_000_000))
+
+    def call(method: str, session: str | None = None, **params) -> dict:
+        nonlocal received
+        number = next(ids)
+        message = {"id": number, "method": method, "params": params} | ({"sessionId": session} if session else {})
+        os.write(to_chrome[1], json.dumps(message).encode() + b"\0")
+        while True:
+            while b"\0" not in received:
+                chunk = os.read(from_chrome[0], 1 << 16)
+                assert chunk, "Chromium closed the DevTools pipe"
+                received += chunk
+            reply, received = received.split(b"\0", 1)
+            answer = json.loads(reply)
+            if answer.get("id") == number:
+                assert "error" not in answer, answer
+                return answer["result"]
+
+    try:
+        target = call("Target.createTarget", url="about:blank")["targetId"]
+        session = call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        call("Emulation.setDeviceMetricsOverride", session, width=width, height=height, deviceScaleFactor=1,
+             mobile=False)  # fmt: skip
+        call("Page.navigate", session, url=ui["base"] + path)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            value = call("Runtime.evaluate", session, expression=expression, returnByValue=True)["result"].get("value")
+            if value is not None:
+                return value
+            time.sleep(1)
+        return None
+    finally:
+        os.close(to_chrome[1])
+        os.close(from_chrome[0])
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
 
 
 def test_runs_are_listed_under_the_named_job(ui):

@@ -1,6 +1,7 @@
 """Stage 6: the LaMP evaluation table (task × method × metric) and a report across tasks."""
 
 import base64
+import os
 
 import dagster as dg
 import pandas as pd
@@ -42,29 +43,19 @@ def lamp_evaluation(step: TaskStep) -> dict:
     return {}
 
 
-#: What the verdict table's columns say (prag_models/evaluation/verdict.py, docs/methods.md §6.5).
-VERDICT_DESCRIPTIONS = {
-    "verdict": "ship: the gain's 95 % interval lies above 0 (over dense_global and over dense) and selection_p < "
-    "0.025; own profile suffices / personalization hurts / keep the baseline otherwise (docs/methods.md §6.5)",
-    "selection_p": "one-sided p of the sign-flip randomisation test of the whole cross-fitted choice",
-    "method": "the best personalized method (reference methods excluded)",
-    "gain": "cross-fitted paired gain over dense_global (positive = better)",
-    "gain_low": "95 % interval of the gain, low",
-    "gain_high": "95 % interval of the gain, high",
-    "baseline_value": "dense_global on the same samples",
-    "evidence": "the evaluation that decides: LLM-free retrieval, else the LLM evaluation",
-    "llm_gain": "the LLM evaluation's difference for the same method (a confirmation, decides nothing)",
+#: What the short verdict's columns say (prag_models/evaluation/verdict_view.py, docs/methods.md §6.5).
+SHORT_DESCRIPTIONS = {
+    "verdict": "ship: the gain's 95 % interval lies above 0 (over dense_global and over dense) and the "
+    "randomisation test's p < 0.025; own profile suffices / personalization hurts / keep the baseline otherwise "
+    "(docs/methods.md §6.5)",
+    "method": "the best personalized method (reference methods excluded); \"folds: a / b\" where the two "
+    "cross-fitting folds chose differently, without the prefix their names share (e.g. clusterrag_); names may wrap "
+    "after an underscore (a zero-width space there): copy them from every_column, which has the full names",
+    "gain [95 % CI]": "the evidence's metric, then the cross-fitted paired gain over dense_global (positive = better) "
+    "with its 95 % interval",
+    "n": "samples of the evidence",
+    "LLM evidence": "the LLM evaluation of the same choice (a confirmation, decides nothing), with its n",
 }
-VERDICT_FIRST = [
-    "task", "verdict", "method", "metric", "value", "baseline_value", "gain", "gain_low", "gain_high", "n_samples",
-    "selection_p", "evidence", "llm_metric", "llm_gain", "llm_gain_low", "llm_gain_high", "llm_n_samples",
-]  # fmt: skip
-
-
-def verdict_table(verdicts: pd.DataFrame) -> dg.MetadataValue:
-    """The verdict rows as a typed Dagster table, the deciding columns first."""
-    columns = [c for c in VERDICT_FIRST if c in verdicts] + [c for c in verdicts if c not in VERDICT_FIRST]
-    return frame_table(verdicts[columns], VERDICT_DESCRIPTIONS)
 
 
 @dg.asset(
@@ -99,10 +90,13 @@ def lamp_evaluation_report(
     return dg.MaterializeResult(
         metadata={  # in the order the UI shows them: the answer first, as a table the page shows inline (issue 50.4)
             "verdict": short_verdict_table(verdicts),
-            "verdict_all_columns": verdict_table(verdicts),
+            # every column of the verdict as markdown (behind "Show Markdown"): a wide table entry would widen the
+            # page's metadata column past the window, a long key its key column (reports/verdict.md holds both)
+            "every_column": dg.MetadataValue.md(verdicts_markdown(verdicts)),
             "chart": dg.MetadataValue.md(f"![the verdict's gain over dense_global per task, 95 % interval, n]"
                                          f"(data:image/png;base64,{image})"),  # fmt: skip
-            "primary_metric": frame_table(primary_by_task(table)),
+            # markdown too: its method names and "task metric (n)" headers do not wrap, one column per task
+            "primary_metric": dg.MetadataValue.md(primary_by_task(table).to_markdown(index=False)),
             # files under the prag home (`prag report` prints them; a browser cannot open a machine path)
             "files_in_home": dg.MetadataValue.text(", ".join(str(f.relative_to(home)) for f in (
                 folder / "verdict.md", chart, folder / "lamp_evaluation.md", llm_chart))),  # fmt: skip
@@ -113,6 +107,22 @@ def lamp_evaluation_report(
 
 def short_verdict_table(verdicts: pd.DataFrame) -> dg.MetadataValue:
     """The verdict's deciding columns (task, verdict, method, gain with its interval, n, LLM evidence) as a Dagster
-    table: six short columns that fit the asset page's metadata box at 1,280 px."""
-    rows = deciding_rows(verdicts)
-    return frame_table(pd.DataFrame(rows, columns=DECIDING_HEADERS).astype(str))
+    table that fits the asset page's metadata box at 1,280 px with the navigation open: a fold disagreement names the
+    methods without their shared prefix, and a method name may wrap after an underscore (a zero-width space)."""
+    rows = [[*row[:2], _short_method(row[2]), *row[3:]] for row in deciding_rows(verdicts)]
+    return frame_table(pd.DataFrame(rows, columns=DECIDING_HEADERS).astype(str), SHORT_DESCRIPTIONS)
+
+
+#: Lets the browser wrap "clusterrag_collaborative" after its underscore (cells wrap at spaces and hyphens only).
+WRAP = "\u200b"
+
+
+def _short_method(cell: str) -> str:
+    """A fold disagreement without the prefix its methods share up to an underscore ("folds: clusterrag_community /
+    clusterrag_collaborative" -> "folds: community / collaborative"), then a break opportunity after underscores."""
+    if cell.startswith("folds: "):
+        names = cell.removeprefix("folds: ").split(" / ")
+        shared = os.path.commonprefix(names)
+        shared = shared[: shared.rfind("_") + 1] if len(names) > 1 else ""
+        cell = "folds: " + " / ".join(n.removeprefix(shared) or n for n in names)
+    return cell.replace("_", "_" + WRAP)

@@ -64,6 +64,7 @@ def sized_tuning(settings: Settings, tasks: list[str], seconds: float, utility_p
     utility on the tasks no label sees (said on one line); a search whose method share cannot pay two trials (the
     default and one other) is not run: the defaults are kept there."""
     from prag_models.evaluation.run_budget import utility_search_s
+    from prag_models.evaluation.tuning import METHOD_BUDGET_SHARE
 
     configured = utility_search_s(settings)
     if not tasks or configured <= 0 or seconds >= len(tasks) * configured:
@@ -71,7 +72,7 @@ def sized_tuning(settings: Settings, tasks: list[str], seconds: float, utility_p
     t = settings.tuning
     per_task = t.utility_budget_s * seconds / (len(tasks) * configured)
     trial_s = t.utility_samples * max(utility_prompt_s, 0.0)
-    if per_task * 0.5 < 2 * trial_s:  # evaluation/tuning.py METHOD_BUDGET_SHARE: each method's share
+    if per_task * METHOD_BUDGET_SHARE < 2 * trial_s:  # each method's share of a task's seconds
         per_task = 0.0
     said = (f"at most {per_task:.0f} s a task" if per_task else "not run (a search needs two trials, "
             f"≈ {4 * trial_s:.0f} s a task): the default knobs are kept")  # fmt: skip

@@ -20,7 +20,6 @@ source)`` with one row per user of the task (source ``record``, ``sharing.json``
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,6 +30,7 @@ import pandas as pd
 
 from prag_models.data.lamp_validation import VISIBILITIES, _read_json
 from prag_models.data.tasks import LampDataError
+from prag_models.storage.files import write_json_atomic
 
 __all__ = ["VISIBILITIES", "SharingFile", "append_statements", "load_sharing_file", "parse_sharing", "sharing_frames"]
 SHARING_FILE = "sharing.json"
@@ -200,9 +200,7 @@ def _write_stamp(db_path: Path, moment: datetime | None) -> None:
     if moment is None:
         path.unlink(missing_ok=True)
         return
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"stated_at": moment.isoformat()}), encoding="utf-8")
-    os.replace(tmp, path)
+    write_json_atomic(path, {"stated_at": moment.isoformat()})
 
 
 def note_consent_change(con: Any, stamp: datetime) -> None:

@@ -81,8 +81,10 @@ def read_task_data(
                 )
             vectors, similar = serving.encode_task_users(con, task, encoder, settings, described)
             how = f"e_u re-encoded (tables made by {made_by[0]}/{made_by[1]})" if made_by else "e_u re-encoded"
-    embedded_with = embedded - {settings.embedder.model}
+    from prag_models.text.embedder import embedder_key
+
+    embedded_with = embedded - {embedder_key(settings.embedder)}  # the model and the backend it runs on here
     if embedded_with:
         raise LookupError(f"{task} documents were embedded with {sorted(embedded_with)}, the model's embedder is "
-                          f"{settings.embedder.model!r}")  # fmt: skip
+                          f"{embedder_key(settings.embedder)!r} on this machine")  # fmt: skip
     return TaskData(index, vectors, similar, f"{opened} {path.name}, {how}")

@@ -36,6 +36,9 @@ BACKENDS: tuple[str, ...] = ("auto", "torch", "torch_int8", "onnx", "onnx_int8")
 REFERENCE_BACKEND = "torch"
 #: Bump when the ONNX export or quantisation changes: cached .onnx files are then made anew.
 ONNX_EXPORT_VERSION = 1
+#: The int8 backends embed one text at a time since version 2 (their vectors depended on the batch before):
+#: vectors cached under an older key are not reused.
+INT8_BACKENDS = {"onnx_int8": 2, "torch_int8": 2}
 #: Model inputs the ONNX graph takes, when the tokenizer makes them.
 ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -56,18 +59,16 @@ def _cpu_flags() -> set[str]:
 
 
 def resolve_backend(settings: EmbedderSettings) -> str:
-    """The backend to run: the setting, or for "auto" onnx_int8 on a CPU whose kernels may use AVX2 but not AVX-512
-    when onnxruntime and onnx are installed (1.36x torch fp32's documents/s on one AVX2 core, cosine to fp32 >= 0.989:
-    benchmarks/embedder_speed.py; the laptops the whole-run budget is tight on), else torch (on AVX-512, where
-    embedding is a small part of the run, the vectors stay torch fp32's)."""
+    """The backend to run: the setting, or for "auto" onnx_int8 on a CPU with AVX2 (AVX-512 CPUs included) when
+    onnxruntime and onnx are installed (1.79x torch fp32's documents/s on one AVX-512 core, 1.36x on one AVX2 core,
+    cosine to fp32 >= 0.989, the demo's verdict unchanged: benchmarks/embedder_speed.py, docs/measurements.md), else
+    torch (a GPU, another CPU, or without those packages)."""
     choice = settings.backend
     if choice not in BACKENDS:
         raise ValueError(f"embedder.backend must be one of {list(BACKENDS)}, got {choice!r}")
     if choice != "auto":
         return choice
-    flags = _cpu_flags()
-    wide = "avx512f" in flags and os.environ.get("ATEN_CPU_CAPABILITY", "").lower() not in ("avx2", "default")
-    if settings.device == "cpu" and "avx2" in flags and not wide and _installed("onnxruntime", "onnx"):
+    if settings.device == "cpu" and "avx2" in _cpu_flags() and _installed("onnxruntime", "onnx"):
         return "onnx_int8"
     return REFERENCE_BACKEND
 
@@ -76,7 +77,10 @@ def embedder_key(settings: EmbedderSettings) -> str:
     """The model_id under which embeddings are cached and stored: the model name, with the backend after a "#"
     unless it is torch fp32 (so that no backend's vectors are ever reused as another's)."""
     backend = resolve_backend(settings)
-    return settings.model if backend == REFERENCE_BACKEND else f"{settings.model}#{backend}"
+    if backend == REFERENCE_BACKEND:
+        return settings.model
+    version = INT8_BACKENDS.get(backend)
+    return f"{settings.model}#{backend}" + (f"/v{version}" if version else "")
 
 
 def resolve_embedder_path(model: str) -> str:
@@ -133,7 +137,7 @@ class Embedder:
             return self._onnx.encode(texts, self.settings.batch_size)
         return self._model.encode(
             texts,
-            batch_size=self.settings.batch_size,
+            batch_size=1 if self.backend in INT8_BACKENDS else self.settings.batch_size,  # OnnxTransformer.encode
             normalize_embeddings=True,
             convert_to_numpy=True,
             show_progress_bar=False,
@@ -197,6 +201,7 @@ class OnnxTransformer:
         options.inter_op_num_threads = 1
         self.session = ort.InferenceSession(str(target), options, providers=["CPUExecutionProvider"])
         self.path = target
+        self.quantized = quantized
 
     def _export(self, probe: dict[str, Any], target: Path) -> None:
         """Export the transformer (eager attention, which ONNX Runtime fuses) to target, atomically."""
@@ -252,9 +257,15 @@ class OnnxTransformer:
             partial.unlink(missing_ok=True)
 
     def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
-        """Unit vectors of texts, batched by length like sentence-transformers (less padding)."""
+        """Unit vectors of texts, batched by length like sentence-transformers (less padding); int8 one text a run."""
         import torch
 
+        if self.quantized:
+            # Dynamic quantisation scales each activation tensor by its own maximum, over the whole batch: a text's
+            # vector would depend on the texts batched with it (max abs difference 0.02), so that a document
+            # another user may not see would move this user's vectors (docs/privacy.md) and a cached vector would
+            # be whichever batch's. One text per run makes it a function of the text alone, at the same speed.
+            batch_size = 1
         out = np.zeros((len(texts), self.model.get_embedding_dimension()), dtype=np.float32)
         order = np.argsort([-len(t) for t in texts], kind="stable")
         for start in range(0, len(texts), batch_size):

@@ -1,7 +1,7 @@
 """Embeddings cached in DuckDB by (model id, content hash): re-materializing embeds only texts never seen before.
 
 The model id is the embedder's key (prag_models.text.embedder.embedder_key): the model name, with the backend after
-a "#" unless torch fp32 (e.g. ``sentence-transformers/all-MiniLM-L6-v2#onnx_int8``), so that vectors of one backend
+a "#" unless torch fp32 (e.g. ``sentence-transformers/all-MiniLM-L6-v2#onnx_int8/v2``), so that vectors of one backend
 or quantisation are never returned for another.
 """
 

@@ -119,13 +119,11 @@ def lineage_metadata(key: str, links: dict[str, str]) -> dict[str, dg.MetadataVa
 
 
 def step_lineage(context: dg.AssetExecutionContext, task: str, settings: Settings) -> Lineage:
-    """The Dagster run id, asset key, partition (the task) and run page (``run.dagster_ui_url``) of one task's
-    step, as plain strings."""
-    from prag_models.mlops.runs import dagster_run_url
+    """The Dagster run id, job, asset key, partition (the task) and run page (``run.dagster_ui_url``) of one task's
+    step, as plain strings (the lineage every MLflow run prag writes carries: ``resources.mlflow_registry``)."""
+    from prag_assets.resources.mlflow_registry import dagster_lineage
 
-    run_id = context.run.run_id
-    url = dagster_run_url(settings.run.dagster_ui_url, run_id)
-    return Lineage(run_id, context.asset_key.to_user_string(), task, url)
+    return dagster_lineage(context, settings, task)
 
 
 def training_asset(

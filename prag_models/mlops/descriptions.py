@@ -62,9 +62,16 @@ def version_description(
     if pyfunc:
         lines.append("pyfunc model: predict(task, user_id, query) -> ranked documents with scores.")
     if tags.get("dagster.run_url"):  # Markdown: the MLflow UI shows a link back to the run that trained it
-        lines.append(f"Dagster run: [{tags.get('dagster.run_id', '')[:8] or 'open'}]({tags['dagster.run_url']}).")
+        lines.append(dagster_run_line(tags))
     lines.append("Everything else: the version's tags and its run.")
     return "\n".join(lines)
+
+
+def dagster_run_line(tags: Mapping[str, str]) -> str:
+    """The Markdown line linking a run's or version's description to the Dagster run that wrote it ("" = none)."""
+    if not tags.get("dagster.run_url"):
+        return ""
+    return f"Dagster run: [{tags.get('dagster.run_id', '')[:8] or 'open'}]({tags['dagster.run_url']})."
 
 
 def sig_text(value: str) -> str:

@@ -11,6 +11,8 @@ kind to its challenger version. Promotion and rollback share one gate besides th
 ``privacy.needs_retraining`` after an erasure, or tagged ``training.improved = false``, becomes champion only by an
 explicit override, recorded with who and why (``promotion.*`` tags, ``model_promotions``). The previous champion
 versions are pushed on a registered-model tag (``promotion.champion_history``), so :func:`rollback` can restore them.
+Wherever the champion alias moves, ``mlops.champion.mark_champion`` says whether it now holds trained weights or the
+untrained initialisation (``champion.training``) and how it got there (``champion.status``).
 Every decision, refusals included, is written as ``promotion.*`` tags on the versions it concerns and returned as a
 :class:`PromotionDecision`; the Dagster job and the CLI append its rows to the DuckDB table ``model_promotions``
 (:func:`append_decision`).
@@ -31,6 +33,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from prag_models.metrics.lamp import HIGHER_IS_BETTER, primary_metric
+from prag_models.mlops.champion import mark_champion
 from prag_models.mlops.decisions import PROMOTIONS_DDL as PROMOTIONS_DDL
 from prag_models.mlops.decisions import PROMOTIONS_TABLE as PROMOTIONS_TABLE
 from prag_models.mlops.decisions import PromotionDecision, describe_version
@@ -42,7 +45,6 @@ from prag_models.mlops.gate import decide_promotion as decide_promotion
 from prag_models.mlops.registry import (
     CHALLENGER,
     CHAMPION,
-    CHAMPION_STATUS_TAG,
     MODEL_NAMES,
     MlflowTarget,
     make_client,
@@ -299,12 +301,12 @@ def promote(target: MlflowTarget, task: str, actor: str, reason: str, override: 
             client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(stack))
             client.set_registered_model_alias(name, CHAMPION, str(challenger[kind]))
             how = "by override" if "by override" in message else how
-            client.set_registered_model_tag(name, CHAMPION_STATUS_TAG, f"v{challenger[kind]}: promoted, {how}")
+            mark_champion(client, name, challenger[kind], f"v{challenger[kind]}: promoted, {how}")
     elif kept:
         for kind, name in names.items():
             if champion[kind] is not None:
-                client.set_registered_model_tag(name, CHAMPION_STATUS_TAG, f"v{champion[kind]}: flagged for "
-                                                f"retraining after an erasure, {NOT_SERVED}")  # fmt: skip
+                mark_champion(client, name, champion[kind], f"v{champion[kind]}: flagged for retraining after an "
+                              f"erasure, {NOT_SERVED}")  # fmt: skip
     _tag_versions(client, decision, ("to", "from") if leg is not None else ("to",), verdict.tags())
     return decision
 
@@ -355,10 +357,10 @@ def rollback(target: MlflowTarget, task: str, actor: str, reason: str, override:
         client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(stacks[kind][:-1]))
         if restored[kind] is None:
             client.delete_registered_model_alias(name, CHAMPION)
-            client.set_registered_model_tag(name, CHAMPION_STATUS_TAG, "none: rolled back to no champion")
+            mark_champion(client, name, None, "none: rolled back to no champion")
         else:
             client.set_registered_model_alias(name, CHAMPION, str(restored[kind]))
             how = "by override of the gate" if problems else "the gate passed"
-            client.set_registered_model_tag(name, CHAMPION_STATUS_TAG, f"v{restored[kind]}: rolled back, {how}")
+            mark_champion(client, name, restored[kind], f"v{restored[kind]}: rolled back, {how}")
     _tag_versions(client, decision, ("from", "to"))
     return decision

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prag_models.mlops.champion import CHAMPION_STATUS_TAG as CHAMPION_STATUS_TAG  # re-exported
+from prag_models.mlops.champion import TRAINING_STATE_TAG, mark_champion, training_state, untrained_reason
 from prag_models.mlops.descriptions import model_description, version_description
 from prag_models.mlops.relocation import relocate
 from prag_models.mlops.runs import (
@@ -34,10 +36,10 @@ from prag_models.mlops.runs import (
     RunTracker,
     log_training_dataset,
     run_url,
-    source_tags,
     start_run,
     version_url,
 )
+from prag_models.mlops.runs import run_tags as prag_run_tags
 from prag_models.storage.hashing import data_version as data_version  # re-exported: the version a run is tagged with
 
 if TYPE_CHECKING:
@@ -64,11 +66,13 @@ Packager = Callable[[str, Path], Path]
 
 @dataclass(frozen=True)
 class MlflowTarget:
-    """Where runs and models go: tracking/registry URI, experiment name, artifact location of a new experiment."""
+    """Where runs and models go: tracking/registry URI, experiment name, artifact location of a new experiment; and
+    who writes there (``lineage``: the Dagster step, whose tags every run written through the target carries)."""
 
     tracking_uri: str
     experiment: str = "prag"
     artifact_location: str = ""  # folder or URI; "" = the tracking server's default
+    lineage: Lineage = Lineage()
 
 
 @dataclass(frozen=True)
@@ -143,24 +147,20 @@ def model_aliases(target: MlflowTarget, name: str) -> dict[str, int]:
     return {alias: int(version) for alias, version in aliases.items()}
 
 
-#: Registered-model tag saying what the champion is: a version that passed the promotion gate, one promoted by
-#: override, or the untrained initialisation (a first version whose training did not beat it, issue 26/29).
-CHAMPION_STATUS_TAG = "champion.status"
-
-
 def assign_new_version_aliases(client: MlflowClient, name: str, version: int) -> tuple[str, ...]:
     """``challenger`` → the new version; also ``champion`` when the model has none yet — a first version whose
-    training did not beat its initialisation (``training.improved = false``: the kept weights ARE the untrained
-    initialisation) is champion as such, and the registry says so (``champion.status``). Returns the aliases set."""
+    training did not beat its initialisation (``training.improved = false``) or that was registered at it
+    (``training.skipped``): the kept weights ARE the untrained initialisation) is champion as such, and the registry
+    says so (``champion.training``, ``champion.status``: ``mlops.champion``). Returns the aliases set."""
     client.set_registered_model_alias(name, CHALLENGER, str(version))
     aliases: tuple[str, ...] = (CHALLENGER,)
     if CHAMPION not in client.get_registered_model(name).aliases:
         client.set_registered_model_alias(name, CHAMPION, str(version))
         aliases = (CHAMPION, CHALLENGER)
-        untrained = client.get_model_version(name, str(version)).tags.get("training.improved") == "false"
-        status = (f"v{version}: the untrained initialisation (training did not beat it on validation; no trained "
-                  "version has passed the gate)" if untrained else f"v{version}: the first version")  # fmt: skip
-        client.set_registered_model_tag(name, CHAMPION_STATUS_TAG, status)
+        why = untrained_reason(client.get_model_version(name, str(version)).tags)
+        status = (f"v{version}: the untrained initialisation ({why}; no trained version has passed the gate)" if why
+                  else f"v{version}: the first version")  # fmt: skip
+        mark_champion(client, name, version, status)
     return aliases
 
 
@@ -184,21 +184,22 @@ def log_and_register(
     ``run_id``: the run opened around the fit (:func:`tracker`), else a new run. ``epoch_metrics`` (e.g. train_loss,
     val_kl, val_ndcg) are logged with step = epoch (0 = before training). ``package(run_id, scratch)`` turns the
     folder into the model folder to log (the CFRAG pyfunc model), logged as the run's MLflow LoggedModel. ``lineage``
-    (Dagster run, asset, partition) goes to the run's and the version's tags; ``dataset`` = (training rows, their
-    source) to the run's dataset inputs. The run ends here (FAILED if anything raises)."""
+    (Dagster run, job, asset, partition; the target's when None) goes to the run's and the version's tags; ``dataset`` =
+    (training rows, their source) to the run's dataset inputs; the version's ``training.state`` says whether it is
+    trained (``mlops.champion``). The run ends here (FAILED if anything raises)."""
     from mlflow.entities import LoggedModelOutput, Metric, Param, RunTag
 
     folder = Path(model_dir)
     if not (folder / "model.safetensors").is_file():
         raise FileNotFoundError(f"{folder} holds no model.safetensors: save the model with save_model first")
     client = make_client(target)
-    lineage = lineage or Lineage()
+    lineage = lineage or target.lineage.for_task(str((tags or {}).get("task", "")))
     run_tags = {"data_version": data_version, **dict(tags or {}), **lineage.tags()}
     experiment = experiment_id(client, target)
     if run_id:
         client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in run_tags.items()])
     else:
-        run_id = start_run(client, experiment, run_name or name, source_tags(lineage, name) | run_tags)
+        run_id = start_run(client, experiment, run_name or name, prag_run_tags(lineage, name, run_tags))
     try:
         now = int(time.time() * 1000)
         curve = [float(v) for v in loss_curve]
@@ -236,7 +237,8 @@ def log_and_register(
                 client.set_registered_model_tag(name, key, run_tags[key])
         text = version_description(name, run_tags, data_version, curve, epoch_metrics, package is not None)
         client.set_tag(run_id, "mlflow.note.content", text)  # the run's description in the UI (Markdown)
-        mv = client.create_model_version(name, source=source, run_id=run_id, tags=run_tags, description=text,
+        version_tags = run_tags | {TRAINING_STATE_TAG: training_state(run_tags)}
+        mv = client.create_model_version(name, source=source, run_id=run_id, tags=version_tags, description=text,
                                          model_id=model.model_id)  # fmt: skip
         version = int(mv.version)
         # the sqlite registry keeps no model_id on the version: the LoggedModel lists its versions (as MLflow does)

@@ -1,9 +1,10 @@
 """MLflow runs of the CFRAG trainings: opened before the fit and closed by the registration, with lineage.
 
 A training run starts when the fit starts (:func:`training_run`), so its duration is the training's; it carries the
-orchestrator's lineage as tags (:class:`Lineage`: the Dagster run id, asset key and partition, as plain strings —
-prag_models never imports dagster), a source (``mlflow.source.*``) and, once registered, the training rows as a
-dataset input (:func:`log_training_dataset`). :func:`run_url` and :func:`version_url` are the MLflow UI's pages of a
+orchestrator's lineage as tags (:class:`Lineage`: the Dagster run id, job, asset key, partition and run page, as plain
+strings — prag_models never imports dagster), a source (``mlflow.source.*``) and, once registered, the training rows
+as a dataset input (:func:`log_training_dataset`). Every run prag writes (trainings and tuning searches) takes its
+tags from :func:`run_tags`. :func:`run_url` and :func:`version_url` are the MLflow UI's pages of a
 run and of a model version (the UI's hash routes), which the assets link to from their materializations.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -21,24 +22,30 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
 
 #: Run / version tags holding the orchestrator's lineage.
-LINEAGE_TAGS = ("dagster.run_id", "dagster.asset_key", "dagster.partition", "dagster.run_url")
+LINEAGE_TAGS = ("dagster.run_id", "dagster.asset_key", "dagster.partition", "dagster.run_url", "dagster.job")
 #: The query that opens MLflow 3's UI on its classic model-training view (the UI's default is its GenAI view).
 CLASSIC_VIEW = "workflowType=machine_learning"
 
 
 @dataclass(frozen=True)
 class Lineage:
-    """Which orchestrator run, asset and partition trained a model (plain strings; empty = unknown)."""
+    """Which orchestrator run, job, asset and partition wrote a run (plain strings; empty = unknown)."""
 
     run_id: str = ""
     asset_key: str = ""
     partition: str = ""
     url: str = ""  # the run's page in the Dagster UI
+    job: str = ""
+    partitions: tuple[str, ...] = ()  # every partition the step materializes (a range: one step, several tasks)
 
     def tags(self) -> dict[str, str]:
         """The non-empty lineage fields as MLflow tags (``dagster.run_id``, ``dagster.asset_key``, ...)."""
-        values = (self.run_id, self.asset_key, self.partition, self.url)
+        values = (self.run_id, self.asset_key, self.partition, self.url, self.job)
         return {key: value for key, value in zip(LINEAGE_TAGS, values, strict=True) if value}
+
+    def for_task(self, task: str) -> Lineage:
+        """The lineage of what one task's work writes: its partition when the step materializes that task's."""
+        return replace(self, partition=task) if task and task in self.partitions else self
 
 
 def source_tags(lineage: Lineage, entry_point: str) -> dict[str, str]:
@@ -51,6 +58,11 @@ def source_tags(lineage: Lineage, entry_point: str) -> dict[str, str]:
     else:
         tags |= {"mlflow.source.type": "LOCAL", "mlflow.source.name": entry_point or sys.argv[0]}
     return tags
+
+
+def run_tags(lineage: Lineage, entry_point: str, tags: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The tags of every run prag writes: its source (:func:`source_tags`), ``tags``, then the Dagster lineage."""
+    return source_tags(lineage, entry_point) | dict(tags or {}) | lineage.tags()
 
 
 def start_run(client: MlflowClient, experiment: str, run_name: str, tags: Mapping[str, str]) -> str:
@@ -86,7 +98,7 @@ class RunTracker:
     def __call__(self, kind: str) -> Iterator[str]:
         """A run around the fit of ``kind``, yielding its id."""
         name = self.run_names(kind)
-        tags = source_tags(self.lineage, name) | {"task": self.task, "kind": kind} | self.lineage.tags()
+        tags = run_tags(self.lineage, name, {"task": self.task, "kind": kind})
         with training_run(self.client, self.experiment, name, tags) as run_id:
             self.opened.append(run_id)
             yield run_id

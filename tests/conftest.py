@@ -112,7 +112,7 @@ FILE_SECONDS = {
     "test_answer_scoring.py": 30, "test_failure_output.py": 25,
     "test_non_interference.py": 100, "test_deferred_generations.py": 90, "test_erasure_bytes.py": 70,
     "test_label_free_item_cf.py": 60, "test_pyfunc_item_cf.py": 50, "test_ui_staleness.py": 100,
-    "test_incremental_shareable.py": 50, "test_mlflow_links.py": 60,
+    "test_incremental_shareable.py": 50, "test_mlflow_links.py": 60, "test_incremental_equals_scratch.py": 70,
 }  # fmt: skip
 
 

@@ -64,3 +64,43 @@ def test_inbox_ingestion_and_what_the_sensor_sees(con, tmp_path: Path) -> None:
     con.execute("DELETE FROM user_clusters")
     changed, waiting, seq = stages.pending_changes(con, ["LaMP-2"], {})
     assert not changed and "no user clusters" in waiting["LaMP-2"] and seq == {}  # the cursor stays
+
+
+def _doc(user: str, doc: str, date: str | None, text: str) -> dict:
+    """A profile_documents row (its position is set by the merge)."""
+    from prag_models.storage.hashing import content_hash
+
+    return {"task": "LaMP-2", "user_id": user, "doc_id": doc, "date": date, "position": 0, "text": text,
+            "fields_json": "{}", "content_hash": content_hash(text)}  # fmt: skip
+
+
+def test_a_full_run_includes_the_latest_history_and_leaves_nothing_pending(con) -> None:
+    """profile_documents = LaMP ∪ the latest version of each history document, merged by date as the incremental
+    update merges them: an edit replaces its id, a version the LaMP files already hold is no change, a new user gets
+    its documents; afterwards nothing is pending (issue 48)."""
+    import pandas as pd
+
+    from prag_models.data.history import HistoryBatch, HistoryDoc, append_history
+    from prag_models.data.history_documents import latest_history, with_history
+    from prag_models.storage.hashing import content_hash
+    from prag_models.users.incremental import pending_history
+
+    lamp = pd.DataFrame([_doc("u1", "a", "2020-01-01", "first"), _doc("u1", "b", "2021-01-01", "second")])
+    lamp["position"] = [0, 1]
+
+    def batch(name: str, *docs: tuple[str, str, str | None, str]) -> HistoryBatch:
+        return HistoryBatch(name, "LaMP-2", f"LaMP-2-{name}",
+                            tuple(HistoryDoc(u, d, date, {}, text, content_hash(text)) for u, d, date, text in docs))
+
+    append_history(con, [batch("w1", ("u1", "n", "2020-06-01", "draft"), ("u1", "a", "2020-01-01", "first")),
+                         batch("w2", ("u1", "n", "2020-06-01", "new"), ("u1", "b", "2019-01-01", "edited"),
+                               ("u9", "x", None, "newcomer"))])  # fmt: skip
+    frame, stats = with_history("LaMP-2", lamp, latest_history(con, "LaMP-2"))
+    rows = [(r.user_id, r.doc_id, r.position, r.text) for r in frame.itertuples()]
+    assert rows == [("u1", "b", 0, "edited"), ("u1", "a", 1, "first"), ("u1", "n", 2, "new"),
+                    ("u9", "x", 0, "newcomer")]  # fmt: skip
+    assert stats == {"history_documents": 3, "history_users": 2, "history_new_users": 1, "history_seq": 5}
+    assert with_history("LaMP-2", lamp, latest_history(con, "LaMP-2").iloc[0:0])[0].equals(lamp)  # no history
+    con.register("_frame", frame)
+    con.execute("CREATE TABLE profile_documents AS SELECT * FROM _frame")
+    assert pending_history(con, "LaMP-2").empty  # what the full run included is never applied again

@@ -1,8 +1,10 @@
 """Dynamic users (docs/methods.md §3.7): history ingestion, incremental user updates, and the drift of full
 re-clusterings.
 
-Group ``history``: ``profile_history`` (drop folder → history table), ``incremental_user_clusters`` (changed users'
-documents, embeddings and clusters) and ``incremental_similar_users`` (neighbour lists of the affected clusters).
+Group ``lamp_data``: ``profile_history`` (drop folder → history table; ``profile_documents`` reads the latest version
+of each of its documents, so every full run includes the history). Group ``history``: ``incremental_user_clusters``
+(between full runs: the changed users' documents, embeddings and clusters) and ``incremental_similar_users``
+(neighbour lists of the affected clusters).
 Group ``users``: ``cluster_drift`` and ``cluster_state``, which follow every full ``user_clusters`` materialization.
 """
 
@@ -46,10 +48,11 @@ def _record_rewrites(
 
 
 @task_asset(
-    GROUP,
+    "lamp_data",  # profile_documents reads it: no asset depends on a later group (the UI draws them in data order)
     description="Append-only table of new profile documents for existing or new users, with ingestion time and "
     "batch id. Filled by `prag ingest FILE --task T` and, when this asset runs, from the drop folder "
-    "<home>/inbox/<task>/*.json (valid files move to done/, invalid ones to rejected/ with the error beside them).",
+    "<home>/inbox/<task>/*.json (valid files move to done/, invalid ones to rejected/ with the error beside them). "
+    "profile_documents reads the latest version of each document: a full run includes the whole history.",
     check_specs=[
         dg.AssetCheckSpec(
             "inbox_files_valid",
@@ -142,7 +145,8 @@ def cluster_state(step: TaskStep) -> dict:
     GROUP,
     deps=[profile_history, similar_users, cluster_state],
     kinds={"duckdb", "pytorch"},
-    description="Incremental update of the users with pending history (docs/methods.md §3.7): new documents embedded "
+    description="Incremental update of the users with pending history (docs/methods.md §3.7: documents whose latest "
+    "version profile_documents does not hold yet, i.e. ingested since the last full run): new documents embedded "
     "through the cache, z_u = mean of the user's shareable documents (cold start: query embedding; a user known only "
     "from documents others may not see gets no z_u and no cluster, docs/privacy.md), cluster by HDBSCAN "
     "approximate prediction against the current clustering; rewrites only those users' rows of profile_documents, "

@@ -7,6 +7,7 @@ from prag_assets.execution import TaskStep, run_tasks
 from prag_assets.metadata import report_partitions
 from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.settings import PragSettingsResource
+from prag_models.data.history_documents import latest_history, with_history
 from prag_models.data.lamp import undated_documents
 from prag_models.data.set_aside import SET_ASIDE_TABLE, SetAside, set_aside_frame
 from prag_models.data.sharing import SHARING_TABLE, VISIBILITY_TABLE, task_sharing
@@ -88,12 +89,16 @@ def lamp_samples(
 
 @stage_asset(
     GROUP, table="profile_documents",
-    deps=[lamp_samples],
+    deps=[lamp_samples, dg.AssetKey("profile_history")],  # by key: assets/history.py imports the user assets
     description="One row per (user, profile document) in date order, with the text as the seeds render it and a "
-    "content hash (the embedding cache key).",
+    "content hash (the embedding cache key): the LaMP files' documents and the latest version of each history "
+    "document (profile_history: `prag ingest`, the drop folder), merged as the incremental update merges them "
+    "(docs/methods.md §3.7), so every retrieval of a run reads one document set and nothing it included stays "
+    "pending. Metadata counts the history documents included, their users and the last history seq.",
 )
 def profile_documents(step: TaskStep) -> dict:
-    """Publish one task's profile documents."""
-    frame = user_profiles(read_rows(step.con, "lamp_sample_profiles", {"task": step.task}))
+    """Publish one task's profile documents: LaMP ∪ the latest history versions."""
+    lamp = user_profiles(read_rows(step.con, "lamp_sample_profiles", {"task": step.task}))
+    frame, included = with_history(step.task, lamp, latest_history(step.con, step.task))
     replace_rows(step.con, "profile_documents", frame, {"task": step.task})
-    return {"documents": len(frame), "users": int(frame["user_id"].nunique())}
+    return {"documents": len(frame), "users": int(frame["user_id"].nunique()), **included}

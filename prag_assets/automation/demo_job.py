@@ -109,11 +109,17 @@ def real_evidence_job() -> dg.UnresolvedAssetJobDefinition:
                                "job's budget deferred (prag evidence).")  # fmt: skip
 
 
+#: The retrievals that read the documents and clusters an incremental update rewrites, outside CFRAG: the round
+#: recomputes them on the current documents (issue 48), the clustering in effect kept (no full re-clustering).
+RETRAIN_RETRIEVALS = ("baseline_retrievals", "pbr_lamp_retrievals", "tuned_settings", "clusterrag_retrievals")
+
+
 def retrain_job() -> dg.UnresolvedAssetJobDefinition:
-    """`prag_retrain`: the user encoder, CFRAG's retriever and rerankers retrained on the current histories, and
-    everything downstream (their retrievals for challenger and champion, the evaluations, the promotion evidence)."""
-    selection = dg.AssetSelection.assets("cfrag_user_encoder").downstream() - dg.AssetSelection.groups(
-        RETRIEVAL_EVAL_GROUP)
+    """`prag_retrain`: the user encoder, CFRAG's retriever and rerankers retrained on the current histories, the
+    other methods' retrievals on the current documents (RETRAIN_RETRIEVALS), and everything downstream (CFRAG's
+    retrievals for challenger and champion, the evaluations, the verdict, the promotion evidence)."""
+    selection = dg.AssetSelection.assets("cfrag_user_encoder", *RETRAIN_RETRIEVALS).downstream() - \
+        dg.AssetSelection.groups(RETRIEVAL_EVAL_GROUP)
     return dg.define_asset_job(RETRAIN_JOB, selection=selection, description="The lifecycle round's retraining "
                                "(prag lifecycle): CFRAG's models on the current histories, registered as challengers, "
                                "then their evaluation against the champions (cfrag_model_evaluation).")  # fmt: skip

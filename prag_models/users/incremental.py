@@ -1,8 +1,9 @@
 """Incremental ClusterRAG user updates (docs/methods.md §3.7): apply new profile documents to the changed users only.
 
 A history document is *pending* while its latest version (by ``seq``) is not in ``profile_documents`` with the same
-content hash, so applying is idempotent and survives a rebuild of ``profile_documents`` from the LaMP files (the next
-update re-applies the history). For the changed users only: new texts are embedded through the embedding cache,
+content hash, so applying is idempotent; a full run builds ``profile_documents`` from the LaMP files and the latest
+history versions by the same merge (``data/history_documents.py``), which leaves nothing pending: what it included is
+never applied twice. For the changed users only: new texts are embedded through the embedding cache,
 z_u is recomputed by the rule of the full stage (``users/placement.py``: the mean of the user's shareable documents,
 else its mean query embedding, §3.6; a user known only from documents others may not see gets no z_u, no cluster and
 no neighbour list, docs/privacy.md), and a placed user is assigned to the current clustering without refitting it on
@@ -27,7 +28,8 @@ import pyarrow as pa
 
 from prag_models.config.settings import ClusteringSettings
 from prag_models.data.history import HISTORY_TABLE, has_table
-from prag_models.data.lamp import parse_date
+from prag_models.data.history_documents import DOC_COLUMNS, LATEST_SQL
+from prag_models.data.history_documents import merge_documents as merge_documents  # re-exported
 from prag_models.storage.store import column_to_matrix, matrix_to_column, transaction
 from prag_models.text.embedding_cache import embed_with_cache, lookup_embeddings
 from prag_models.users.clustering import assign_new_users
@@ -40,7 +42,6 @@ from prag_models.users.row_writes import DELTA_TABLES, replace_user_rows, with_u
 
 STATE_TABLE = "cluster_state"
 BASE_TABLES = ("profile_documents", "document_embeddings", "user_embeddings", "user_clusters", "similar_users")
-DOC_COLUMNS = ["task", "user_id", "doc_id", "date", "position", "text", "fields_json", "content_hash"]
 EMB_COLUMNS = ["task", "user_id", "doc_id", "position", "model_id", "content_hash", "embedding"]
 STATE_COLUMNS = ["task", "user_id", "embedding", "fit_cluster", "cluster", "fitted_at"]
 STATE_DDL = "task VARCHAR, user_id VARCHAR, embedding FLOAT[], fit_cluster BIGINT, cluster BIGINT, fitted_at TIMESTAMP"
@@ -49,12 +50,6 @@ UPDATES_DDL = (
     "n_docs BIGINT, cold_start BOOLEAN, old_cluster BIGINT, new_cluster BIGINT, reference VARCHAR, max_seq BIGINT, "
     "neighbours_refreshed BOOLEAN"
 )
-
-_LATEST = (
-    f"SELECT * FROM {HISTORY_TABLE} WHERE task = ? "
-    "QUALIFY row_number() OVER (PARTITION BY user_id, doc_id ORDER BY seq DESC) = 1"
-)
-
 
 def ensure_tables(con: duckdb.DuckDBPyConnection) -> None:
     """Create cluster_state and incremental_updates if they do not exist."""
@@ -87,29 +82,8 @@ def pending_history(con: duckdb.DuckDBPyConnection, task: str, since_seq: int = 
         if has_table(con, "profile_documents")
         else ""
     )
-    sql = f"WITH l AS ({_LATEST}) SELECT * FROM l WHERE seq > ? {applied} ORDER BY seq"
+    sql = f"WITH l AS ({LATEST_SQL}) SELECT * FROM l WHERE seq > ? {applied} ORDER BY seq"
     return con.execute(sql, [task, since_seq]).df()
-
-
-def merge_documents(existing: pd.DataFrame, incoming: pd.DataFrame) -> pd.DataFrame:
-    """One user's documents after the update: new ones inserted by date into the existing order, ids replaced.
-
-    A dated new document goes before the first kept document that is later or undated; undated ones go last.
-    """
-    kept = existing[~existing["doc_id"].isin(set(incoming["doc_id"]))].reset_index(drop=True)
-    kept_dates = [parse_date(d) for d in kept["date"]]
-    keys: list[tuple] = [(i, 1, (0, datetime.min, i)) for i in range(len(kept))]
-    for r, value in enumerate(incoming["date"]):
-        date = parse_date(value)
-        slot = len(kept)
-        if date is not None:
-            slot = next((i for i, d in enumerate(kept_dates) if d is None or d > date), len(kept))
-        keys.append((slot, 0, (date is None, date or datetime.min, r)))
-    merged = pd.concat([kept, incoming.reset_index(drop=True)], ignore_index=True)
-    order = sorted(range(len(merged)), key=lambda i: keys[i])
-    merged = merged.iloc[order].reset_index(drop=True)
-    merged["position"] = np.arange(len(merged), dtype=np.int64)
-    return merged
 
 
 def reference_clustering(con: duckdb.DuckDBPyConnection, task: str) -> tuple[str, pd.DataFrame]:

@@ -151,3 +151,35 @@ def test_a_placed_user_whose_documents_become_hidden_leaves_every_placement(base
         assert rows.empty, f"{table} still places a user whose documents others may no longer see:\n{rows}"
     assert _table(config, "SELECT * FROM similar_users WHERE neighbour_id = 'leaver'").empty
     assert len(_table(config, "SELECT * FROM document_embeddings WHERE user_id = 'leaver'")) == 5  # its own retrieval
+
+
+def test_a_full_run_over_the_history_places_users_by_the_same_rule(base_home, tmp_path) -> None:
+    """The same week ingested, then a full run instead of the incremental update (issue 48: profile_documents reads
+    LaMP ∪ the latest history versions): the users known only from hidden documents keep their documents for their
+    own retrieval and are placed nowhere, the shareable documents place their owners, the checks pass, and nothing is
+    left pending for the incremental update."""
+    from prag_models.users.incremental import pending_history
+
+    config = _world(base_home, tmp_path / "world")
+    ordinary = _docs_like(config, "u0003", "u0000", "h", 4) + _docs_like(config, "u0004", "brand-new", "n")
+    hidden = (_docs_like(config, "u0003", "private-only", "p", visibility="private")
+              + _docs_like(config, "u0003", "opted-out-new", "o", share=False))  # fmt: skip
+    path = load_settings(config).home_path / "week2.json"
+    path.write_text(json.dumps(ordinary + hidden), encoding="utf-8")
+    with connect(load_settings(config).duckdb_path) as con:
+        ingest_files(con, [path], TASK)
+
+    run = materialize_graph(config, [TASK], selection=BASE, raise_on_error=False)
+
+    assert run.success and all(passed for passed, _ in check_results(run).values()), check_results(run)
+    users = f"({', '.join(repr(u) for u in HIDDEN)})"
+    for table in PLACING:
+        rows = _table(config, f"SELECT * FROM {table} WHERE task = '{TASK}' AND user_id IN {users}")
+        assert rows.empty, f"{table} places a user known only from hidden documents:\n{rows}"
+    assert _table(config, f"SELECT * FROM similar_users WHERE neighbour_id IN {users}").empty
+    own = _table(config, f"SELECT user_id, count(*) AS n FROM document_embeddings WHERE user_id IN {users} GROUP BY 1")
+    assert dict(zip(own["user_id"], own["n"], strict=True)) == dict.fromkeys(HIDDEN, 3)
+    placed = _table(config, "SELECT user_id FROM user_clusters WHERE user_id IN ('u0000', 'brand-new')")
+    assert set(placed["user_id"]) == {"u0000", "brand-new"}
+    with connect(load_settings(config).duckdb_path, read_only=True) as con:
+        assert pending_history(con, TASK).empty

@@ -32,8 +32,9 @@ Different by design, asserted within the stated tolerance:
 * **Caches keep more.** ``feedback_labels`` and ``generation_cache`` are keyed by their inputs: the lifecycle's hold
   week 1's entries too; every scratch entry is in them with the same value.
 
-The embedder runs as configured ("auto": ONNX Runtime int8 on an AVX2 or AVX-512 CPU), one text a run, so a text's
-vector is a function of the text alone (tests/test_embedder_backends.py) and both homes embed the same texts alike.
+The embedder runs as configured ("auto": torch fp32 on AVX-512, ONNX Runtime int8 on an AVX2-only CPU); either way a
+text's vector is a function of the text alone (int8 embeds one text a run: tests/test_embedder_backends.py), so both
+homes embed the same texts alike.
 
 `prag lifecycle`'s jobs select every asset downstream of the rewritten documents, outside the full re-clustering:
 :func:`round_misses` is empty (before, dense_global, PBR, ClusterRAG and its tuned knobs stayed on week 1).

@@ -120,3 +120,17 @@ def test_lifecycle_round_decides_every_task_on_paired_intervals(tmp_path) -> Non
         back = _prag(env, "rollback", "--task", TASK, "--reason", "shown once")
         assert back.returncode == 0 and "rolled_back" in back.stdout
         assert registry.model_aliases(target, registry.registered_name("reranker", TASK))["champion"] == 1
+
+
+def test_the_round_starts_after_a_main_job_whose_budget_deferred_the_generated_outputs(tmp_path) -> None:
+    """The round needs the registered bundle and its retrievals, not the bundle's generated-output figures: a main job
+    that deferred them (run.generation_samples = 0: no cfrag_model_evaluations) is ready; one without a bundle is not."""
+    import duckdb
+
+    from prag_assets.cli.lifecycle import has_champion_bundle
+
+    con = duckdb.connect(str(tmp_path / "prag.duckdb"))
+    con.execute("CREATE TABLE cfrag_models (task VARCHAR)")
+    assert not has_champion_bundle(con)
+    con.execute("CREATE TABLE cfrag_retrieval_models (task VARCHAR, kind VARCHAR, version INTEGER)")
+    assert has_champion_bundle(con)

@@ -131,9 +131,18 @@ def decisions_table(settings: Settings, tasks: list[str]) -> list[str]:
     return lines
 
 
+def has_champion_bundle(con) -> bool:  # noqa: ANN001 - a DuckDB connection
+    """Whether the main job registered CFRAG's models and retrieved with their bundle: all the round needs (the
+    bundle's generated-output figures may be deferred by the budget, `prag evidence`; the gate pairs utilities)."""
+    from prag_models.stages.cfrag_evaluation import BUNDLE_TABLE
+    from prag_models.storage.store import table_exists
+
+    return table_exists(con, "cfrag_models") and table_exists(con, BUNDLE_TABLE)
+
+
 def run_round(settings: Settings, reason: str, launch: Launch) -> int:
     """The round (module docstring); 0 when every step ran (a kept champion is a decision, not a failure)."""
-    from prag_models.storage.store import read_connection, table_exists
+    from prag_models.storage.store import read_connection
 
     if settings.data.source != "demo":
         print("prag lifecycle: the round writes the demo world's second week; data.source is "
@@ -142,11 +151,11 @@ def run_round(settings: Settings, reason: str, launch: Launch) -> int:
     tasks = [t for t in ALL_TASKS if t in settings.data.tasks]
     try:
         with read_connection(settings.duckdb_path) as (con, _):
-            ready = table_exists(con, "cfrag_models") and table_exists(con, "cfrag_model_evaluations")
+            ready = has_champion_bundle(con)
     except FileNotFoundError:
         ready = False
     if not ready:
-        print("prag lifecycle: run `prag materialize` first (no trained and evaluated CFRAG models yet)",
+        print("prag lifecycle: run `prag materialize` first (no registered CFRAG bundle has retrieved yet)",
               file=sys.stderr)  # fmt: skip
         return 2
     span = f"{tasks[0]}...{tasks[-1]}"

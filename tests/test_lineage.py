@@ -8,10 +8,7 @@ from __future__ import annotations
 import html
 import json
 import math
-import os
 import re
-import subprocess
-import sys
 import urllib.parse
 import urllib.request
 from decimal import ROUND_HALF_UP, Decimal
@@ -20,7 +17,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from conftest import materialize_graph, write_config
-from test_mlflow_serving import _free_port, _post, _stop, _wait_ready
+from test_mlflow_serving import _post, running_mlflow_server
 from test_ui import CHROMIUM, _dom
 
 from prag_models.config.settings import load_settings
@@ -133,19 +130,8 @@ def mlflow_server(trained, tmp_path_factory):
     its log and Chromium's profiles); its process group is stopped at the end."""
     settings, _ = trained
     tmp = tmp_path_factory.mktemp("mlflow_server")
-    port, log = _free_port(), tmp / "server.log"
-    bin_dir = Path(sys.executable).parent
-    cmd = [str(bin_dir / "mlflow"), "server", "--backend-store-uri", settings.mlflow_uri, "--host", "127.0.0.1",
-           "--port", str(port), "--workers", "1"]  # fmt: skip
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        _wait_ready(f"{base}/health", proc, log)
+    with running_mlflow_server(settings.mlflow_uri, tmp / "server.log") as base:
         yield {"base": base, "tmp": tmp}
-    finally:
-        _stop(proc)
 
 
 def _stats(result) -> dict:

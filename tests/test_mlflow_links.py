@@ -6,9 +6,6 @@ Chromium in a real `mlflow server` (skipped without Chromium)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -17,7 +14,7 @@ import pytest
 import torch
 from graph_helpers import range_tags, write_config
 from test_lineage import _text
-from test_mlflow_serving import _free_port, _stop, _wait_ready
+from test_mlflow_serving import running_mlflow_server
 from test_ui import CHROMIUM, _dom
 
 from prag_assets.cli.ui_port import configured_port
@@ -105,19 +102,8 @@ def test_the_registered_models_list_shows_which_champions_are_untrained(tuned, t
     untrained = registry.registered_name("retriever", TASKS[0])
     tags = {"task": TASKS[0], "kind": "retriever", "training.skipped": "no headroom"}  # the probe stopped
     registry.log_and_register(elsewhere, folder, untrained, {}, [], "d1", tags=tags)
-    port, log = _free_port(), tmp_path / "server.log"
-    bin_dir = Path(sys.executable).parent
-    cmd = [str(bin_dir / "mlflow"), "server", "--backend-store-uri", settings.mlflow_uri, "--host", "127.0.0.1",
-           "--port", str(port), "--workers", "1"]  # fmt: skip
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        server = {"base": f"http://127.0.0.1:{port}", "tmp": tmp_path}
-        _wait_ready(f"{server['base']}/health", proc, log)
-        text = _text(_dom(server, "/#/models", [untrained, "champion.training"]))
-    finally:
-        _stop(proc)
+    with running_mlflow_server(settings.mlflow_uri, tmp_path / "server.log") as base:
+        text = _text(_dom({"base": base, "tmp": tmp_path}, "/#/models", [untrained, "champion.training"]))
     names = [registry.registered_name("user_encoder", t) for t in TASKS] + [untrained]
     rows = {name: text.split(f"\n{name}\n", 1)[1] for name in names}
     for name, row in rows.items():

@@ -15,6 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -155,6 +156,24 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)  # workers left behind by a group leader that already exited
+
+
+@contextlib.contextmanager
+def running_mlflow_server(tracking_uri: str, log: Path) -> Iterator[str]:
+    """A real `mlflow server` on 127.0.0.1 over a store, its output in ``log``: yields its base URL; its process
+    group is stopped on exit."""
+    port, bin_dir = _free_port(), Path(sys.executable).parent
+    cmd = [str(bin_dir / "mlflow"), "server", "--backend-store-uri", tracking_uri, "--host", "127.0.0.1",
+           "--port", str(port), "--workers", "1"]  # fmt: skip
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_ready(f"{base}/health", proc, log)
+        yield base
+    finally:
+        _stop(proc)
 
 
 def test_mlflow_models_serve_answers_invocations(graph, tmp_path) -> None:

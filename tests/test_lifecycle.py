@@ -124,7 +124,8 @@ def test_lifecycle_round_decides_every_task_on_paired_intervals(tmp_path) -> Non
 
 def test_the_round_starts_after_a_main_job_whose_budget_deferred_the_generated_outputs(tmp_path) -> None:
     """The round needs the registered bundle and its retrievals, not the bundle's generated-output figures: a main job
-    that deferred them (run.generation_samples = 0: no cfrag_model_evaluations) is ready; one without a bundle is not."""
+    that deferred them (run.generation_samples = 0: no cfrag_model_evaluations) is ready; one without a bundle is
+    not."""
     import duckdb
 
     from prag_assets.cli.lifecycle import has_champion_bundle

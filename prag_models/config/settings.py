@@ -97,14 +97,14 @@ class EmbedderSettings(Section):
     # How the model runs (prag_models/text/embedder.py; benchmarks/embedder_speed.py): torch fp32 | torch_int8 (torch
     # dynamic int8 Linear layers) | onnx (ONNX Runtime fp32) | onnx_int8 (ONNX Runtime, dynamic int8 per-channel
     # MatMuls, the feed-forward output projections kept fp32; exported once from the model folder, cached under
-    # ~/.cache/prag/onnx). "auto" = onnx_int8 on a CPU with AVX2 but no usable AVX-512 (a laptop, where embedding is
-    # a large share of the run) when onnxruntime and onnx are installed, else torch (on AVX-512 the int8 vectors
-    # re-grouped the demo's users enough to move one verdict gain outside its fp32 interval).
-    # Measured 2026-12-05 (benchmarks/embedder_speed.py, demo documents, ratios to torch fp32 in the same run):
-    # onnx_int8 (one text a run, a thread per core) 1.99x on 2 free AVX-512 cores, 1.36x on the AVX2 proxy (1 core,
-    # batched); cosine to fp32 min 0.989 / mean 0.996
-    # over 6,754 demo texts, dense NDCG@3 -0.009 +- 0.009 and label-hit@3 -0.012 +- 0.013 (paired, n = 576 / 288).
-    # torch_int8 is 2.3-2.4x but moves vectors to cosine 0.83 (not used by auto); onnx fp32 1.33x / 0.86x.
+    # ~/.cache/prag/onnx). "auto" on a CPU with onnxruntime and onnx installed = onnx_int8 with AVX2 but no usable
+    # AVX-512 (a laptop, where embedding is a large share of the run), onnx elsewhere (on AVX-512 the int8 vectors
+    # re-grouped the demo's users enough to move one verdict gain outside its fp32 interval); torch on a GPU. Every
+    # backend but torch embeds one text per run (a vector is its text's alone, to the bit: docs/privacy.md).
+    # Measured 2026-12-05 (benchmarks/embedder_speed.py, demo documents, ratios to torch fp32 in the same run, 2 free
+    # AVX-512 cores): onnx 1.21x, onnx_int8 1.86-1.99x (1.36x on the AVX2 proxy, 1 core); int8 cosine to fp32 min
+    # 0.989 / mean 0.996 over 6,754 demo texts, dense NDCG@3 -0.009 +- 0.009 and label-hit@3 -0.012 +- 0.013 (paired,
+    # n = 576 / 288); onnx within 2e-7 of torch. torch_int8 is 2.3-2.4x but moves vectors to cosine 0.83.
     # Cached embeddings are keyed by the backend (model#backend; torch fp32 keeps the bare model name).
     backend: Literal["auto", "torch", "torch_int8", "onnx", "onnx_int8"] = "auto"
 

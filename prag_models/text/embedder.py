@@ -5,6 +5,11 @@ torch's dynamic int8 Linear layers, or the transformer exported once to ONNX and
 dynamic int8 MatMuls (per-channel weights; the feed-forward output projections stay fp32: quantised, they moved the
 vectors most, cosine to fp32 down to 0.984). Tokenisation, pooling and normalisation stay sentence-transformers' own
 modules on every backend. A backend's vectors differ from fp32's, so the cache key names it (embedder_key).
+
+Every backend but torch fp32 embeds one text per run, so that a text's vector is a function of the text alone, to
+the bit: batched, its vector moves with the texts beside it (by ~1e-7 in fp32 through the padding, by up to 0.02 with
+int8's batch-wide scales), and a document another user may not see would move this user's vectors (docs/privacy.md).
+torch fp32 stays batched for GPUs, where batching is the point.
 """
 
 from __future__ import annotations
@@ -36,9 +41,9 @@ BACKENDS: tuple[str, ...] = ("auto", "torch", "torch_int8", "onnx", "onnx_int8")
 REFERENCE_BACKEND = "torch"
 #: Bump when the ONNX export or quantisation changes: cached .onnx files are then made anew.
 ONNX_EXPORT_VERSION = 1
-#: The int8 backends embed one text at a time since version 2 (their vectors depended on the batch before):
-#: vectors cached under an older key are not reused.
-INT8_BACKENDS = {"onnx_int8": 2, "torch_int8": 2}
+#: The backends that embed one text per run, with the version of their cache key: since version 2 (their vectors
+#: depended on the batch before), so vectors cached under an older key are not reused.
+ONE_TEXT_BACKENDS = {"onnx": 2, "onnx_int8": 2, "torch_int8": 2}
 #: Model inputs the ONNX graph takes, when the tokenizer makes them.
 ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -59,12 +64,14 @@ def _cpu_flags() -> set[str]:
 
 
 def resolve_backend(settings: EmbedderSettings) -> str:
-    """The backend to run: the setting, or for "auto" onnx_int8 on a CPU whose kernels may use AVX2 but not AVX-512
-    when onnxruntime and onnx are installed (the laptops the whole-run budget is tight on), else torch.
+    """The backend to run: the setting, or for "auto" on a CPU with onnxruntime and onnx installed, onnx_int8 where
+    the kernels may use AVX2 but not AVX-512 (the laptops the whole-run budget is tight on) and onnx (fp32) elsewhere;
+    torch on a GPU or without them.
 
     On AVX-512 the int8 model embeds 1.99x torch fp32's documents/s (2 cores) but its vectors re-group the demo's
     users enough to move one task's verdict gain outside its fp32 interval (docs/measurements.md): there the vectors
-    stay torch fp32's. On the AVX2 proxy the verdict's figures stayed inside their intervals."""
+    stay fp32, from ONNX Runtime one text a run (within 2e-7 of torch's, faster than torch's batches). On the AVX2
+    proxy int8's verdict figures stayed inside their intervals."""
     choice = settings.backend
     if choice not in BACKENDS:
         raise ValueError(f"embedder.backend must be one of {list(BACKENDS)}, got {choice!r}")
@@ -72,9 +79,9 @@ def resolve_backend(settings: EmbedderSettings) -> str:
         return choice
     flags = _cpu_flags()
     wide = "avx512f" in flags and os.environ.get("ATEN_CPU_CAPABILITY", "").lower() not in ("avx2", "default")
-    if settings.device == "cpu" and "avx2" in flags and not wide and _installed("onnxruntime", "onnx"):
-        return "onnx_int8"
-    return REFERENCE_BACKEND
+    if settings.device != "cpu" or not _installed("onnxruntime", "onnx"):
+        return REFERENCE_BACKEND
+    return "onnx_int8" if "avx2" in flags and not wide else "onnx"
 
 
 def embedder_key(settings: EmbedderSettings) -> str:
@@ -83,7 +90,7 @@ def embedder_key(settings: EmbedderSettings) -> str:
     backend = resolve_backend(settings)
     if backend == REFERENCE_BACKEND:
         return settings.model
-    version = INT8_BACKENDS.get(backend)
+    version = ONE_TEXT_BACKENDS.get(backend)
     return f"{settings.model}#{backend}" + (f"/v{version}" if version else "")
 
 
@@ -138,10 +145,10 @@ class Embedder:
     def _encode(self, texts: list[str]) -> np.ndarray:
         """One chunk of texts as unit vectors, on the configured backend."""
         if self._onnx is not None:
-            return self._onnx.encode(texts, self.settings.batch_size)
+            return self._onnx.encode(texts)
         return self._model.encode(
             texts,
-            batch_size=1 if self.backend in INT8_BACKENDS else self.settings.batch_size,  # OnnxTransformer.encode
+            batch_size=1 if self.backend in ONE_TEXT_BACKENDS else self.settings.batch_size,  # OnnxTransformer.encode
             normalize_embeddings=True,
             convert_to_numpy=True,
             show_progress_bar=False,
@@ -201,8 +208,8 @@ class OnnxTransformer:
             if not target.is_file():
                 self._quantize(fp32, target)
         options = ort.SessionOptions()
-        self.workers = torch.get_num_threads() if quantized else 1  # encode(): int8 runs one text per thread
-        options.intra_op_num_threads = 1 if quantized else torch.get_num_threads()
+        self.workers = torch.get_num_threads()  # encode(): one text per run, one run per thread
+        options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         self.session = ort.InferenceSession(str(target), options, providers=["CPUExecutionProvider"])
         self.path = target
@@ -261,26 +268,16 @@ class OnnxTransformer:
         finally:
             partial.unlink(missing_ok=True)
 
-    def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
-        """Unit vectors of texts, batched by length like sentence-transformers (less padding); int8 one text a run."""
-        out = np.zeros((len(texts), self.model.get_embedding_dimension()), dtype=np.float32)
-        if self.quantized:
-            # Dynamic quantisation scales each activation tensor by its own maximum, over the whole batch: a text's
-            # vector would depend on the texts batched with it (max abs difference 0.02), so that a document
-            # another user may not see would move this user's vectors (docs/privacy.md) and a cached vector would
-            # be whichever batch's. One text per run makes it a function of the text alone; the runs are spread
-            # over one thread per core (a one-text run is too small to split across cores; ORT releases the GIL).
-            from concurrent.futures import ThreadPoolExecutor
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit vectors of texts, one text per run (its vector is the text's alone, module docstring), the runs spread
+        over one thread per core: a one-text run is too small to split across cores, and ORT releases the GIL."""
+        from concurrent.futures import ThreadPoolExecutor
 
-            features = [self.model.preprocess([text]) for text in texts]  # here: a tokenizer is not thread-safe
-            with ThreadPoolExecutor(self.workers) as pool:
-                for i, vector in enumerate(pool.map(self._run, features)):
-                    out[i] = vector[0]
-            return out
-        order = np.argsort([-len(t) for t in texts], kind="stable")
-        for start in range(0, len(texts), batch_size):
-            rows = order[start : start + batch_size]
-            out[rows] = self._run(self.model.preprocess([texts[i] for i in rows]))
+        out = np.zeros((len(texts), self.model.get_embedding_dimension()), dtype=np.float32)
+        features = [self.model.preprocess([text]) for text in texts]  # here: a tokenizer is not thread-safe
+        with ThreadPoolExecutor(self.workers) as pool:
+            for i, vector in enumerate(pool.map(self._run, features)):
+                out[i] = vector[0]
         return out
 
     def _run(self, features: dict[str, Any]) -> np.ndarray:

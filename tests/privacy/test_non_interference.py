@@ -9,6 +9,7 @@ agree to table_diff.TOLERANCE. Focused checks of the fixes the whole graph does 
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,9 +34,10 @@ DATA = {"tasks": [TASK], "demo_users": USERS, "demo_dev_samples": 8}
 CFRAG = {"epochs": 2, "reranker_layers": 1, "reranker_max_length": 64}
 # ClusterRAG's and CFRAG's searches on; a count of trials, not seconds, ends each (time would make runs differ)
 TUNING = {"enabled": True, "budget_s": 600.0, "max_trials": 6}
-# One text at a time: in a batch, padding moves a vector by ~1e-7 with the lengths of the texts beside it (a hidden
-# document's among them), enough to swap two near-tied documents; the embedder's batching is not under test here.
-EMBEDDER = {"batch_size": 1}
+# The embedder as configured by default ("auto": ONNX Runtime on a CPU, one text a run, so that a vector is its text's
+# alone: batched, padding moved a vector by ~1e-7 with the lengths of the texts beside it, a hidden document's among
+# them, enough to swap two near-tied documents). PRAG_TEST_EMBEDDER_BACKEND runs another backend through the test.
+EMBEDDER = {"backend": os.environ.get("PRAG_TEST_EMBEDDER_BACKEND", "auto")}
 #: dense_global searches an IVF index here (the world's 100-odd shareable documents are above ann_above), so that its
 #: search under the visibility mask is compared too, not only exact search. (Its training on shareable rows only is
 #: tested in test_shared_view.py: in a world this small, training it on every row changed no other user's top 3.)

@@ -12,7 +12,7 @@ kind to its challenger version. Promotion and rollback share one gate besides th
 explicit override, recorded with who and why (``promotion.*`` tags, ``model_promotions``). The previous champion
 versions are pushed on a registered-model tag (``promotion.champion_history``), so :func:`rollback` can restore them.
 Wherever the champion alias moves, ``mlops.champion.mark_champion`` says whether it now holds trained weights or the
-untrained initialisation (``champion.training``) and how it got there (``champion.status``).
+untrained initialisation (the ``champion`` tag) and how it got there (``champion.status``).
 Every decision, refusals included, is written as ``promotion.*`` tags on the versions it concerns and returned as a
 :class:`PromotionDecision`; the Dagster job and the CLI append its rows to the DuckDB table ``model_promotions``
 (:func:`append_decision`).

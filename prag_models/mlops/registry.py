@@ -129,13 +129,16 @@ def experiment_id(client: MlflowClient, target: MlflowTarget) -> str:
 
 
 def _ensure_registered_model(client: MlflowClient, name: str, description: str = "") -> None:
-    """Create the registered model if it does not exist; set its description when given and different."""
+    """Create the registered model if it does not exist, its ``champion`` tag first (mlops.champion: the list page
+    shows the first tags); set its description when given and different."""
     from mlflow.exceptions import MlflowException
+
+    from prag_models.mlops.champion import CHAMPION_TRAINING_TAG, NO_CHAMPION
 
     try:
         found = client.get_registered_model(name)
     except MlflowException:
-        client.create_registered_model(name, description=description or None)
+        client.create_registered_model(name, tags={CHAMPION_TRAINING_TAG: NO_CHAMPION}, description=description or None)
         return
     if description and found.description != description:
         client.update_registered_model(name, description=description)
@@ -151,7 +154,7 @@ def assign_new_version_aliases(client: MlflowClient, name: str, version: int) ->
     """``challenger`` → the new version; also ``champion`` when the model has none yet — a first version whose
     training did not beat its initialisation (``training.improved = false``) or that was registered at it
     (``training.skipped``): the kept weights ARE the untrained initialisation) is champion as such, and the registry
-    says so (``champion.training``, ``champion.status``: ``mlops.champion``). Returns the aliases set."""
+    says so (``champion``, ``champion.status``: ``mlops.champion``). Returns the aliases set."""
     client.set_registered_model_alias(name, CHALLENGER, str(version))
     aliases: tuple[str, ...] = (CHALLENGER,)
     if CHAMPION not in client.get_registered_model(name).aliases:

@@ -62,13 +62,24 @@ def merge_documents(existing: pd.DataFrame, incoming: pd.DataFrame) -> pd.DataFr
     return merged
 
 
+def pending_sql(held: str) -> str:
+    """The one rule of what is pending, as SQL over a history row ``l``: its (user, id, content hash) is not among the
+    documents ``held`` (a table or a parenthesised query with those columns). The full run and the incremental
+    update both ask it (:func:`not_included`, ``users.incremental.pending_history``)."""
+    return (f"NOT EXISTS (SELECT 1 FROM {held} p WHERE p.user_id = l.user_id AND p.doc_id = l.doc_id "
+            "AND p.content_hash = l.content_hash)")  # fmt: skip
+
+
 def not_included(documents: pd.DataFrame, latest: pd.DataFrame) -> pd.DataFrame:
     """The history rows whose (user, id, content hash) the documents do not hold yet (the pending ones)."""
     if latest.empty or documents.empty:
         return latest
-    held = set(zip(documents["user_id"], documents["doc_id"].astype(str), documents["content_hash"], strict=True))
-    keys = zip(latest["user_id"], latest["doc_id"].astype(str), latest["content_hash"], strict=True)
-    return latest[[key not in held for key in keys]]
+    keys = ["user_id", "doc_id", "content_hash"]
+    with duckdb.connect() as con:
+        con.register("held", documents[keys].astype(str))
+        con.register("l", latest[keys].astype(str).assign(row=np.arange(len(latest))))
+        rows = con.execute(f"SELECT row FROM l WHERE {pending_sql('held')} ORDER BY row").fetchnumpy()["row"]
+    return latest.iloc[rows]
 
 
 def with_history(task: str, documents: pd.DataFrame, latest: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, Any]]:

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from prag_models.config.settings import ClusteringSettings
 from prag_models.data.history import HISTORY_TABLE, has_table
-from prag_models.data.history_documents import DOC_COLUMNS, LATEST_SQL
+from prag_models.data.history_documents import DOC_COLUMNS, LATEST_SQL, pending_sql
 from prag_models.data.history_documents import merge_documents as merge_documents  # re-exported
 from prag_models.storage.store import column_to_matrix, matrix_to_column, transaction
 from prag_models.text.embedding_cache import embed_with_cache, lookup_embeddings
@@ -76,14 +76,11 @@ def pending_history(con: duckdb.DuckDBPyConnection, task: str, since_seq: int = 
     """Latest version of each history document of a task not yet in profile_documents (rows after since_seq)."""
     if not has_table(con, HISTORY_TABLE):
         return pd.DataFrame(columns=["seq", "user_id", "doc_id", "date", "text", "fields_json", "content_hash"])
-    applied = (
-        "AND NOT EXISTS (SELECT 1 FROM profile_documents p WHERE p.task = l.task AND p.user_id = l.user_id "
-        "AND p.doc_id = l.doc_id AND p.content_hash = l.content_hash)"
-        if has_table(con, "profile_documents")
-        else ""
-    )
-    sql = f"WITH l AS ({LATEST_SQL}) SELECT * FROM l WHERE seq > ? {applied} ORDER BY seq"
-    return con.execute(sql, [task, since_seq]).df()
+    sql, params = f"WITH l AS ({LATEST_SQL}) SELECT * FROM l WHERE seq > ?", [task, since_seq]
+    if has_table(con, "profile_documents"):
+        sql += " AND " + pending_sql("(SELECT user_id, doc_id, content_hash FROM profile_documents WHERE task = ?)")
+        params.append(task)
+    return con.execute(sql + " ORDER BY seq", params).df()
 
 
 def reference_clustering(con: duckdb.DuckDBPyConnection, task: str) -> tuple[str, pd.DataFrame]:

@@ -11,7 +11,7 @@ import pytest
 
 from prag_models.config.settings import EmbedderSettings
 from prag_models.text import embedder as embedder_module
-from prag_models.text.embedder import Embedder, embedder_key, resolve_backend
+from prag_models.text.embedder import Embedder, embedder_key, query_embedder, resolve_backend
 from prag_models.text.embedding_cache import embed_with_cache, lookup_embeddings
 
 TEXTS = [
@@ -110,3 +110,16 @@ def test_a_texts_vector_does_not_depend_on_the_texts_embedded_with_it(backend, t
     alone = embedder.embed(TEXTS[:1])[0]
     beside = embedder.embed([*TEXTS, "an unusually long document about knights and jousting " * 20])[0]
     assert np.array_equal(alone, beside), np.abs(alone - beside).max()
+
+
+def test_queries_are_embedded_as_the_stored_documents_were():
+    """`prag answer` and the pyfunc embed a query on the backend the task's documents carry in their key (a home
+    embedded on another CPU class, or before "auto" changed), and refuse keys they cannot reproduce."""
+    mine = EmbedderSettings()
+    model = mine.model
+    assert query_embedder(mine, {embedder_key(mine)}, "LaMP-2") is mine
+    assert query_embedder(mine, {model}, "LaMP-2").backend == "torch"  # the bare name: torch fp32
+    assert query_embedder(mine, {f"{model}#onnx_int8/v2"}, "LaMP-2").backend == "onnx_int8"
+    for keys in ({f"{model}#onnx_int8"}, {"another-model"}, {model, f"{model}#onnx/v2"}):
+        with pytest.raises(LookupError, match="LaMP-2 documents were embedded with"):
+            query_embedder(mine, keys, "LaMP-2")  # an older int8 version, another model, mixed keys

@@ -31,16 +31,13 @@ def answer_once(con, settings: Settings, task: str, user_id: str, method: str, t
     from prag_models.mlops.promotion import mlflow_target
     from prag_models.mlops.registry import CHAMPION, model_aliases, registered_name
     from prag_models.storage.store import read_rows
-    from prag_models.text.embedder import embedder_key, load_embedder
+    from prag_models.text.embedder import load_embedder, query_embedder
     from prag_models.users.incremental import reference_clustering
 
     docs = serving.read_task_documents(con, task, settings.privacy.default_share)
     documents = serving.task_documents(task, docs)
-    embedded_with = set(docs["model_id"]) - {embedder_key(settings.embedder)}  # the model and its backend
-    if embedded_with:
-        raise LookupError(f"{task} documents were embedded with {sorted(embedded_with)}, the embedder is now "
-                          f"{embedder_key(settings.embedder)!r}: re-materialize the graph first")  # fmt: skip
-    query_vector = load_embedder(settings.embedder).embed([extract_query(task, text)])[0]
+    embedder = query_embedder(settings.embedder, set(docs["model_id"]), task)  # the model and its backend
+    query_vector = load_embedder(embedder).embed([extract_query(task, text)])[0]
     models, uris = {}, {"embedder": settings.embedder.model}
     if method == "cfrag":
         from prag_models.methods.cfrag.tuning import tuned_cfrag_settings

@@ -259,7 +259,7 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
                 self.task_data()
             except LookupError:  # e.g. EncoderMismatchError: the server starts and every request refuses with it
                 self._data = None
-        load_embedder(self.settings.embedder).embed(["warm-up"])
+        load_embedder(self._data[1].embedder if self._data else self.settings.embedder).embed(["warm-up"])
 
     def task_data(self) -> TaskData:
         """The task's tables, re-read when the DuckDB file or the consent stamp beside it changed; then the bundle's
@@ -320,7 +320,7 @@ class CfragPyfunc(mlflow.pyfunc.PythonModel):
         item_cf = self.item_cf() if self.method(params) == ITEM_CF else None
         data = self.task_data()
         texts = [extract_query(self.task, str(q)) for q in frame["query"]]
-        vectors = load_embedder(self.settings.embedder).embed(texts) if texts else np.zeros((0, 0), np.float32)
+        vectors = load_embedder(data.embedder).embed(texts) if texts else np.zeros((0, 0), np.float32)
         if item_cf is not None:
             rows = item_cf_rows(item_cf, self.task, frame["user_id"].astype(str).tolist(), vectors)
             return pd.DataFrame(rows, columns=list(OUTPUT_COLUMNS))

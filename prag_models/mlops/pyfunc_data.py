@@ -25,6 +25,7 @@ class TaskData:
     vectors: pd.DataFrame  # user_id, embedding (e_u)
     similar: pd.DataFrame  # user_id, neighbour_id, rank
     source: str  # which file, and whether e_u were stored or re-encoded
+    embedder: Any = None  # EmbedderSettings that embed queries as the documents were (text.embedder.query_embedder)
     known: dict[str, Any] = field(default_factory=dict)  # user_id -> ServedUser, built once (a request is O(pool))
 
     def __post_init__(self) -> None:
@@ -81,10 +82,7 @@ def read_task_data(
                 )
             vectors, similar = serving.encode_task_users(con, task, encoder, settings, described)
             how = f"e_u re-encoded (tables made by {made_by[0]}/{made_by[1]})" if made_by else "e_u re-encoded"
-    from prag_models.text.embedder import embedder_key
+    from prag_models.text.embedder import query_embedder
 
-    embedded_with = embedded - {embedder_key(settings.embedder)}  # the model and the backend it runs on here
-    if embedded_with:
-        raise LookupError(f"{task} documents were embedded with {sorted(embedded_with)}, the model's embedder is "
-                          f"{embedder_key(settings.embedder)!r} on this machine")  # fmt: skip
-    return TaskData(index, vectors, similar, f"{opened} {path.name}, {how}")
+    embedder = query_embedder(settings.embedder, set(embedded), task)  # the model and the backend of the documents
+    return TaskData(index, vectors, similar, f"{opened} {path.name}, {how}", embedder)

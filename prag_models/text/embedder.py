@@ -94,6 +94,23 @@ def embedder_key(settings: EmbedderSettings) -> str:
     return f"{settings.model}#{backend}" + (f"/v{version}" if version else "")
 
 
+def query_embedder(settings: EmbedderSettings, keys: set[str], what: str) -> EmbedderSettings:
+    """The embedder settings to embed queries against documents stored under ``keys``: this machine's (``settings``)
+    when they name it, else the same model on the backend the keys name (a home embedded on another CPU class, or
+    before "auto" changed: its queries must be embedded as its documents were). LookupError when the documents mix
+    keys or were embedded by another model or an older version of a backend's vectors, naming ``what``."""
+    mine = embedder_key(settings)
+    if keys <= {mine}:
+        return settings
+    if len(keys) == 1:
+        for backend in BACKENDS[1:]:
+            candidate = settings.model_copy(update={"backend": backend})
+            if embedder_key(candidate) in keys:
+                return candidate
+    raise LookupError(f"{what} documents were embedded with {sorted(keys)}, which this machine's embedder ({mine!r}) "
+                      "cannot reproduce: re-materialize the graph")  # fmt: skip
+
+
 def resolve_embedder_path(model: str) -> str:
     """Map a model id to a local folder when its weights are packaged; otherwise return it unchanged."""
     if Path(model).expanduser().exists():

@@ -183,7 +183,8 @@ def test_graphql_launches_a_materialization(ui):
 
 MATERIALIZATION = """query($key: AssetKeyInput!, $partition: String!) { assetOrError(assetKey: $key) { ... on Asset {
   assetMaterializations(partitions: [$partition], limit: 1) { partition metadataEntries { label __typename
-    ... on IntMetadataEntry { intValue } ... on TableMetadataEntry { table { records } } } } } } }"""
+    ... on IntMetadataEntry { intValue } ... on FloatMetadataEntry { floatValue }
+    ... on TableMetadataEntry { table { records } } } } } } }"""
 
 
 def test_task_partition_of_the_retrieval_evaluation_shows_only_that_task(ui):
@@ -200,6 +201,44 @@ def test_task_partition_of_the_retrieval_evaluation_shows_only_that_task(ui):
     dom = _dom(ui, f"/assets/lamp_retrieval_evaluation?view=partitions&partition={task}",
                ["primary_metric", "best_method", "reference"])
     assert f"{other} " not in dom.split("primary_metric", 1)[1][:20000]  # no column of the other task
+
+
+def test_the_gain_per_task_is_charted_in_the_plots_tab(ui):
+    """Issue 50.4, the chart where it shows: each task partition of lamp_retrieval_evaluation reports the verdict's
+    gain over dense_global, its 95 % interval and n as numbers (the report's own figures), and the asset's Plots tab
+    charts them across the partitions, no "Show Markdown" click."""
+    from prag_models.config.settings import load_settings
+    from prag_models.evaluation.verdict import verdicts_for
+    from prag_models.evaluation.verdict_view import GAIN_KEYS
+
+    with duckdb.connect(str(ui["home"] / "prag.duckdb"), read_only=True) as con:
+        report = verdicts_for(con, load_settings(ui["config"]), list(DEMO_TASKS)).set_index("task")
+    for task in DEMO_TASKS:
+        found = _graphql(ui["base"], MATERIALIZATION, {"key": {"path": ["lamp_retrieval_evaluation"]},
+                                                       "partition": task})  # fmt: skip
+        (materialization,) = found["assetOrError"]["assetMaterializations"]
+        numbers = {e["label"]: e.get("floatValue") for e in materialization["metadataEntries"]}
+        for column, label in GAIN_KEYS.items():
+            assert numbers[label] == pytest.approx(float(report.at[task, column])), (task, label, numbers)
+    plots = _evaluate(ui, "/assets/lamp_retrieval_evaluation?view=overview", PLOTS, width=1280)
+    assert plots is not None, "the Plots toggle did not chart the partitions' numbers"
+    assert set(plots["titles"]) == {GAIN_KEYS["gain"], GAIN_KEYS["gain_low"], GAIN_KEYS["gain_high"]}, plots
+    assert plots["charts"] >= 3, plots
+
+
+#: Clicks the "Plots" toggle of the Overview tab's metadata once, then reports the charts drawn and their gain titles.
+PLOTS = """(() => {
+  const text = document.body ? document.body.innerText : '';
+  if (window.__pragPlots) {
+    const charts = document.querySelectorAll('canvas').length;
+    const titles = ['verdict gain over dense_global', 'verdict gain, 95 % low', 'verdict gain, 95 % high']
+      .filter(t => text.includes(t));
+    return charts ? {charts, titles} : null;
+  }
+  const toggle = [...document.querySelectorAll('button')].find(b => b.textContent.trim() === 'Plots');
+  if (toggle) { toggle.click(); window.__pragPlots = true; }
+  return null;
+})()"""
 
 
 def test_report_opens_with_the_verdict(ui):

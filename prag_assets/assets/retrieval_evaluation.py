@@ -13,6 +13,7 @@ from prag_assets.resources.duckdb_file import DuckDBResource
 from prag_assets.resources.settings import PragSettingsResource
 from prag_models.evaluation import retrieval as rev
 from prag_models.evaluation.report import primary_by_task
+from prag_models.evaluation.verdict_view import gain_numbers
 from prag_models.stages.retrieval_evaluation import empty_tables, retrieval_evaluation_tables
 from prag_models.storage.store import replace_many
 
@@ -49,6 +50,9 @@ def lamp_retrieval_evaluation(
         step.shown.update({"primary_metric": frame_table(primary_by_task(summary)),
                            "table": evaluation_table_metadata(summary),
                            "markdown": dg.MetadataValue.md(rev.summary_markdown(summary, comparison))})  # fmt: skip
+        # numbers, so that the asset's Plots tab charts the verdict's gain and interval across the task partitions
+        gain = gain_numbers(step.con, settings, step.task)
+        step.shown.update({key: dg.MetadataValue.float(value) for key, value in gain.items()})
         return task_stats
 
     run_stage(context, score, settings=settings, duckdb=duckdb, table="lamp_retrieval_evaluation")

@@ -156,3 +156,22 @@ def verdict_chart(table: pd.DataFrame, path: Path) -> Path:
     fig.savefig(path, dpi=CHART_DPI)
     plt.close(fig)
     return path
+
+
+#: The numbers of a task's gain that its retrieval evaluation's partition reports (Dagster plots numeric metadata per
+#: partition in an asset's Plots tab: there the gain per task is a chart that shows without a click).
+GAIN_KEYS = {"gain": "verdict gain over dense_global", "gain_low": "verdict gain, 95 % low",
+             "gain_high": "verdict gain, 95 % high", "n_samples": "verdict gain, n"}  # fmt: skip
+
+
+def gain_numbers(con, settings, task: str) -> dict[str, float]:  # noqa: ANN001
+    """The cross-fitted gain of the task's labelled verdict over dense_global, its 95 % interval and n, as the report
+    computes them (empty where no label sees the task: its LLM utility decides it later)."""
+    from prag_models.evaluation.verdict import verdicts_for
+
+    table = verdicts_for(con, settings, [task])
+    rows = table[(table["task"] == task) & (table["n_samples"] > 0)] if len(table) else table
+    if not len(rows) or not str(rows.iloc[0]["evidence"]).startswith("retrieval"):
+        return {}
+    row = rows.iloc[0]
+    return {label: float(row[column]) for column, label in GAIN_KEYS.items()}

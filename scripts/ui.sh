@@ -5,6 +5,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$PRAG_ROOT"
+source scripts/run_settings.sh   # the PRAG__ settings the home's last run had (issue 50)
 source scripts/real_data.sh   # the configuration scripts/demo.sh ran with (no asset "Unsynced" by a setting alone)
 configured="$("$PRAG_VENV/bin/python" -m prag_assets.cli.ui_port dagster)"
 port="${PORT:-$configured}"

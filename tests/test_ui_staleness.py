@@ -49,22 +49,22 @@ def test_budget_cuts_and_the_real_data_folder_move_no_lamp_code_version() -> Non
     assert moved and moved == {asset for asset, (group, _) in base.items() if group == "retrieval_eval"}
 
 
-@pytest.fixture(scope="module")
-def ran_home(tmp_path_factory) -> Path:
+def _ran_home(root: Path, extra_env: dict[str, str] | None = None) -> Path:
     """A home holding its prag.toml (where the UIs find it) in which the job prag_demo ran over LaMP-2 as `prag
     materialize` launches it: prag_assets/cli/run_graph.py in a child process, the home's Dagster instance, the
-    run.* settings of a budget that deferred the generated outputs in its environment (and no real-data folder)."""
+    run.* settings of a budget that deferred the generated outputs in its environment (and no real-data folder),
+    plus ``extra_env`` (settings given to that run alone)."""
     from prag_assets.automation.demo_job import PRAG_DEMO_JOB, launch_tags
     from prag_assets.cli.budget import child_env
     from prag_assets.cli.commands import dagster_env, run_command
 
-    home = tmp_path_factory.mktemp("staleness") / "home"
+    home = root / "home"
     home.mkdir()
     write_config(home / "prag.toml", home, generator_backend="fake", data={"tasks": [TASK]})
     settings = load_settings(environ={"PRAG_HOME": str(home)})
     cut = settings.model_copy(update={"run": settings.run.model_copy(update=CUT)})
     env = {k: v for k, v in dagster_env(settings, warn=False).items() if not k.startswith("PRAG__")}
-    env = env | child_env(cut) | {"PRAG_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    env = env | child_env(cut) | {"PRAG_HOME": str(home), "HF_HUB_OFFLINE": "1"} | (extra_env or {})
     env.pop("PRAG_CONFIG", None)
     cmd = run_command("", f"{TASK}...{TASK}", "test", job=PRAG_DEMO_JOB, tags=launch_tags(cut, "test", ROOT))
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
@@ -72,15 +72,21 @@ def ran_home(tmp_path_factory) -> Path:
     return home
 
 
+@pytest.fixture(scope="module")
+def ran_home(tmp_path_factory) -> Path:
+    """The demo job's run over LaMP-2 with a budget's cuts (see _ran_home)."""
+    return _ran_home(tmp_path_factory.mktemp("staleness"))
+
+
 def _ui_environment(home: Path) -> dict[str, str]:
-    """The environment scripts/ui.sh starts `dagster dev` with: scripts/env.sh and scripts/real_data.sh sourced in a
-    shell with no PRAG_ or DAGSTER_ variable but the home (and a real-data folder, as real_data.sh sets it where
-    ../shared/data exists: a bare `prag materialize` ran without it)."""
+    """The environment scripts/ui.sh starts `dagster dev` with: scripts/env.sh, run_settings.sh and real_data.sh
+    sourced in a shell with no PRAG_ or DAGSTER_ variable but the home (and a real-data folder, as real_data.sh sets
+    it where ../shared/data exists: a bare `prag materialize` ran without it)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PRAG_", "DAGSTER_"))}
     real = home.parent / "real_data"
     real.mkdir(exist_ok=True)
     base |= {"PRAG_HOME": str(home), "PRAG__DATA__REAL_DATA_DIR": str(real)}
-    script = "source scripts/env.sh && source scripts/real_data.sh && env -0"
+    script = "source scripts/env.sh && source scripts/run_settings.sh && source scripts/real_data.sh && env -0"
     out = subprocess.run(["bash", "-c", script], cwd=ROOT, env=base, capture_output=True, check=True).stdout
     return dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
 
@@ -149,3 +155,21 @@ def test_a_setting_edited_in_the_homes_prag_toml_makes_its_dependents_unsynced(r
     fresh = {asset for asset, (status, _, _) in statuses.items() if status == "FRESH"}
     assert {"lamp_samples[LaMP-2]", "document_embeddings[LaMP-2]", "generations[LaMP-2]",
             "lamp_evaluation_report[]"} <= fresh  # fmt: skip
+
+
+@pytest.mark.models
+def test_a_setting_given_to_the_run_alone_is_the_uis_configuration_too(tmp_path, monkeypatch) -> None:
+    """Issue 50.2: `PRAG__CLUSTERING__SIMILAR_USERS=<n+1> prag materialize` (a setting the home's prag.toml does not
+    say): the run records it in the home's run_settings.env, scripts/ui.sh loads it, and the UI marks nothing
+    Unsynced; without the record (the UI reading prag.toml alone) the clustering groups' assets are Unsynced."""
+    similar = load_settings().clustering.similar_users + 1
+    home = _ran_home(tmp_path, {"PRAG__CLUSTERING__SIMILAR_USERS": str(similar)})
+    recorded = (home / "run_settings.env").read_text(encoding="utf-8")
+    assert f"PRAG__CLUSTERING__SIMILAR_USERS={similar}" in recorded and "PRAG__RUN__" not in recorded, recorded
+    statuses = _ui_statuses(monkeypatch, home)
+    stale = {asset: causes for asset, (status, _, causes) in statuses.items() if status != "FRESH"}
+    assert "user_clusters[LaMP-2]" in statuses and not stale, f"Unsynced in the UI right after the run: {stale}"
+    (home / "run_settings.env").unlink()
+    statuses = _ui_statuses(monkeypatch, home)
+    stale = {asset for asset, (status, _, _) in statuses.items() if status == "STALE"}
+    assert {"user_clusters[LaMP-2]", "similar_users[LaMP-2]"} <= stale

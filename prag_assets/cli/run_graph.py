@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 #: Tags of a single run over a task range (assets with BackfillPolicy.single_run, as `dagster asset materialize`).
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
@@ -49,6 +50,30 @@ def run(select: str, partition_range: str | None, tags: dict[str, str], partitio
     return result.success
 
 
+#: Where a run records the settings it was given as PRAG__ variables (scripts/run_settings.sh loads them for the UI).
+RUN_SETTINGS_FILE = "run_settings.env"
+
+
+def record_run_settings(environ: dict[str, str] | None = None) -> Path:
+    """Write the settings this run has from PRAG__ variables (not run.*: a budget's cuts are run configuration) to
+    the home's run_settings.env, as shell assignments: scripts/ui.sh sources it, so that the UI's definitions are
+    the configuration the home's tables were last made with, and a materialization launched there runs it (issue
+    50.2). Written whole or not at all."""
+    import shlex
+
+    from prag_models.config.settings import load_settings
+
+    environ = dict(os.environ if environ is None else environ)
+    home = load_settings(environ=environ).home_path
+    lines = [f"{k}={shlex.quote(v)}" for k, v in sorted(environ.items())
+             if k.startswith("PRAG__") and not k.startswith("PRAG__RUN__")]  # fmt: skip
+    home.mkdir(parents=True, exist_ok=True)
+    target, partial = home / RUN_SETTINGS_FILE, home / f".{RUN_SETTINGS_FILE}.partial"
+    partial.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    partial.replace(target)
+    return target
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the arguments and run; the exit code says whether the run succeeded."""
     parser = argparse.ArgumentParser(prog="python -m prag_assets.cli.run_graph", description=__doc__)
@@ -62,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     tags = dict(t.split("=", 1) for t in args.tag)
     config = json.loads(args.run_config) if args.run_config else None
+    record_run_settings()
     return 0 if run(args.select, args.partition_range, tags, args.partition, args.job, config) else 1
 
 

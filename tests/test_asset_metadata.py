@@ -131,3 +131,18 @@ def test_report_opens_with_the_verdict_then_the_compact_table_then_the_chart(dem
     files = metadata["files_in_home"].value
     assert "reports/verdict_gain.png" in files and not files.startswith("/")
     assert "table" not in metadata  # the long format stays in DuckDB
+
+
+def test_no_metadata_entry_is_a_machine_path(demo_home) -> None:
+    """Issue 50.4: a machine path is nothing a browser can open; the files an asset writes are named under the prag
+    home (`files_in_home`, `file_in_home`) on every asset the demo materialized, every partition included."""
+    instance = demo_home.instance()
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey("lamp_samples")), limit=1)
+    assert records.records, "the demo materialized nothing"
+    paths = {}
+    for key in instance.get_asset_keys():
+        for record in instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=50).records:
+            for label, value in record.asset_materialization.metadata.items():
+                if isinstance(value, dg.PathMetadataValue) or str(getattr(value, "value", "")).startswith("/"):
+                    paths[f"{key.to_user_string()}.{label}"] = value
+    assert not paths, paths

@@ -173,7 +173,8 @@ def _score(run: DatasetRun) -> dict:
     report.write_text(markdown + "\n", encoding="utf-8")
     run.context.log.info(f"retrieval evaluation: {len(table)} rows, table in {report}")
     return {"table": frame_table(table), "markdown": dg.MetadataValue.md(markdown),
-            "report_path": dg.MetadataValue.path(str(report))}  # fmt: skip
+            # under the prag home, as the report asset says its files (a browser cannot open a machine path)
+            "file_in_home": dg.MetadataValue.text(str(report.relative_to(run.settings.home_path)))}  # fmt: skip
 
 
 retrieval_evaluation = dataset_asset(

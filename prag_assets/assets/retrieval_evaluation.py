@@ -61,4 +61,6 @@ def lamp_retrieval_evaluation(
     report = settings.home_path / "reports" / "lamp_retrieval_evaluation.md"
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text(rev.summary_markdown(summary, comparison) + "\n", encoding="utf-8")
-    return dg.MaterializeResult(metadata={"report_path": dg.MetadataValue.path(str(report))})
+    # under the prag home, as the report asset says its files (a browser cannot open a machine path)
+    in_home = str(report.relative_to(settings.home_path))
+    return dg.MaterializeResult(metadata={"file_in_home": dg.MetadataValue.text(in_home)})

@@ -100,7 +100,7 @@ def ingest_stats(
         "new_users": len({u for r in ingested for u in r.new_users}),
         "history_rows": int(total),
         "history_users": int(users),
-        "inbox": str(inbox_dir(home, task)),
+        "inbox": str(inbox_dir(home, task).relative_to(home)),  # under the home: no machine path in Dagster
     }
 
 

@@ -7,6 +7,7 @@ one setting changes in the home's prag.toml, exactly the assets whose rows depen
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,39 @@ def test_a_setting_given_to_the_run_alone_is_the_uis_configuration_too(tmp_path,
     statuses = _ui_statuses(monkeypatch, home)
     stale = {asset for asset, (status, _, _) in statuses.items() if status == "STALE"}
     assert {"user_clusters[LaMP-2]", "similar_users[LaMP-2]"} <= stale
+
+
+@pytest.mark.models
+def test_a_run_of_prag_materialize_is_a_run_of_the_code_location(ran_home, tmp_path, monkeypatch) -> None:
+    """Issue 50.1: the run `prag materialize` launched (the job prag_demo in its child process) carries the origin
+    the workspace's code location gives its runs (location "prag", its repository, the job), and the Dagster UI's
+    Overview timeline lists it under that job. Failed before: the run had no origin and the timeline said "No runs
+    or scheduled ticks in this time period"."""
+    import dagster as dg
+    from test_ui import CHROMIUM, _dom, _free_port, _stop, _wait_until_loaded
+
+    environment = _ui_environment(ran_home)
+    for name in [n for n in os.environ if n.startswith(("PRAG_", "DAGSTER_"))]:
+        monkeypatch.delenv(name)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    with dg.DagsterInstance.get() as instance:
+        (run,) = [r for r in instance.get_runs() if r.job_name == "prag_demo"]
+    origin = run.remote_job_origin
+    assert origin is not None, "the run carries no code-location origin"
+    assert (origin.location_name, origin.repository_origin.repository_name, origin.job_name) == (
+        "prag", "__repository__", "prag_demo")
+    if not Path(CHROMIUM).exists():
+        pytest.skip("headless Chromium is not installed (run scripts/install_chromium.sh)")
+    port, log = _free_port(), tmp_path / "dagster_dev.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", "127.0.0.1",
+                                 "-p", str(port)], cwd=ROOT, env=environment, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_until_loaded(base, proc, log)
+        dom = _dom({"base": base, "tmp": tmp_path}, "/overview/activity/timeline", ["prag_demo"])
+        assert "No runs or scheduled ticks" not in dom
+    finally:
+        _stop(proc)

@@ -42,15 +42,17 @@ def settings_hash(settings: Any) -> str:
 
 
 #: The code location workspace.yaml loads prag_assets.definitions as. A run tagged with its repository's label is
-#: listed on its job's page and the Overview timeline like a run the UI launched (issue 50.1): the in-process runs of
-#: `prag materialize` carry no code-location origin, from which Dagster would set this hidden tag itself.
+#: listed on its job's page like a run the UI launched (issue 50.1); a run of a named job also carries the location's
+#: origin (prag_assets/cli/run_graph.workspace_origin), which the Overview timeline places runs by.
 LOCATION_NAME = "prag"
 REPOSITORY_LABEL_TAG = ".dagster/repository"
+#: The name Dagster gives the repository of a Definitions object.
+REPOSITORY_NAME = "__repository__"
 
 
 def location_tags() -> dict[str, str]:
     """The tag that places a run in the workspace's code location (its repository's label, as Dagster writes it)."""
-    return {REPOSITORY_LABEL_TAG: f"__repository__@{LOCATION_NAME}"}
+    return {REPOSITORY_LABEL_TAG: f"{REPOSITORY_NAME}@{LOCATION_NAME}"}
 
 
 def demo_run_tags(settings: Any) -> dict[str, str]:

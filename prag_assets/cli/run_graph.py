@@ -19,6 +19,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 #: Tags of a single run over a task range (assets with BackfillPolicy.single_run, as `dagster asset materialize`).
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
@@ -40,14 +41,49 @@ def run(select: str, partition_range: str | None, tags: dict[str, str], partitio
         tags = {**tags, RANGE_START: start, RANGE_END: end}
     with dg.DagsterInstance.get() as instance:
         if job:
-            result = defs.resolve_job_def(job).execute_in_process(run_config=run_config, instance=instance, tags=tags,
-                                                                  partition_key=partition, raise_on_error=False)
-            return result.success
+            return run_named_job(instance, job, run_config, tags | ({PARTITION: partition} if partition else {}))
         assets = [*defs.assets, *defs.asset_checks]
         selection = dg.AssetSelection.from_coercible(select.split(","))
         result = dg.materialize(assets, instance=instance, selection=selection, tags=tags, partition_key=partition,
                                 resources=default_resources(), raise_on_error=False)  # fmt: skip
     return result.success
+
+
+#: The tag of a run over one partition.
+PARTITION = "dagster/partition"
+
+
+def workspace_origin(job: str) -> Any:
+    """The origin Dagster gives a run launched from the workspace's code location (workspace.yaml: module
+    prag_assets.definitions, location "prag", its Definitions' repository): the UI places runs by it — the job's
+    page, the Overview timeline, re-execution (issue 50.1)."""
+    from dagster._core.remote_origin import (
+        ManagedGrpcPythonEnvCodeLocationOrigin,
+        RemoteJobOrigin,
+        RemoteRepositoryOrigin,
+    )
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+    from prag_assets.automation.demo_job import LOCATION_NAME, REPOSITORY_NAME
+
+    target = LoadableTargetOrigin(executable_path=sys.executable, module_name="prag_assets.definitions",
+                                  working_directory=os.getcwd())  # fmt: skip
+    location = ManagedGrpcPythonEnvCodeLocationOrigin(target, LOCATION_NAME)
+    return RemoteJobOrigin(RemoteRepositoryOrigin(location, REPOSITORY_NAME), job)
+
+
+def run_named_job(instance: Any, job: str, run_config: dict | None, tags: dict[str, str]) -> bool:
+    """Run a job of prag_assets.definitions in this process as a run of the workspace's code location (its origin
+    recorded, as `dagster job launch -w workspace.yaml` records it), with the Definitions' in-process executor."""
+    from dagster._core.definitions.reconstruct import ReconstructableRepository
+    from dagster._core.execution.api import execute_run
+
+    recon = ReconstructableRepository.for_module("prag_assets.definitions", "defs", os.getcwd())
+    recon_job = recon.get_reconstructable_job(job)
+    dagster_run = instance.create_run_for_job(recon_job.get_definition(), run_config=run_config, tags=tags,
+                                              remote_job_origin=workspace_origin(job),
+                                              job_code_origin=recon_job.get_python_origin())  # fmt: skip
+    return execute_run(recon_job, dagster_run, instance, raise_on_error=False).success
 
 
 #: Where a run records the settings it was given as PRAG__ variables (scripts/run_settings.sh loads them for the UI).

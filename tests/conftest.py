@@ -25,6 +25,7 @@ from session_graphs import (  # noqa: F401
     EVALUATED_DEV,
     EVALUATED_TASK,
     SERVED_TASK,
+    SESSION_FOLDERS,
     demo_home,
     evaluated_graph,
     personabench_graph,
@@ -173,6 +174,23 @@ def _no_models_in_fast_tier(request, monkeypatch):
     for module, name in MODEL_LOADERS:
         monkeypatch.setattr(getattr(importlib.import_module(module), name), "__init__", refuse)
     yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_folders_removed(request, tmp_path_factory):
+    """Remove the folders a module's fixtures made (a materialized home is 0.25-0.7 GB: a whole run kept 12-17 GB and
+    filled a CI machine's disk) once its tests are done, unless one of them failed. Passed tests' own tmp_path
+    folders go as they end (pyproject.toml: tmp_path_retention_policy = "failed")."""
+    base = tmp_path_factory.getbasetemp()
+    before, failed = set(base.iterdir()), request.session.testsfailed
+    yield
+    if request.session.testsfailed != failed:
+        return
+    import shutil
+
+    for folder in set(base.iterdir()) - before:
+        if folder.is_dir() and not folder.name.startswith(SESSION_FOLDERS):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 from graph_helpers import materialize_graph, range_tags, real_data_dir, write_config
 
+#: The prefixes of a session fixture's folders and files: tests/conftest.py `_module_folders_removed` keeps these.
+SESSION_FOLDERS = ("session-", "demo_home")
+
 
 @pytest.fixture
 def tiny_config(tmp_path):
@@ -131,7 +134,7 @@ def served_graph(tmp_path_factory):
 
     from prag_models.config.settings import load_settings
 
-    tmp, task = tmp_path_factory.mktemp("serving"), SERVED_TASK
+    tmp, task = tmp_path_factory.mktemp(SESSION_FOLDERS[0] + "serving"), SERVED_TASK
     config = write_config(tmp / "prag.toml", tmp / "home", generator_backend="fake", data={"tasks": [task]},
                           cfrag=SERVED_CFRAG)  # fmt: skip
     result = materialize_graph(config, [task], selection=dg.AssetSelection.assets("cfrag_retrievals").upstream())
@@ -158,7 +161,7 @@ def evaluated_graph(tmp_path_factory):
     (config, home, result)."""
     import dagster as dg
 
-    tmp = tmp_path_factory.mktemp("evaluated")
+    tmp = tmp_path_factory.mktemp(SESSION_FOLDERS[0] + "evaluated")
     home = tmp / "home"
     data = {"demo_users": 48, "demo_communities": 4, "demo_dev_samples": EVALUATED_DEV, "tasks": [EVALUATED_TASK],
             "llm_eval_samples": 6}  # fmt: skip
@@ -182,7 +185,7 @@ def personabench_graph(tmp_path_factory):
 
     if not (real_data_dir() / "personabench").is_dir():
         pytest.skip(f"real PersonaBench data not found at {real_data_dir()} (set PRAG_REAL_DATA)")
-    tmp = tmp_path_factory.mktemp("personabench")
+    tmp = tmp_path_factory.mktemp(SESSION_FOLDERS[0] + "personabench")
     config = write_config(tmp / "prag.toml", tmp / "home", generator_backend="fake",
                           data={"real_data_dir": str(real_data_dir())}, tuning={"enabled": True, "budget_s": 4.0},
                           pbr={"datasets": ["personabench"]})  # fmt: skip

@@ -26,9 +26,11 @@ from prag_models.storage.files import write_json_atomic
 REST_PER_EMBED_S = 2.2
 #: The same ratio where the embedder is faster than the rest of the graph's torch work: ONNX Runtime int8 embeds 1.36x
 #: torch fp32's documents/s on one AVX2 core, the rest stays as fast, so the ratio grows; on the one-core AVX2 proxy
-#: the rest took 236 s against 78 s of int8 embedding (docs/measurements.md "The demo"). ONNX Runtime fp32, one text a
-#: run, embeds 1.21x torch's documents/s on 2 AVX-512 cores: torch's ratio scaled by that.
-REST_PER_EMBED_BY_BACKEND = {"onnx_int8": 3.0, "onnx": 2.7}
+#: the rest took 236 s against 78 s of int8 embedding (docs/measurements.md "The demo"). ONNX Runtime fp32 (one text a
+#: run, AVX-512's default): 3.2, the mean of two demos on 2 AVX-512 cores on 2026-12-05 (their non-LLM work less the
+#: measuring took 239 s and 233 s against 54 s and 58 s of estimated embedding: 3.4 and 3.0 besides it); 2.7, torch's
+#: ratio scaled by the embedder's speed-up, had under-estimated the graph by 17-38 s.
+REST_PER_EMBED_BY_BACKEND = {"onnx_int8": 3.0, "onnx": 3.2}
 
 
 def rest_per_embed_s(settings: Settings) -> float:

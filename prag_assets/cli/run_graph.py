@@ -75,15 +75,25 @@ def workspace_origin(job: str) -> Any:
 def run_named_job(instance: Any, job: str, run_config: dict | None, tags: dict[str, str]) -> bool:
     """Run a job of prag_assets.definitions in this process as a run of the workspace's code location (its origin
     recorded, as `dagster job launch -w workspace.yaml` records it), with the Definitions' in-process executor."""
-    from dagster._core.definitions.reconstruct import ReconstructableRepository
     from dagster._core.execution.api import execute_run
+
+    recon_job, dagster_run = named_run(instance, job, run_config, tags)
+    return execute_run(recon_job, dagster_run, instance, raise_on_error=False).success
+
+
+def named_run(instance: Any, job: str, run_config: dict | None, tags: dict[str, str]) -> tuple[Any, Any]:
+    """(the reconstructable job, its new run in the instance): the run carries the job's own run tags under the
+    given ones, as a launch from the UI does: `prag evidence`'s phase tag is what makes its stages spend
+    run.evidence_budget_s (prag_assets/execution.py evidence_run)."""
+    from dagster._core.definitions.reconstruct import ReconstructableRepository
 
     recon = ReconstructableRepository.for_module("prag_assets.definitions", "defs", os.getcwd())
     recon_job = recon.get_reconstructable_job(job)
-    dagster_run = instance.create_run_for_job(recon_job.get_definition(), run_config=run_config, tags=tags,
+    definition = recon_job.get_definition()
+    dagster_run = instance.create_run_for_job(definition, run_config=run_config, tags={**definition.run_tags, **tags},
                                               remote_job_origin=workspace_origin(job),
                                               job_code_origin=recon_job.get_python_origin())  # fmt: skip
-    return execute_run(recon_job, dagster_run, instance, raise_on_error=False).success
+    return recon_job, dagster_run
 
 
 #: Where a run records the settings it was given as PRAG__ variables (scripts/run_settings.sh loads them for the UI).

@@ -106,3 +106,42 @@ def test_the_look_is_halfway_and_never_before_min_samples(test_n, look):
     from prag_models.evaluation.utility import interim_n
 
     assert interim_n(test_n, 20) == look
+
+
+class _CachedStub(_StubScorer):
+    """_StubScorer behind a cache, as _Scorer is: a (method, sample) keeps its value; cache_only raises LookupError
+    for a pair not scored before."""
+
+    def __init__(self, gain: float) -> None:
+        super().__init__(gain)
+        self.cache: dict[tuple[str, str], float] = {}
+
+    def score(self, pairs: list[tuple[str, str]], phase: str) -> dict[tuple[str, str], float]:
+        missing = [p for p in pairs if p not in self.cache]
+        if missing and self.cache_only:
+            raise LookupError(f"{len(missing)} prompts not cached")
+        self.cache |= super().score(missing, phase) if missing else {}
+        return {p: self.cache[p] for p in pairs}
+
+
+def test_a_cut_test_the_next_run_cannot_fund_keeps_its_samples_and_plan():
+    """Issue 47 (failed first: on the one-core proxy `prag evidence` could not fund LaMP-2, whose main-job test had
+    decided at n = 20 of 88 planned, re-planned it to 88 from the cache alone and replaced it by "deferred"): a task
+    the run cannot fund answers from the cache with the stored plan of the same pilot, the samples it had."""
+    from prag_models.stages.utility_funding import prompts_needed
+
+    settings = _settings(interim_p=0.0)
+    ids = [f"s{i:03d}" for i in range(60)]
+    docs = {m: {s: ["text"] for s in ids} for m in [*PERSONALIZED, "dense_global", "dense"]}
+    scorer = _CachedStub(gain=0.05)
+    scorer.seconds_per_prompt = 1.0
+    budget = prompts_needed(False, settings) * 1.0  # the pilot and min_samples = 6 test samples
+    with duckdb.connect() as con:
+        cut = _pilot_plan_test(scorer, con, "LaMP-7", settings, ids, ids[:4], ids[4:], docs, budget, 1.0)
+        assert cut.test_n == 6 < cut.planned_n and not cut.stopped_early, cut
+        con.register("plan_frame", pd.DataFrame([{c: getattr(cut, c) for c in PLAN_COLUMNS}]))
+        con.execute(f"CREATE TABLE {PLAN_TABLE} AS SELECT * FROM plan_frame")
+        scorer.cache_only, scored = True, len(scorer.cache)  # the next run: no seconds for this task
+        again = _pilot_plan_test(scorer, con, "LaMP-7", settings, ids, ids[:4], ids[4:], docs, 0.0, 1.0)
+    assert (again.test_n, again.planned_n, again.key) == (cut.test_n, cut.planned_n, cut.key), again
+    assert len(scorer.cache) == scored  # nothing new scored

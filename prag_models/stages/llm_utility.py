@@ -229,7 +229,8 @@ def _pilot_plan_test(scorer: _Scorer, con, task: str, settings: Settings, order:
     own_diffs = np.asarray([pilot[(chosen_of[s], s)] - pilot[(own[0], s)] for s in pilot_ids]) if own else diffs
 
     # 2. plan, fixed before any test sample is scored. A stored plan is reused when it was decided on the same pilot
-    # (its key holds the pilot's values) and the budget did not cut it, or this run has no more seconds for it.
+    # (its key holds the pilot's values) and the budget did not cut it, or this run has no more seconds for it (a run
+    # that cannot fund the task at all answers it from the cache with the samples it had).
     key = plan_key(settings, scorer.generator.model_id) + pilot_digest(pilot)
     stored = _stored_plan(con, task, key)
     spent = scorer.seconds or per_prompt_s * len(pilot)  # a cached pilot still costs its prompts' seconds
@@ -238,7 +239,8 @@ def _pilot_plan_test(scorer: _Scorer, con, task: str, settings: Settings, order:
     budgeted = budget > 0 and per_prompt > 0
     paid = affordable(budget - spent, prompts_per_sample, per_prompt) if budgeted else len(rest)
     cap = min(len(rest), paid)
-    if stored is not None and (stored.test_n >= stored.planned_n or stored.stopped_early or cap <= stored.test_n):
+    no_more = stored is not None and (scorer.cache_only or cap <= stored.test_n)  # this run pays no more samples
+    if stored is not None and (stored.test_n >= stored.planned_n or stored.stopped_early or no_more):
         plan = stored
     else:
         # "ship" needs both comparisons shown: the test is sized for the one that needs more samples
